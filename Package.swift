@@ -1,0 +1,73 @@
+// swift-tools-version: 6.0
+import PackageDescription
+
+let package = Package(
+  name: "bucketfs",
+  platforms: [.macOS(.v14)],
+  products: [
+    .executable(name: "bucketfs", targets: ["bucketfs"])
+  ],
+  dependencies: [
+    .package(url: "https://github.com/swift-server/async-http-client", from: "1.37.0"),
+    .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
+    .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
+    .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
+  ],
+  targets: [
+    // The only C: what Swift cannot import from libfuse3 (macros, the INIT reply flag fix).
+    .target(
+      name: "CFuse",
+      linkerSettings: [.linkedLibrary("fuse3")]
+    ),
+    // Swift face of libfuse3's low-level API. Knows nothing of Cloud Storage.
+    .target(
+      name: "FUSE",
+      dependencies: ["CFuse", .product(name: "Logging", package: "swift-log")]
+    ),
+    // The storage model and protocol the filesystem is written against.
+    .target(name: "ObjectStore"),
+    // Cloud Storage JSON API client. Knows nothing of FUSE.
+    .target(
+      name: "CloudStorage",
+      dependencies: [
+        "ObjectStore",
+        .product(name: "AsyncHTTPClient", package: "async-http-client"),
+        .product(name: "NIOCore", package: "swift-nio"),
+        .product(name: "NIOHTTP1", package: "swift-nio"),
+        .product(name: "Logging", package: "swift-log"),
+      ]
+    ),
+    // The filesystem: names, inodes, listing, attributes, xattrs, reads.
+    .target(
+      name: "BucketFS",
+      dependencies: ["FUSE", "ObjectStore", .product(name: "Logging", package: "swift-log")]
+    ),
+    .executableTarget(
+      name: "bucketfs",
+      dependencies: [
+        "BucketFS", "CloudStorage", "FUSE", "ObjectStore",
+        .product(name: "ArgumentParser", package: "swift-argument-parser"),
+        .product(name: "Logging", package: "swift-log"),
+      ]
+    ),
+    // An exact, in-process model of the service, and an HTTP front for it.
+    .target(
+      name: "StorageFake",
+      dependencies: [
+        "ObjectStore",
+        .product(name: "NIOCore", package: "swift-nio"),
+        .product(name: "NIOPosix", package: "swift-nio"),
+        .product(name: "NIOHTTP1", package: "swift-nio"),
+      ],
+      path: "Tests/StorageFake"
+    ),
+    .testTarget(
+      name: "BucketFSTests",
+      dependencies: ["BucketFS", "FUSE", "ObjectStore", "StorageFake"]
+    ),
+    .testTarget(
+      name: "CloudStorageTests",
+      dependencies: ["CloudStorage", "ObjectStore", "StorageFake"]
+    ),
+  ]
+)

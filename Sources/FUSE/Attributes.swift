@@ -1,0 +1,125 @@
+import CFuse
+
+#if canImport(Glibc)
+  import Glibc
+#endif
+
+/// A point in time as stat reports it.
+public struct Timestamp: Sendable, Equatable, Comparable {
+  public var seconds: Int
+  public var nanoseconds: Int
+
+  public init(seconds: Int, nanoseconds: Int = 0) {
+    self.seconds = seconds
+    self.nanoseconds = nanoseconds
+  }
+
+  public static func < (a: Timestamp, b: Timestamp) -> Bool {
+    (a.seconds, a.nanoseconds) < (b.seconds, b.nanoseconds)
+  }
+
+  public static func now() -> Timestamp {
+    var ts = Glibc.timespec()
+    clock_gettime(CLOCK_REALTIME, &ts)
+    return Timestamp(seconds: ts.tv_sec, nanoseconds: ts.tv_nsec)
+  }
+
+  var timespec: Glibc.timespec { Glibc.timespec(tv_sec: seconds, tv_nsec: nanoseconds) }
+}
+
+/// What stat shows of one inode.
+public struct FileAttributes: Sendable, Equatable {
+  public enum Kind: Sendable, Equatable { case file, directory }
+
+  public var inode: UInt64
+  public var kind: Kind
+  public var size: UInt64
+  /// Permission bits only; the file type comes from `kind`.
+  public var permissions: UInt32
+  public var uid: UInt32
+  public var gid: UInt32
+  public var accessTime: Timestamp
+  public var modificationTime: Timestamp
+  public var changeTime: Timestamp
+
+  public init(
+    inode: UInt64, kind: Kind, size: UInt64, permissions: UInt32, uid: UInt32, gid: UInt32,
+    accessTime: Timestamp, modificationTime: Timestamp, changeTime: Timestamp
+  ) {
+    self.inode = inode
+    self.kind = kind
+    self.size = size
+    self.permissions = permissions
+    self.uid = uid
+    self.gid = gid
+    self.accessTime = accessTime
+    self.modificationTime = modificationTime
+    self.changeTime = changeTime
+  }
+
+  var stat: Glibc.stat {
+    var st = Glibc.stat()
+    st.st_ino = __ino_t(inode)
+    st.st_mode = (kind == .directory ? S_IFDIR : S_IFREG) | (permissions & 0o7777)
+    st.st_nlink = kind == .directory ? 2 : 1
+    st.st_uid = uid
+    st.st_gid = gid
+    st.st_size = Int(clamping: size)
+    st.st_blksize = 4096
+    st.st_blocks = Int((size + 511) / 512)
+    st.st_atim = accessTime.timespec
+    st.st_mtim = modificationTime.timespec
+    st.st_ctim = changeTime.timespec
+    return st
+  }
+}
+
+/// The answer to a lookup: an inode with its attributes, or a negative entry
+/// the kernel may cache for `entryTimeout` seconds.
+public struct Entry: Sendable, Equatable {
+  public var attributes: FileAttributes?
+  public var entryTimeout: Double
+  public var attributeTimeout: Double
+
+  public init(attributes: FileAttributes?, entryTimeout: Double, attributeTimeout: Double) {
+    self.attributes = attributes
+    self.entryTimeout = entryTimeout
+    self.attributeTimeout = attributeTimeout
+  }
+
+  public static func negative(timeout: Double) -> Entry {
+    Entry(attributes: nil, entryTimeout: timeout, attributeTimeout: 0)
+  }
+
+  var parameters: fuse_entry_param {
+    var param = fuse_entry_param()
+    param.ino = attributes?.inode ?? 0
+    param.generation = 1
+    if let attributes { param.attr = attributes.stat }
+    param.entry_timeout = entryTimeout
+    param.attr_timeout = attributeTimeout
+    return param
+  }
+}
+
+/// What open answers besides the handle.
+public struct OpenResult: Sendable {
+  public var handle: UInt64
+  /// Keep the kernel's page cache from an earlier open (content unchanged).
+  public var keepCache: Bool
+
+  public init(handle: UInt64, keepCache: Bool) {
+    self.handle = handle
+    self.keepCache = keepCache
+  }
+}
+
+/// Flags of a setxattr call.
+public struct XattrFlags: OptionSet, Sendable {
+  public let rawValue: Int32
+  public init(rawValue: Int32) { self.rawValue = rawValue }
+  /// Fail with EEXIST if the attribute exists.
+  public static let create = XattrFlags(rawValue: cfuse_xattr_create)
+  /// Fail with ENODATA if the attribute does not exist.
+  public static let replace = XattrFlags(rawValue: cfuse_xattr_replace)
+}

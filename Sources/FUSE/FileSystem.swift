@@ -1,0 +1,31 @@
+/// The operations a filesystem implements to be served by ``FUSESession``.
+///
+/// Asynchronous methods run in their own task, so a slow one never blocks the
+/// session loop; the task is cancelled when the kernel interrupts the request.
+/// They throw ``Errno``; any other error is answered with EIO. Synchronous
+/// methods are answered inline on the session thread and must not block.
+public protocol FileSystem: AnyObject, Sendable {
+  /// The kernel has finished INIT: the mount is live.
+  func mounted()
+
+  func lookup(parent: UInt64, name: String) async throws -> Entry
+  /// The kernel drops `count` references to `inode`.
+  func forget(inode: UInt64, count: UInt64)
+  func getattr(inode: UInt64) async throws -> (FileAttributes, timeout: Double)
+
+  func opendir(inode: UInt64) async throws -> UInt64
+  /// Fills `buffer` with entries following `offset` (0 starts from the top).
+  func readdir(inode: UInt64, handle: UInt64, offset: UInt64, into buffer: DirectoryBuffer)
+    async throws
+  func releasedir(inode: UInt64, handle: UInt64)
+
+  func open(inode: UInt64, flags: Int32) async throws -> OpenResult
+  func read(inode: UInt64, handle: UInt64, offset: UInt64, size: Int) async throws -> [UInt8]
+  func release(inode: UInt64, handle: UInt64)
+
+  /// The whole value; the session answers size probes and ERANGE itself.
+  func getxattr(inode: UInt64, name: String) async throws -> [UInt8]
+  func listxattr(inode: UInt64) async throws -> [String]
+  func setxattr(inode: UInt64, name: String, value: [UInt8], flags: XattrFlags) async throws
+  func removexattr(inode: UInt64, name: String) async throws
+}

@@ -1,0 +1,194 @@
+import CFuse
+
+#if canImport(Glibc)
+  import Glibc
+#endif
+
+/// The libfuse callback table. Each callback copies what it needs out of
+/// libfuse's buffers, then answers inline (cheap, local work) or hands the
+/// request to ``FUSESession/serve(_:_:reply:)``.
+extension FUSESession {
+  func makeOperations() -> fuse_lowlevel_ops {
+    var ops = fuse_lowlevel_ops()
+    ops.`init` = { userdata, conn in
+      guard let userdata, let conn else { return }
+      // Always readdirplus: entries arrive with attributes, so `ls -l` needs no lookups.
+      if conn.pointee.capable & UInt32(FUSE_CAP_READDIRPLUS) != 0 {
+        conn.pointee.want |= UInt32(FUSE_CAP_READDIRPLUS)
+      }
+      conn.pointee.want &= ~UInt32(FUSE_CAP_READDIRPLUS_AUTO)
+      conn.pointee.want |= UInt32(FUSE_CAP_ASYNC_READ)
+      Unmanaged<FUSESession>.fromOpaque(userdata).takeUnretainedValue().fileSystem.mounted()
+    }
+    ops.lookup = { req, parent, name in
+      let name = String(cString: name!)
+      let fs = session(req).fileSystem
+      session(req).serve(req, { try await fs.lookup(parent: parent, name: name) }) { request, entry in
+        var param = entry.parameters
+        fuse_reply_entry(request.raw, &param)
+      }
+    }
+    ops.forget = { req, inode, count in
+      session(req).fileSystem.forget(inode: inode, count: count)
+      fuse_reply_none(req)
+    }
+    ops.forget_multi = { req, count, forgets in
+      let fs = session(req).fileSystem
+      for item in UnsafeBufferPointer(start: forgets, count: count) {
+        fs.forget(inode: item.ino, count: item.nlookup)
+      }
+      fuse_reply_none(req)
+    }
+    ops.getattr = { req, inode, _ in
+      let fs = session(req).fileSystem
+      session(req).serve(req, { try await fs.getattr(inode: inode) }) { request, answer in
+        var st = answer.0.stat
+        fuse_reply_attr(request.raw, &st, answer.timeout)
+      }
+    }
+    ops.opendir = { req, inode, _ in
+      let fs = session(req).fileSystem
+      session(req).serve(req, { try await fs.opendir(inode: inode) }) { request, handle in
+        var info = fuse_file_info()
+        info.fh = handle
+        fuse_reply_open(request.raw, &info)
+      }
+    }
+    ops.readdir = { req, inode, size, offset, info in
+      serveReaddir(req, inode: inode, size: size, offset: offset, handle: info!.pointee.fh, plus: false)
+    }
+    ops.readdirplus = { req, inode, size, offset, info in
+      serveReaddir(req, inode: inode, size: size, offset: offset, handle: info!.pointee.fh, plus: true)
+    }
+    ops.releasedir = { req, inode, info in
+      session(req).fileSystem.releasedir(inode: inode, handle: info!.pointee.fh)
+      fuse_reply_err(req, 0)
+    }
+    ops.open = { req, inode, info in
+      let flags = info!.pointee.flags
+      let fs = session(req).fileSystem
+      session(req).serve(req, { try await fs.open(inode: inode, flags: flags) }) { request, result in
+        var reply = fuse_file_info()
+        reply.fh = result.handle
+        reply.keep_cache = result.keepCache ? 1 : 0
+        fuse_reply_open(request.raw, &reply)
+      }
+    }
+    ops.read = { req, inode, size, offset, info in
+      let handle = info!.pointee.fh
+      let fs = session(req).fileSystem
+      session(req).serve(
+        req, { try await fs.read(inode: inode, handle: handle, offset: UInt64(offset), size: size) }
+      ) { request, bytes in
+        bytes.withUnsafeBufferPointer { buffer in
+          buffer.withMemoryRebound(to: CChar.self) {
+            _ = fuse_reply_buf(request.raw, $0.baseAddress, $0.count)
+          }
+        }
+      }
+    }
+    ops.release = { req, inode, info in
+      session(req).fileSystem.release(inode: inode, handle: info!.pointee.fh)
+      fuse_reply_err(req, 0)
+    }
+    ops.statfs = { req, _ in
+      var st = statvfs()
+      st.f_bsize = 4096
+      st.f_frsize = 4096
+      st.f_blocks = 1 << 40
+      st.f_bfree = 1 << 40
+      st.f_bavail = 1 << 40
+      st.f_files = 1 << 32
+      st.f_ffree = 1 << 32
+      st.f_favail = 1 << 32
+      st.f_namemax = 255
+      fuse_reply_statfs(req, &st)
+    }
+    ops.getxattr = { req, inode, name, size in
+      let name = String(cString: name!)
+      let fs = session(req).fileSystem
+      session(req).serve(req, { try await fs.getxattr(inode: inode, name: name) }) { request, value in
+        replyXattr(request, value, size: size)
+      }
+    }
+    ops.listxattr = { req, inode, size in
+      let fs = session(req).fileSystem
+      session(req).serve(req, { try await fs.listxattr(inode: inode) }) { request, names in
+        var packed: [UInt8] = []
+        for name in names { packed += Array(name.utf8) + [0] }
+        replyXattr(request, packed, size: size)
+      }
+    }
+    ops.setxattr = { req, inode, name, value, size, flags in
+      let name = String(cString: name!)
+      let bytes =
+        size == 0 || value == nil
+        ? [] : Array(UnsafeRawBufferPointer(start: value, count: size).bindMemory(to: UInt8.self))
+      let fs = session(req).fileSystem
+      session(req).serve(
+        req, { try await fs.setxattr(inode: inode, name: name, value: bytes, flags: XattrFlags(rawValue: flags)) }
+      ) { request, _ in
+        fuse_reply_err(request.raw, 0)
+      }
+    }
+    ops.removexattr = { req, inode, name in
+      let name = String(cString: name!)
+      let fs = session(req).fileSystem
+      session(req).serve(req, { try await fs.removexattr(inode: inode, name: name) }) { request, _ in
+        fuse_reply_err(request.raw, 0)
+      }
+    }
+    // Writes are not supported yet: say so plainly rather than ENOSYS, which
+    // some kernels remember for the whole mount.
+    ops.setattr = { req, _, _, _, _ in fuse_reply_err(req, EROFS) }
+    ops.mknod = { req, _, _, _, _ in fuse_reply_err(req, EROFS) }
+    ops.mkdir = { req, _, _, _ in fuse_reply_err(req, EROFS) }
+    ops.unlink = { req, _, _ in fuse_reply_err(req, EROFS) }
+    ops.rmdir = { req, _, _ in fuse_reply_err(req, EROFS) }
+    ops.symlink = { req, _, _, _ in fuse_reply_err(req, EROFS) }
+    ops.rename = { req, _, _, _, _, _ in fuse_reply_err(req, EROFS) }
+    ops.link = { req, _, _, _ in fuse_reply_err(req, EROFS) }
+    ops.create = { req, _, _, _, _ in fuse_reply_err(req, EROFS) }
+    ops.write = { req, _, _, _, _, _ in fuse_reply_err(req, EROFS) }
+    return ops
+  }
+}
+
+private func session(_ req: fuse_req_t?) -> FUSESession {
+  Unmanaged<FUSESession>.fromOpaque(fuse_req_userdata(req)!).takeUnretainedValue()
+}
+
+private func serveReaddir(
+  _ req: fuse_req_t?, inode: UInt64, size: Int, offset: off_t, handle: UInt64, plus: Bool
+) {
+  let fs = session(req).fileSystem
+  let buffer = SendableBuffer(FUSEDirectoryBuffer(request: req!, capacity: size, plus: plus))
+  session(req).serve(
+    req,
+    {
+      try await fs.readdir(inode: inode, handle: handle, offset: UInt64(offset), into: buffer.value)
+      return buffer
+    }
+  ) { (request: Request, filled: SendableBuffer) in
+    fuse_reply_buf(request.raw, filled.value.bytes, filled.value.used)
+  }
+}
+
+/// The buffer is used by one task at a time, then by the reply.
+private struct SendableBuffer: @unchecked Sendable {
+  let value: FUSEDirectoryBuffer
+  init(_ value: FUSEDirectoryBuffer) { self.value = value }
+}
+
+/// getxattr/listxattr protocol: size 0 asks for the length; too small is ERANGE.
+private func replyXattr(_ request: Request, _ value: [UInt8], size: Int) {
+  if size == 0 {
+    fuse_reply_xattr(request.raw, value.count)
+  } else if value.count > size {
+    fuse_reply_err(request.raw, ERANGE)
+  } else {
+    value.withUnsafeBufferPointer { buffer in
+      buffer.withMemoryRebound(to: CChar.self) { _ = fuse_reply_buf(request.raw, $0.baseAddress, $0.count) }
+    }
+  }
+}

@@ -1,0 +1,228 @@
+import CFuse
+import Logging
+import Synchronization
+
+#if canImport(Glibc)
+  import Glibc
+#endif
+
+/// How the kernel mount is set up.
+public struct MountOptions: Sendable {
+  /// Shown as the source in /proc/mounts.
+  public var fsName: String
+  public var subtype: String
+  public var readOnly = false
+  public var allowOther = false
+  /// A helper process unmounts if this one dies without doing so (kill -9).
+  public var autoUnmount = true
+
+  public init(fsName: String, subtype: String) {
+    self.fsName = fsName
+    self.subtype = subtype
+  }
+
+  var arguments: [String] {
+    var list = ["fsname=\(fsName)", "subtype=\(subtype)", "default_permissions"]
+    if readOnly { list.append("ro") }
+    if allowOther { list.append("allow_other") }
+    if autoUnmount { list.append("auto_unmount") }
+    return ["bucketfs", "-o", list.joined(separator: ",")]
+  }
+}
+
+public struct MountError: Error, CustomStringConvertible {
+  public let description: String
+}
+
+/// One libfuse session: mounts, runs the request loop on the calling thread,
+/// and hands each request to a ``FileSystem`` with an asynchronous reply.
+public final class FUSESession: @unchecked Sendable {
+  let fileSystem: FileSystem
+  let logger: Logger
+  private var session: OpaquePointer?
+  private var mountpoint = ""
+  private let inflight = Mutex<[UInt: InflightRequest]>([:])
+  private let loopThread = Mutex<pthread_t?>(nil)
+  private let loopRunning = Atomic<Bool>(false)
+
+  public init(fileSystem: FileSystem, logger: Logger) {
+    self.fileSystem = fileSystem
+    self.logger = logger
+  }
+
+  /// Creates the session and mounts it at `mountpoint`.
+  public func mount(at mountpoint: String, options: MountOptions) throws(MountError) {
+    FUSELog.install(logger)
+    var operations = makeOperations()
+    let arguments = options.arguments
+    var cStrings = arguments.map { strdup($0) }
+    defer { cStrings.forEach { free($0) } }
+    let created: OpaquePointer? = cStrings.withUnsafeMutableBufferPointer { buffer in
+      var args = fuse_args(argc: Int32(buffer.count), argv: buffer.baseAddress, allocated: 0)
+      defer { fuse_opt_free_args(&args) }
+      return cfuse_session_new(&args, &operations, Unmanaged.passUnretained(self).toOpaque())
+    }
+    guard let created else {
+      throw MountError(description: FUSELog.lastError ?? "could not create the FUSE session")
+    }
+    guard fuse_session_mount(created, mountpoint) == 0 else {
+      fuse_session_destroy(created)
+      throw MountError(description: FUSELog.lastError ?? "could not mount \(mountpoint)")
+    }
+    if cfuse_enable_parallel_dirops(created) != 0 {
+      logger.warning("could not enable parallel directory operations")
+    }
+    self.session = created
+    self.mountpoint = mountpoint
+  }
+
+  /// Serves requests on the calling thread until unmounted or ``requestExit()``.
+  @discardableResult
+  public func run() -> Int32 {
+    guard let session else { return -1 }
+    installWakeHandler()
+    loopThread.withLock { $0 = pthread_self() }
+    loopRunning.store(true, ordering: .sequentiallyConsistent)
+    let result = fuse_session_loop(session)
+    loopRunning.store(false, ordering: .sequentiallyConsistent)
+    loopThread.withLock { $0 = nil }
+    return result
+  }
+
+  /// Asks the loop to return; safe from any thread (not a signal handler).
+  public func requestExit() {
+    guard let session else { return }
+    fuse_session_exit(session)
+    // The loop thread may sit in read(2) on /dev/fuse: interrupt it until it
+    // notices. Repeated because the signal can land just before the read.
+    for _ in 0..<100 where loopRunning.load(ordering: .sequentiallyConsistent) {
+      if let thread = loopThread.withLock({ $0 }) { pthread_kill(thread, SIGUSR1) }
+      usleep(20_000)
+    }
+  }
+
+  /// Lets in-flight requests finish (cancelling them after `grace` seconds),
+  /// unmounts and releases the session.
+  public func shutdown(grace: Double) {
+    guard let session else { return }
+    let deadline = Timestamp.now().seconds * 1000 + Int(grace * 1000)
+    var cancelled = false
+    while !inflight.withLock({ $0.isEmpty }) {
+      let now = Timestamp.now().seconds * 1000
+      if !cancelled && now >= deadline {
+        inflight.withLock { $0.values.forEach { $0.cancel() } }
+        cancelled = true
+      }
+      if now >= deadline + 5000 { break }
+      usleep(10_000)
+    }
+    fuse_session_unmount(session)
+    if inflight.withLock({ $0.isEmpty }) {
+      fuse_session_destroy(session)
+    } else {
+      // A reply after destroy would touch freed memory; leaking is safer.
+      logger.error("requests still in flight at shutdown; leaving the session to the process exit")
+    }
+    self.session = nil
+  }
+
+  /// Runs `operation` in a task and replies with its result through `reply`.
+  func serve<T: Sendable>(
+    _ raw: fuse_req_t?, _ operation: @escaping @Sendable () async throws -> T,
+    reply: @escaping @Sendable (Request, T) -> Void
+  ) {
+    guard let raw else { return }
+    let request = Request(raw: raw)
+    let key = UInt(bitPattern: Int(bitPattern: UnsafeRawPointer(raw)))
+    let record = InflightRequest()
+    inflight.withLock { $0[key] = record }
+    // Registered before the task exists: the reply frees the request.
+    fuse_req_interrupt_func(raw, interruptHook, Unmanaged.passUnretained(self).toOpaque())
+    let logger = self.logger
+    let task = Task {
+      let result: Result<T, Errno>
+      do {
+        result = .success(try await operation())
+      } catch let error as Errno {
+        result = .failure(error)
+      } catch is CancellationError {
+        result = .failure(.interrupted)
+      } catch {
+        logger.error("unexpected error: \(error)")
+        result = .failure(.io)
+      }
+      // Forget the request before replying: after the reply its address may be reused.
+      _ = self.inflight.withLock { $0.removeValue(forKey: key) }
+      switch result {
+      case .success(let value): reply(request, value)
+      case .failure(let errno): fuse_reply_err(request.raw, errno.code)
+      }
+    }
+    record.attach(task)
+  }
+
+  func interrupt(_ raw: fuse_req_t) {
+    let key = UInt(bitPattern: Int(bitPattern: UnsafeRawPointer(raw)))
+    inflight.withLock { $0[key]?.cancel() }
+  }
+
+  private func installWakeHandler() {
+    var action = sigaction()
+    action.__sigaction_handler.sa_handler = { _ in }
+    sigemptyset(&action.sa_mask)
+    action.sa_flags = 0  // no SA_RESTART: the read must fail with EINTR
+    sigaction(SIGUSR1, &action, nil)
+  }
+}
+
+/// A request pointer that may cross into a task; libfuse allows a reply from
+/// any thread, once.
+struct Request: @unchecked Sendable {
+  let raw: fuse_req_t
+}
+
+/// The task serving one request, cancellable by a kernel interrupt.
+final class InflightRequest: @unchecked Sendable {
+  private let state = Mutex<(task: Task<Void, Never>?, cancelled: Bool)>((nil, false))
+
+  func attach(_ task: Task<Void, Never>) {
+    let cancelled = state.withLock { state in
+      state.task = task
+      return state.cancelled
+    }
+    if cancelled { task.cancel() }
+  }
+
+  func cancel() {
+    let task = state.withLock { state in
+      state.cancelled = true
+      return state.task
+    }
+    task?.cancel()
+  }
+}
+
+private let interruptHook: @convention(c) (fuse_req_t?, UnsafeMutableRawPointer?) -> Void = { raw, data in
+  guard let raw, let data else { return }
+  Unmanaged<FUSESession>.fromOpaque(data).takeUnretainedValue().interrupt(raw)
+}
+
+/// Routes libfuse's own log lines to swift-log.
+enum FUSELog {
+  private static let state = Mutex<(logger: Logger?, lastError: String?)>((nil, nil))
+
+  static var lastError: String? { state.withLock { $0.lastError } }
+
+  static func install(_ logger: Logger) {
+    state.withLock { $0.logger = logger }
+    cfuse_set_log_sink { level, line in
+      guard let line else { return }
+      let text = String(cString: line)
+      let logger = FUSELog.state.withLock { state -> Logger? in
+        if level <= 3 { state.lastError = text }
+        return state.logger
+      }
+      logger?.log(level: level <= 3 ? .error : level <= 5 ? .info : .debug, "libfuse: \(text)")
+    }
+  }
+}

@@ -1,0 +1,52 @@
+/// What the filesystem needs from a bucket. Implemented by the Cloud Storage
+/// client and, in tests, by an exact in-process model of the service.
+///
+/// Methods throw ``StorageError``; anything else is treated as invalid.
+public protocol ObjectStore: Sendable {
+  /// The bucket's name, for `user.bucket` and messages.
+  var bucket: String { get }
+
+  /// One page of objects and prefixes directly under `prefix`.
+  func list(prefix: String, delimiter: String?, pageSize: Int, pageToken: String?) async throws
+    -> ListPage
+
+  /// The current metadata of one object.
+  func metadata(of name: String) async throws -> ObjectMetadata
+
+  /// Bytes `range` of generation `generation` of an object; fewer at its end.
+  func read(_ name: String, generation: Int64, range: Range<Int64>) async throws -> [UInt8]
+
+  /// Patches metadata, only if the object's metageneration still matches.
+  /// Throws ``StorageError/preconditionFailed`` when it does not.
+  func patch(_ name: String, _ patch: MetadataPatch, ifMetagenerationMatch: Int64?) async throws
+    -> ObjectMetadata
+}
+
+/// The small set of failures the filesystem distinguishes.
+public enum StorageError: Error, Sendable, Equatable {
+  case notFound
+  case accessDenied(String)
+  case preconditionFailed
+  /// Metadata over the service's limits (a 400 saying so).
+  case tooLarge(String)
+  case badRequest(String)
+  /// Retryable failures that outlived their retries or deadline.
+  case unavailable(String)
+  case invalidResponse(String)
+  case cancelled
+}
+
+extension StorageError: CustomStringConvertible {
+  public var description: String {
+    switch self {
+    case .notFound: "not found"
+    case .accessDenied(let message): "access denied: \(message)"
+    case .preconditionFailed: "precondition failed"
+    case .tooLarge(let message): "too large: \(message)"
+    case .badRequest(let message): "bad request: \(message)"
+    case .unavailable(let message): "unavailable: \(message)"
+    case .invalidResponse(let message): "invalid response: \(message)"
+    case .cancelled: "cancelled"
+    }
+  }
+}

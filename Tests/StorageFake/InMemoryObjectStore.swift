@@ -1,0 +1,393 @@
+import Foundation
+import ObjectStore
+
+/// An exact in-process model of one Cloud Storage bucket, for what ``ObjectStore`` covers.
+///
+/// Semantics follow the JSON API rather than any emulator:
+/// - Names are UTF-8 byte strings, listed in byte order.
+/// - `list` merges items and prefixes into one sorted sequence; `pageSize` (the service's
+///   `maxResults`, clamped to 1...1000) bounds their combined count. An object named exactly
+///   like the listed prefix (a folder placeholder `dir/` under `dir/`) is an item.
+/// - Page tokens are opaque (base64 of the last returned entry) and stay valid when objects
+///   are added or removed between pages.
+/// - `read` of a generation that is not the live one is `notFound` (the service's 404).
+///   A range starting at or past the end of a non-empty object is
+///   `badRequest("416 range not satisfiable")`; on an empty object every range yields `[]`.
+/// - `patch` with `nil` removes the field or custom key (unlike fake-gcs-server, which keeps
+///   ""), bumps metageneration, and moves `updated` strictly forward.
+///
+/// Test hooks: ``calls``, ``injectFaults(_:for:)``, ``latency``, ``beforeNextPatch(_:)``.
+/// Seeding and inspection (`put`, `delete`, `object`, `data`, `applyPatch`) are not logged and
+/// see no faults or latency.
+public final class InMemoryObjectStore: ObjectStore, @unchecked Sendable {
+  /// One call made through the ``ObjectStore`` protocol.
+  public enum Call: Sendable, Equatable, CustomStringConvertible {
+    case list(prefix: String, pageToken: String?)
+    case metadata(String)
+    case read(String, Range<Int64>)
+    case patch(String)
+
+    public var kind: CallKind {
+      switch self {
+      case .list: .list
+      case .metadata: .metadata
+      case .read: .read
+      case .patch: .patch
+      }
+    }
+
+    public var description: String {
+      switch self {
+      case .list(let prefix, let token): "list(\(prefix), token: \(token ?? "nil"))"
+      case .metadata(let name): "metadata(\(name))"
+      case .read(let name, let range): "read(\(name), \(range))"
+      case .patch(let name): "patch(\(name))"
+      }
+    }
+  }
+
+  public enum CallKind: Sendable, Hashable, CaseIterable {
+    case list, metadata, read, patch
+  }
+
+  /// The service's published custom metadata limits.
+  public static let maxCustomValueBytes = 4096
+  public static let maxCustomTotalBytes = 8192
+
+  private struct Entry {
+    var meta: ObjectMetadata
+    var data: [UInt8]
+    var updatedMillis: Int64
+  }
+
+  private struct State {
+    var objects: [Key: Entry] = [:]
+    /// Sorted lazily: seeding a million names in any order stays cheap.
+    var keys: [Key] = []
+    var keysSorted = true
+    var lastGeneration: Int64 = 0
+    var calls: [Call] = []
+    var faults: [CallKind: [StorageError]] = [:]
+    var latency: Duration = .zero
+    var patchHooks: [@Sendable (InMemoryObjectStore) -> Void] = []
+
+    mutating func sortedKeys() -> [Key] {
+      if !keysSorted {
+        keys.sort { $0.precedes($1) }
+        keysSorted = true
+      }
+      return keys
+    }
+  }
+
+  public let bucket: String
+  private let state = Locked(State())
+
+  public init(bucket: String) {
+    self.bucket = bucket
+  }
+
+  // MARK: Seeding and inspection
+
+  /// Creates or replaces an object: a new generation with metageneration 1, like an upload.
+  /// `contentType` nil leaves the property absent (an upload would default it to
+  /// application/octet-stream; pass that if you want it).
+  @discardableResult
+  public func put(
+    _ name: String, data: [UInt8], contentType: String? = nil, cacheControl: String? = nil,
+    contentDisposition: String? = nil, contentEncoding: String? = nil, contentLanguage: String? = nil,
+    custom: [String: String] = [:]
+  ) -> ObjectMetadata {
+    let md5 = Checksum.md5Base64(data)
+    let crc = Checksum.crc32cBase64(data)
+    let key = Key(name.utf8)
+    return state.withLock { s in
+      let now = Timestamp.nowMillis()
+      // Generations are microsecond timestamps in the service; keep them unique and rising.
+      let generation = max(now * 1000, s.lastGeneration + 1)
+      s.lastGeneration = generation
+      let time = Timestamp.rfc3339(millis: now)
+      let meta = ObjectMetadata(
+        bucket: bucket, name: name, size: Int64(data.count), generation: generation,
+        metageneration: 1, timeCreated: time, updated: time, md5Hash: md5, crc32c: crc,
+        etag: Self.etag(generation: generation, metageneration: 1), storageClass: "STANDARD",
+        cacheControl: cacheControl, contentDisposition: contentDisposition,
+        contentEncoding: contentEncoding, contentLanguage: contentLanguage, contentType: contentType,
+        custom: custom)
+      if s.objects.updateValue(Entry(meta: meta, data: data, updatedMillis: now), forKey: key) == nil {
+        if let last = s.keys.last, !last.precedes(key) { s.keysSorted = false }
+        s.keys.append(key)
+      }
+      return meta
+    }
+  }
+
+  /// Removes an object; returns whether it existed.
+  @discardableResult
+  public func delete(_ name: String) -> Bool {
+    let key = Key(name.utf8)
+    return state.withLock { s in
+      guard s.objects.removeValue(forKey: key) != nil else { return false }
+      if let index = s.keys.firstIndex(of: key) { s.keys.remove(at: index) }
+      return true
+    }
+  }
+
+  public func object(_ name: String) -> ObjectMetadata? {
+    state.withLock { $0.objects[Key(name.utf8)]?.meta }
+  }
+
+  public func data(_ name: String) -> [UInt8]? {
+    state.withLock { $0.objects[Key(name.utf8)]?.data }
+  }
+
+  /// Every object name, in the service's (byte-wise) order.
+  public var names: [String] {
+    state.withLock { s in s.sortedKeys().map { String(decoding: $0, as: UTF8.self) } }
+  }
+
+  /// The PATCH semantics without logging, faults or latency: for seeding, and for
+  /// ``beforeNextPatch(_:)`` actions that play "someone else".
+  @discardableResult
+  public func applyPatch(_ name: String, _ patch: MetadataPatch, ifMetagenerationMatch: Int64? = nil)
+    throws(StorageError) -> ObjectMetadata
+  {
+    let key = Key(name.utf8)
+    return try state.withLock { (s: inout State) throws(StorageError) -> ObjectMetadata in
+      guard var entry = s.objects[key] else { throw .notFound }
+      if let expected = ifMetagenerationMatch, expected != entry.meta.metageneration {
+        throw .preconditionFailed
+      }
+      var meta = entry.meta
+      patch.apply(to: &meta)
+      try Self.checkCustomLimits(meta.custom)
+      meta.metageneration += 1
+      // `updated` must move forward even when two patches land in the same millisecond.
+      let millis = max(Timestamp.nowMillis(), entry.updatedMillis + 1)
+      meta.updated = Timestamp.rfc3339(millis: millis)
+      meta.etag = Self.etag(generation: meta.generation, metageneration: meta.metageneration)
+      entry.meta = meta
+      entry.updatedMillis = millis
+      s.objects[key] = entry
+      return meta
+    }
+  }
+
+  // MARK: Test hooks
+
+  /// Every protocol call so far, in order, including ones that failed by injection.
+  public var calls: [Call] { state.withLock { $0.calls } }
+
+  public func calls(_ kind: CallKind) -> [Call] { calls.filter { $0.kind == kind } }
+
+  public func resetCalls() { state.withLock { $0.calls.removeAll() } }
+
+  /// Queues errors thrown by the next calls of `kind`, one per call, before any real work.
+  public func injectFaults(_ faults: [StorageError], for kind: CallKind) {
+    state.withLock { $0.faults[kind, default: []].append(contentsOf: faults) }
+  }
+
+  public func clearFaults() { state.withLock { $0.faults.removeAll() } }
+
+  /// Faults still queued for `kind`.
+  public func pendingFaults(for kind: CallKind) -> Int { state.withLock { $0.faults[kind]?.count ?? 0 } }
+
+  /// Delay added to every protocol call; a cancelled wait throws ``StorageError/cancelled``.
+  public var latency: Duration {
+    get { state.withLock { $0.latency } }
+    set { state.withLock { $0.latency = newValue } }
+  }
+
+  /// Runs `action` inside the next `patch`, after its fault check and before the
+  /// metageneration precondition is evaluated: a concurrent writer at the worst moment.
+  public func beforeNextPatch(_ action: @escaping @Sendable (InMemoryObjectStore) -> Void) {
+    state.withLock { $0.patchHooks.append(action) }
+  }
+
+  // MARK: ObjectStore
+
+  public func list(prefix: String, delimiter: String?, pageSize: Int, pageToken: String?) async throws
+    -> ListPage
+  {
+    try await enter(.list(prefix: prefix, pageToken: pageToken))
+    let prefixKey = Key(prefix.utf8)
+    let delimiterKey = delimiter.flatMap { $0.isEmpty ? nil : Key($0.utf8) }
+    let limit = min(max(pageSize, 1), 1000)
+    var resume: PageToken?
+    if let pageToken {
+      guard let token = PageToken(pageToken) else { throw StorageError.badRequest("Invalid pageToken") }
+      resume = token
+    }
+    return state.withLock { s in
+      let keys = s.sortedKeys()
+      let end = prefixKey.isEmpty ? keys.count : Self.endOfKeys(withPrefix: prefixKey, in: keys)
+      var i = Self.lowerBound(prefixKey, in: keys)
+      switch resume {
+      case .item(let last)?: i = max(i, Self.upperBound(last, in: keys))
+      case .prefix(let last)?: i = max(i, Self.endOfKeys(withPrefix: last, in: keys))
+      case nil: break
+      }
+      var items: [ObjectMetadata] = []
+      var prefixes: [String] = []
+      var last: PageToken?
+      while i < end && items.count + prefixes.count < limit {
+        let key = keys[i]
+        if let delimiterKey, let cut = key.endOfFirst(delimiterKey, from: prefixKey.count) {
+          let collapsed = Key(key[0..<cut])
+          prefixes.append(String(decoding: collapsed, as: UTF8.self))
+          last = .prefix(collapsed)
+          i = Self.endOfKeys(withPrefix: collapsed, in: keys)
+        } else {
+          items.append(s.objects[key]!.meta)
+          last = .item(key)
+          i += 1
+        }
+      }
+      // A token only when another entry exists: the service may also end on an empty page,
+      // but clients must handle both, and exact counts are easier to test.
+      let next = i < end ? last?.encoded : nil
+      return ListPage(items: items, prefixes: prefixes, nextPageToken: next)
+    }
+  }
+
+  public func metadata(of name: String) async throws -> ObjectMetadata {
+    try await enter(.metadata(name))
+    guard let meta = object(name) else { throw StorageError.notFound }
+    return meta
+  }
+
+  public func read(_ name: String, generation: Int64, range: Range<Int64>) async throws -> [UInt8] {
+    try await enter(.read(name, range))
+    return try state.withLock { (s: inout State) throws(StorageError) -> [UInt8] in
+      guard let entry = s.objects[Key(name.utf8)], entry.meta.generation == generation else {
+        throw .notFound
+      }
+      guard range.lowerBound >= 0 else { throw .badRequest("negative range start") }
+      let size = Int64(entry.data.count)
+      if size > 0 && range.lowerBound >= size { throw .badRequest("416 range not satisfiable") }
+      let lower = Int(min(range.lowerBound, size))
+      let upper = Int(min(range.upperBound, size))
+      return Array(entry.data[lower..<upper])
+    }
+  }
+
+  public func patch(_ name: String, _ patch: MetadataPatch, ifMetagenerationMatch: Int64?) async throws
+    -> ObjectMetadata
+  {
+    try await enter(.patch(name))
+    let hooks = state.withLock { s in
+      defer { s.patchHooks.removeAll() }
+      return s.patchHooks
+    }
+    for hook in hooks { hook(self) }
+    return try applyPatch(name, patch, ifMetagenerationMatch: ifMetagenerationMatch)
+  }
+
+  // MARK: Internals
+
+  /// Logs the call, waits out the latency, then throws the next queued fault if any.
+  private func enter(_ call: Call) async throws(StorageError) {
+    let delay = state.withLock { s in
+      s.calls.append(call)
+      return s.latency
+    }
+    if delay > .zero {
+      do { try await Task.sleep(for: delay) } catch { throw .cancelled }
+    }
+    let fault = state.withLock { s -> StorageError? in
+      guard var queue = s.faults[call.kind], !queue.isEmpty else { return nil }
+      let first = queue.removeFirst()
+      s.faults[call.kind] = queue
+      return first
+    }
+    if let fault { throw fault }
+  }
+
+  static func checkCustomLimits(_ custom: [String: String]) throws(StorageError) {
+    var total = 0
+    for (key, value) in custom {
+      if value.utf8.count > maxCustomValueBytes {
+        throw .tooLarge(
+          "Metadata value for key '\(key)' is \(value.utf8.count) bytes; "
+            + "the limit is \(maxCustomValueBytes) bytes.")
+      }
+      total += key.utf8.count + value.utf8.count
+    }
+    if total > maxCustomTotalBytes {
+      throw .tooLarge(
+        "Custom metadata is too large: \(total) bytes of keys and values; "
+          + "the limit is \(maxCustomTotalBytes) bytes.")
+    }
+  }
+
+  /// The JSON API's etag: base64 of a protobuf-style record of generation and metageneration
+  /// (field 1 and 2 varints), so it changes on every upload and every metadata update.
+  static func etag(generation: Int64, metageneration: Int64) -> String {
+    func varint(_ value: Int64) -> [UInt8] {
+      var v = UInt64(bitPattern: value)
+      var out: [UInt8] = []
+      repeat {
+        let byte = UInt8(v & 0x7f)
+        v >>= 7
+        out.append(v == 0 ? byte : byte | 0x80)
+      } while v != 0
+      return out
+    }
+    return Base64.encode([0x08] + varint(generation) + [0x10] + varint(metageneration))
+  }
+
+  /// First index whose key is not before `key`.
+  private static func lowerBound(_ key: Key, in keys: [Key]) -> Int {
+    var low = 0
+    var high = keys.count
+    while low < high {
+      let mid = (low + high) / 2
+      if keys[mid].precedes(key) { low = mid + 1 } else { high = mid }
+    }
+    return low
+  }
+
+  /// First index whose key is after `key`.
+  private static func upperBound(_ key: Key, in keys: [Key]) -> Int {
+    var low = 0
+    var high = keys.count
+    while low < high {
+      let mid = (low + high) / 2
+      if key.precedes(keys[mid]) { high = mid } else { low = mid + 1 }
+    }
+    return low
+  }
+
+  /// First index after every key that starts with `prefix` (keys with a prefix are contiguous).
+  private static func endOfKeys(withPrefix prefix: Key, in keys: [Key]) -> Int {
+    // The smallest byte string greater than all strings with this prefix.
+    var successor = prefix
+    while let last = successor.last, last == 0xff { successor.removeLast() }
+    guard let last = successor.last else { return keys.count }
+    successor[successor.count - 1] = last + 1
+    return lowerBound(successor, in: keys)
+  }
+}
+
+/// Where a listing resumes: after an item, or after every name under a returned prefix.
+private enum PageToken {
+  case item(Key)
+  case prefix(Key)
+
+  init?(_ text: String) {
+    guard let bytes = Base64.decode(text), let tag = bytes.first else { return nil }
+    let key = Key(bytes.dropFirst())
+    switch tag {
+    case UInt8(ascii: "i"): self = .item(key)
+    case UInt8(ascii: "p"): self = .prefix(key)
+    default: return nil
+    }
+  }
+
+  var encoded: String {
+    switch self {
+    case .item(let key): Base64.encode([UInt8(ascii: "i")] + key)
+    case .prefix(let key): Base64.encode([UInt8(ascii: "p")] + key)
+    }
+  }
+}

