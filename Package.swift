@@ -69,5 +69,6 @@ let package = Package(
       name: "CloudStorageTests",
       dependencies: ["CloudStorage", "ObjectStore", "StorageFake"]
     ),
+    .testTarget(name: "StorageFakeTests", dependencies: ["StorageFake", "ObjectStore"]),
   ]
 )

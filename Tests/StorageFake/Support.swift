@@ -8,7 +8,9 @@ final class Locked<Value>: @unchecked Sendable {
 
   init(_ value: Value) { self.value = value }
 
-  func withLock<Result>(_ body: (inout Value) throws -> Result) rethrows -> Result {
+  func withLock<Result, Failure: Error>(_ body: (inout Value) throws(Failure) -> Result) throws(Failure)
+    -> Result
+  {
     lock.lock()
     defer { lock.unlock() }
     return try body(&value)

@@ -1,0 +1,99 @@
+import ObjectStore
+
+/// One entry of a directory listing.
+struct ListedEntry: Sendable {
+  let name: String
+  let kind: Node.Kind
+  /// The object name (file) or prefix ending in `/` (directory).
+  let key: String
+  let metadata: ObjectMetadata?
+}
+
+/// Streams one directory from paged list calls (SPEC §2): a page is fetched
+/// only when the reader gets past the previous one, and only the current page
+/// is held, however large the directory is.
+actor DirectoryStream {
+  let prefix: String
+  private let store: any ObjectStore
+  private let pageSize: Int
+  private let onConflict: @Sendable (String) -> Void
+
+  /// The current page's entries and the listing index of the first one.
+  private var entries: [ListedEntry] = []
+  private var base = 0
+  private var nextPageToken: String?
+  private var started = false
+  /// Files that may yet turn out to be shadowed by a directory of the same
+  /// name on a later page (the directory wins, SPEC §1).
+  private var deferred: [ListedEntry] = []
+
+  init(
+    prefix: String, store: any ObjectStore, pageSize: Int,
+    onConflict: @escaping @Sendable (String) -> Void
+  ) {
+    self.prefix = prefix
+    self.store = store
+    self.pageSize = pageSize
+    self.onConflict = onConflict
+  }
+
+  /// The entry at listing position `index`, or nil past the end. Going back
+  /// before the current page lists again from the start.
+  func entry(at index: Int) async throws -> ListedEntry? {
+    if !started || index < base { restart() }
+    while index >= base + entries.count {
+      if started && nextPageToken == nil { return nil }
+      try await fetchNextPage()
+    }
+    return entries[index - base]
+  }
+
+  private func restart() {
+    entries = []
+    base = 0
+    nextPageToken = nil
+    started = false
+    deferred = []
+  }
+
+  private func fetchNextPage() async throws {
+    let page = try await store.list(
+      prefix: prefix, delimiter: "/", pageSize: pageSize, pageToken: started ? nextPageToken : nil)
+    base += entries.count
+    entries = absorb(page)
+    nextPageToken = page.nextPageToken
+    started = true
+  }
+
+  /// Turns a page into entries: invalid names and the directory's own
+  /// placeholder dropped, files shadowed by a directory dropped.
+  private func absorb(_ page: ListPage) -> [ListedEntry] {
+    let hasMore = page.nextPageToken != nil
+    let lastKey = [page.items.last?.name, page.prefixes.last].compactMap { $0 }.max(by: Names.precedes)
+    var directories = Set<Substring>()
+    var result: [ListedEntry] = []
+    result.reserveCapacity(page.items.count + page.prefixes.count)
+    for listed in page.prefixes {
+      guard let name = Names.directoryComponent(listed: listed, under: prefix) else { continue }
+      directories.insert(name)
+      result.append(ListedEntry(name: String(name), kind: .directory, key: listed, metadata: nil))
+    }
+    var candidates = deferred
+    deferred = []
+    for item in page.items {
+      guard let name = Names.fileComponent(item: item.name, under: prefix) else { continue }
+      candidates.append(ListedEntry(name: String(name), kind: .file, key: item.name, metadata: item))
+    }
+    for file in candidates {
+      if directories.contains(Substring(file.name)) {
+        onConflict(file.key)
+      } else if hasMore, let lastKey, Names.precedes(lastKey, file.key + "/") {
+        // Its directory twin would sort after this page: decide on a later one.
+        deferred.append(file)
+      } else {
+        result.append(file)
+      }
+    }
+    return result
+  }
+}

@@ -1,0 +1,38 @@
+import FUSE
+import ObjectStore
+
+/// What an error means to the caller (SPEC §6). One table, used everywhere.
+enum ErrorMapping {
+  enum Context { case metadata, read }
+
+  static func errno(for error: any Error, context: Context = .metadata) -> Errno {
+    switch error {
+    case let errno as Errno: return errno
+    case is CancellationError: return .interrupted
+    case let storage as StorageError: return errno(for: storage, context: context)
+    default: return .io
+    }
+  }
+
+  static func errno(for error: StorageError, context: Context) -> Errno {
+    switch error {
+    // A read names the generation pinned at open: gone means replaced.
+    case .notFound: context == .read ? .stale : .noEntry
+    case .accessDenied: .accessDenied
+    case .preconditionFailed: context == .read ? .stale : .io
+    case .tooLarge: .tooBig
+    case .badRequest: .invalid
+    case .unavailable, .invalidResponse: .io
+    case .cancelled: .interrupted
+    }
+  }
+
+  /// The Firebase rules message that has a known fix.
+  static func hint(for error: StorageError) -> String? {
+    guard case .accessDenied(let message) = error,
+      message.contains("rules_version") || message.contains("Listing objects in a bucket is disallowed")
+    else { return nil }
+    return "Firebase security rules forbid listing with rules_version = \"1\"; "
+      + "set rules_version = \"2\" in your storage rules to allow list calls"
+  }
+}

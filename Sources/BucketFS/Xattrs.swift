@@ -1,0 +1,107 @@
+import FUSE
+import ObjectStore
+
+/// SPEC §4: object metadata as `user.*` extended attributes.
+enum XattrName: Equatable {
+  enum ReadOnly: String, CaseIterable {
+    case bucket, generation, metageneration, fullPath, name, size, timeCreated, updated, md5Hash
+    case crc32c, etag, storageClass
+  }
+
+  case readOnly(ReadOnly)
+  case writable(ObjectMetadata.WritableField)
+  case custom(String)
+  /// A `user.` name that is no property.
+  case unknown
+
+  static let namespace = "user."
+  static let customPrefix = "user.custom."
+
+  /// Nil for names outside the `user.` namespace (EOPNOTSUPP, no network).
+  init?(_ name: String) {
+    guard name.hasPrefix(Self.namespace) else { return nil }
+    if name.hasPrefix(Self.customPrefix) {
+      let key = String(name.dropFirst(Self.customPrefix.count))
+      self = key.isEmpty ? .unknown : .custom(key)
+      return
+    }
+    let property = String(name.dropFirst(Self.namespace.count))
+    if let field = ObjectMetadata.WritableField(rawValue: property) {
+      self = .writable(field)
+    } else if let readOnly = ReadOnly(rawValue: property) {
+      self = .readOnly(readOnly)
+    } else {
+      self = .unknown
+    }
+  }
+
+  var isWritable: Bool {
+    switch self {
+    case .writable, .custom: true
+    case .readOnly, .unknown: false
+    }
+  }
+
+  /// The value this name has on `metadata`, nil when absent.
+  func value(in metadata: ObjectMetadata) -> String? {
+    switch self {
+    case .readOnly(let property):
+      switch property {
+      case .bucket: metadata.bucket
+      case .generation: String(metadata.generation)
+      case .metageneration: String(metadata.metageneration)
+      case .fullPath: metadata.name
+      case .name: metadata.name.split(separator: "/").last.map(String.init) ?? metadata.name
+      case .size: String(metadata.size)
+      case .timeCreated: metadata.timeCreated
+      case .updated: metadata.updated
+      case .md5Hash: metadata.md5Hash
+      case .crc32c: metadata.crc32c
+      case .etag: metadata.etag
+      case .storageClass: metadata.storageClass
+      }
+    case .writable(let field): metadata[field]
+    case .custom(let key): metadata.custom[key]
+    case .unknown: nil
+    }
+  }
+
+  /// Every name `metadata` has now, in table order, custom keys sorted.
+  static func names(of metadata: ObjectMetadata) -> [String] {
+    var names: [String] = []
+    for property in ReadOnly.allCases {
+      let name = Self.namespace + property.rawValue
+      if XattrName.readOnly(property).value(in: metadata) != nil { names.append(name) }
+    }
+    for field in ObjectMetadata.WritableField.allCases where metadata[field] != nil {
+      names.append(Self.namespace + field.rawValue)
+    }
+    for key in metadata.custom.keys.sorted() { names.append(Self.customPrefix + key) }
+    return names
+  }
+
+  /// The PATCH that sets (or, with nil, removes) this name.
+  func patch(_ value: String?) -> MetadataPatch {
+    switch self {
+    case .writable(let field): MetadataPatch(fields: [field: value])
+    case .custom(let key): MetadataPatch(custom: [key: value])
+    case .readOnly, .unknown: MetadataPatch()
+    }
+  }
+}
+
+/// The service's published limits on custom metadata.
+enum MetadataLimits {
+  static let maxValueBytes = 4096
+  static let maxTotalBytes = 8192
+
+  /// Whether custom metadata `custom` fits, counting keys and values.
+  static func fits(_ custom: [String: String]) -> Bool {
+    var total = 0
+    for (key, value) in custom {
+      guard value.utf8.count <= maxValueBytes else { return false }
+      total += key.utf8.count + value.utf8.count
+    }
+    return total <= maxTotalBytes
+  }
+}
