@@ -149,7 +149,9 @@ public final class BucketFileSystem: FileSystem, Sendable {
     }
   }
 
-  public func readdir(inode: UInt64, handle: UInt64, offset: UInt64, into buffer: DirectoryBuffer) async throws {
+  public func readdir(inode: UInt64, handle: UInt64, offset: UInt64, into buffer: DirectoryBuffer)
+    async throws
+  {
     guard let stream = state.withLock({ $0.directories[handle] }) else { throw Errno.badHandle }
     let own = attributes(inode: inode, kind: .directory, metadata: nil)
     let dot = Entry(attributes: own, entryTimeout: 0, attributeTimeout: 0)
@@ -177,7 +179,10 @@ public final class BucketFileSystem: FileSystem, Sendable {
         return state.inodes.inode(of: listed.key) ?? InodeTable.hash(listed.key)
       }
       let next = UInt64(index + 3)
-      guard buffer.add(name: listed.name, entry: entry(inode: inode, kind: listed.kind, metadata: listed.metadata), nextOffset: next)
+      guard
+        buffer.add(
+          name: listed.name, entry: entry(inode: inode, kind: listed.kind, metadata: listed.metadata),
+          nextOffset: next)
       else {
         if buffer.isPlus { forget(inode: inode, count: 1) }
         return
@@ -355,7 +360,8 @@ public final class BucketFileSystem: FileSystem, Sendable {
   func warnConflict(_ fileKey: String) {
     if firstWarning("conflict:" + fileKey) {
       logger.warning(
-        "object '\(fileKey)' has the same name as a directory; the directory is shown, the object is left untouched")
+        "object '\(fileKey)' has the same name as a directory; the directory is shown, the object is left untouched"
+      )
     }
   }
 

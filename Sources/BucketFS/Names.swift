@@ -21,7 +21,8 @@ public enum Names {
 
   /// The directory component a listed prefix (`prefix` + name + `/`) names.
   public static func directoryComponent(listed: String, under prefix: String) -> Substring? {
-    guard listed.utf8.count > prefix.utf8.count, listed.utf8.starts(with: prefix.utf8), listed.utf8.last == UInt8(ascii: "/")
+    guard listed.utf8.count > prefix.utf8.count, listed.utf8.starts(with: prefix.utf8),
+      listed.utf8.last == UInt8(ascii: "/")
     else { return nil }
     let rest = listed.utf8.dropFirst(prefix.utf8.count).dropLast()
     let component = Substring(rest)

@@ -18,7 +18,8 @@ enum RFC3339 {
       return value
     }
     guard b.count >= 20, let year = digits(0, 4), b[4] == UInt8(ascii: "-"), let month = digits(5, 2),
-      b[7] == UInt8(ascii: "-"), let day = digits(8, 2), b[10] == UInt8(ascii: "T") || b[10] == UInt8(ascii: "t"),
+      b[7] == UInt8(ascii: "-"), let day = digits(8, 2),
+      b[10] == UInt8(ascii: "T") || b[10] == UInt8(ascii: "t"),
       let hour = digits(11, 2), b[13] == UInt8(ascii: ":"), let minute = digits(14, 2),
       b[16] == UInt8(ascii: ":"), let second = digits(17, 2)
     else { return nil }

@@ -42,7 +42,8 @@ final class FUSEDirectoryBuffer: DirectoryBuffer {
           request, bytes + used, remaining, cName, &param, off_t(Int64(bitPattern: nextOffset)))
       }
       var st = entry.attributes?.stat ?? Glibc.stat()
-      return fuse_add_direntry(request, bytes + used, remaining, cName, &st, off_t(Int64(bitPattern: nextOffset)))
+      return fuse_add_direntry(
+        request, bytes + used, remaining, cName, &st, off_t(Int64(bitPattern: nextOffset)))
     }
     guard needed <= remaining else { return false }
     used += needed

@@ -126,7 +126,8 @@ extension FUSESession {
         ? [] : Array(UnsafeRawBufferPointer(start: value, count: size).bindMemory(to: UInt8.self))
       let fs = session(req).fileSystem
       session(req).serve(
-        req, { try await fs.setxattr(inode: inode, name: name, value: bytes, flags: XattrFlags(rawValue: flags)) }
+        req,
+        { try await fs.setxattr(inode: inode, name: name, value: bytes, flags: XattrFlags(rawValue: flags)) }
       ) { request, _ in
         fuse_reply_err(request.raw, 0)
       }

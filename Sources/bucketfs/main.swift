@@ -1,1 +1,3 @@
-print("x")
+// Signals are blocked before any other thread exists, so every thread inherits the mask.
+Signals.blockAndWatch()
+BucketFSCommand.main()

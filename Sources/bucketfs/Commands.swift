@@ -1,0 +1,280 @@
+import ArgumentParser
+import AsyncHTTPClient
+import BucketFS
+import CloudStorage
+import Dispatch
+import FUSE
+import Logging
+import ObjectStore
+
+#if canImport(Glibc)
+  import Glibc
+#endif
+
+struct BucketFSCommand: ParsableCommand {
+  static let configuration = CommandConfiguration(
+    commandName: "bucketfs",
+    abstract: "Mount a Google Cloud Storage bucket as a directory; object metadata as extended attributes.",
+    version: Version.current,
+    subcommands: [Mount.self, Unmount.self])
+}
+
+struct Mount: ParsableCommand {
+  static let configuration = CommandConfiguration(
+    abstract: "Mount gs://BUCKET[/PREFIX] at MOUNTPOINT.",
+    discussion: """
+      By default checks that the bucket can be listed, then runs in the background and returns once \
+      the mount is live. Mount options (-o, comma-separated): ro, allow_other, uid=N, gid=N, \
+      file_mode=OCTAL, dir_mode=OCTAL; mount(8) options such as _netdev or nofail are accepted and ignored.
+      """)
+
+  @Argument(help: "gs://BUCKET or gs://BUCKET/PREFIX.") var source: String
+  @Argument(help: "An existing, empty directory.") var mountpoint: String
+
+  @Flag(help: "Stay attached to the terminal (for systemd and debugging).") var foreground = false
+  @Option(help: "The JSON API endpoint (default \(Endpoint.production); STORAGE_EMULATOR_HOST also sets it).")
+  var endpoint: String?
+  @Flag(help: "Send no credentials (public buckets, emulators).") var anonymous = false
+  @Flag(help: "Allow plain http to a host that is not loopback.") var allowInsecureHTTP = false
+  @Option(name: .customShort("o"), help: "Mount options, comma-separated.") var options: [String] = []
+  @Option(help: "Entries per list call (1-1000).") var pageSize = 1000
+  @Option(help: "Seconds listed or fetched metadata is trusted (kernel entry and attribute timeout).")
+  var metadataTTL = 60.0
+  @Option(help: "Seconds a missing name is remembered.") var negativeTTL = 5.0
+  @Option(help: "Seconds without a byte from the service before an attempt is abandoned.")
+  var requestTimeout = 30.0
+  @Option(help: "Seconds one operation may take, retries included, before it fails with EIO.")
+  var retryDeadline = 60.0
+  @Option(help: "trace, debug, info, notice, warning, error or critical.") var logLevel = "info"
+  @Option(help: "Append logs to this file (default: stderr in the foreground, syslog in the background).")
+  var logFile: String?
+  @Option(help: .hidden) var readyFd: Int32?
+
+  func validate() throws {
+    guard (1...1000).contains(pageSize) else { throw ValidationError("--page-size must be 1 to 1000") }
+    guard metadataTTL >= 0, negativeTTL >= 0 else { throw ValidationError("TTLs must not be negative") }
+    guard requestTimeout > 0, retryDeadline > 0 else { throw ValidationError("timeouts must be positive") }
+    guard Logger.Level(rawValue: logLevel) != nil else {
+      throw ValidationError("unknown --log-level \(logLevel)")
+    }
+  }
+
+  func run() throws {
+    if !foreground {
+      throw ExitCode(daemonize(arguments: CommandLine.arguments + ["--foreground"], logFile: logFile))
+    }
+    let outcome = Outcome(readyDescriptor: readyFd)
+    do {
+      try mount(outcome: outcome)
+    } catch let failure as MountFailure {
+      outcome.fail(failure.message)
+      throw ExitCode(1)
+    }
+  }
+
+  struct MountFailure: Error {
+    let message: String
+  }
+
+  private func mount(outcome: Outcome) throws(MountFailure) {
+    let logger = makeLogger()
+    guard let source = BucketSource(source) else {
+      throw MountFailure(message: "'\(self.source)' is not gs://BUCKET[/PREFIX]")
+    }
+    guard let rootPrefix = Names.rootPrefix(source.subtree) else {
+      throw MountFailure(message: "prefix '\(source.subtree)' has a component no file name can show")
+    }
+    let mountOptions: MountOptionList
+    do {
+      mountOptions = try MountOptionList(options)
+    } catch {
+      throw MountFailure(message: error.description)
+    }
+    try checkMountpoint()
+
+    let emulator = getenv("STORAGE_EMULATOR_HOST").map { String(cString: $0) }.flatMap {
+      $0.isEmpty ? nil : $0
+    }
+    let endpoint: Endpoint
+    do {
+      endpoint = try Endpoint(
+        self.endpoint ?? emulator ?? Endpoint.production, allowInsecure: allowInsecureHTTP)
+    } catch {
+      throw MountFailure(message: error.description)
+    }
+    // Google's libraries send no credentials to an emulator.
+    guard anonymous || (emulator != nil && self.endpoint == nil) else {
+      throw MountFailure(
+        message: "credentials are not supported yet: use --anonymous for public buckets and emulators")
+    }
+
+    var retry = RetryPolicy()
+    retry.attemptTimeout = requestTimeout
+    retry.deadline = retryDeadline
+    let http = CloudStorageClient.makeHTTPClient(retry: retry)
+    defer { blocking { try? await http.shutdown() } }
+    let client = CloudStorageClient(
+      bucket: source.bucket, endpoint: endpoint, http: http, tokens: nil, retry: retry, logger: logger)
+
+    let where_ = "gs://\(source.bucket)/\(rootPrefix)"
+    let check = blocking { () async -> Result<ListPage, any Error> in
+      do {
+        return .success(
+          try await client.list(prefix: rootPrefix, delimiter: "/", pageSize: 1, pageToken: nil))
+      } catch {
+        return .failure(error)
+      }
+    }
+    if case .failure(let error) = check {
+      switch error as? StorageError {
+      case .notFound: throw MountFailure(message: "bucket \(source.bucket) not found at \(endpoint)")
+      case .accessDenied(let message): throw MountFailure(message: "access denied to \(where_): \(message)")
+      case .unavailable(let reason): throw MountFailure(message: "cannot reach \(endpoint): \(reason)")
+      default: throw MountFailure(message: "cannot list \(where_): \(error)")
+      }
+    }
+
+    var configuration = Configuration()
+    configuration.rootPrefix = rootPrefix
+    configuration.pageSize = pageSize
+    configuration.metadataTTL = metadataTTL
+    configuration.negativeTTL = negativeTTL
+    configuration.uid = mountOptions.uid ?? getuid()
+    configuration.gid = mountOptions.gid ?? getgid()
+    configuration.fileMode = mountOptions.fileMode ?? configuration.fileMode
+    configuration.directoryMode = mountOptions.directoryMode ?? configuration.directoryMode
+    configuration.readOnly = mountOptions.readOnly
+
+    let fileSystem = BucketFileSystem(
+      store: client, configuration: configuration, logger: logger, onMounted: { outcome.ready() })
+    let session = FUSESession(fileSystem: fileSystem, logger: logger)
+    var fuseOptions = FUSE.MountOptions(fsName: "gs://\(source.bucket)\(source.subtree)", subtype: "bucketfs")
+    fuseOptions.readOnly = mountOptions.readOnly
+    fuseOptions.allowOther = mountOptions.allowOther
+    do {
+      try session.mount(at: mountpoint, options: fuseOptions)
+    } catch {
+      throw MountFailure(message: "cannot mount at \(mountpoint): \(error.description)")
+    }
+    Signals.onSignal { signal in
+      logger.info("signal \(signal): unmounting")
+      ServiceManager.notify("STOPPING=1")
+      session.requestExit()
+    }
+    logger.info("mounted \(where_) at \(mountpoint) (endpoint \(endpoint))")
+    session.run()
+    session.shutdown(grace: 5)
+    logger.info("unmounted \(mountpoint)")
+  }
+
+  private func checkMountpoint() throws(MountFailure) {
+    var info = stat()
+    if stat(mountpoint, &info) != 0 {
+      switch errno {
+      case ENOENT: throw MountFailure(message: "mountpoint \(mountpoint) does not exist")
+      case ENOTCONN:
+        throw MountFailure(
+          message:
+            "mountpoint \(mountpoint) is a stale FUSE mount; clear it with: bucketfs unmount \(mountpoint)")
+      default: throw MountFailure(message: "mountpoint \(mountpoint): \(String(cString: strerror(errno)))")
+      }
+    }
+    guard info.st_mode & S_IFMT == S_IFDIR else {
+      throw MountFailure(message: "mountpoint \(mountpoint) is not a directory")
+    }
+    if MountTable.isMountpoint(mountpoint) {
+      throw MountFailure(message: "mountpoint \(mountpoint) is busy: something is already mounted there")
+    }
+  }
+
+  private func makeLogger() -> Logger {
+    let level = Logger.Level(rawValue: logLevel) ?? .info
+    let sink: LineLogHandler.Sink
+    if logFile != nil || readyFd == nil {
+      sink = .descriptor(2)  // a log file is already stderr in the background
+    } else {
+      openlog("bucketfs", LOG_PID, LOG_DAEMON)
+      sink = .syslog
+    }
+    return Logger(label: "bucketfs") { label in LineLogHandler(label: label, sink: sink, logLevel: level) }
+  }
+}
+
+struct Unmount: ParsableCommand {
+  static let configuration = CommandConfiguration(abstract: "Unmount a bucketfs mount (also a stale one).")
+
+  @Argument(help: "Where the bucket is mounted.") var mountpoint: String
+
+  func run() throws {
+    // fusermount3 works for the user who mounted; root may also call umount2.
+    if runProgram("fusermount3", ["-u", mountpoint]) == 0 { return }
+    if getuid() == 0, umount2(mountpoint, 0) == 0 { return }
+    if getuid() == 0, umount2(mountpoint, Int32(MNT_DETACH)) == 0 { return }
+    writeStandardError("bucketfs: cannot unmount \(mountpoint): \(String(cString: strerror(errno)))\n")
+    throw ExitCode(1)
+  }
+}
+
+enum MountTable {
+  /// Whether `path` is a mountpoint now, by /proc/self/mountinfo.
+  static func isMountpoint(_ path: String) -> Bool {
+    guard let resolved = realpath(path, nil) else { return false }
+    defer { free(resolved) }
+    let target = String(cString: resolved)
+    guard let file = fopen("/proc/self/mountinfo", "r") else { return false }
+    defer { fclose(file) }
+    var line: UnsafeMutablePointer<CChar>?
+    var capacity = 0
+    defer { free(line) }
+    while getline(&line, &capacity, file) > 0, let line {
+      let fields = String(cString: line).split(separator: " ")
+      if fields.count > 4, unescape(fields[4]) == target { return true }
+    }
+    return false
+  }
+
+  /// mountinfo writes space, tab, newline and backslash as octal escapes.
+  private static func unescape(_ field: Substring) -> String {
+    var bytes: [UInt8] = []
+    var utf8 = Array(field.utf8)[...]
+    while let byte = utf8.popFirst() {
+      if byte == UInt8(ascii: "\\"), utf8.count >= 3,
+        let value = UInt8(String(decoding: utf8.prefix(3), as: UTF8.self), radix: 8)
+      {
+        bytes.append(value)
+        utf8 = utf8.dropFirst(3)
+      } else {
+        bytes.append(byte)
+      }
+    }
+    return String(decoding: bytes, as: UTF8.self)
+  }
+}
+
+/// Runs a program from PATH and returns its exit status (-1 if it did not start).
+func runProgram(_ name: String, _ arguments: [String]) -> Int32 {
+  var argv = ([name] + arguments).map { strdup($0) } + [nil]
+  defer { argv.forEach { free($0) } }
+  var pid: pid_t = 0
+  guard posix_spawnp(&pid, name, nil, nil, &argv, environ) == 0 else { return -1 }
+  var status: Int32 = 0
+  while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+  return (status & 0x7f) == 0 ? (status >> 8) & 0xff : -1
+}
+
+/// Waits on the calling (non-async) thread for async work; only used before
+/// and after the FUSE loop, never inside a FUSE callback.
+func blocking<T: Sendable>(_ work: @escaping @Sendable () async -> T) -> T {
+  let semaphore = DispatchSemaphore(value: 0)
+  let box = ResultBox<T>()
+  Task {
+    box.value = await work()
+    semaphore.signal()
+  }
+  semaphore.wait()
+  return box.value!
+}
+
+private final class ResultBox<T>: @unchecked Sendable {
+  var value: T?
+}
