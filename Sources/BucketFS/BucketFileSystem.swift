@@ -153,6 +153,7 @@ public final class BucketFileSystem: FileSystem, Sendable {
     async throws
   {
     guard let stream = state.withLock({ $0.directories[handle] }) else { throw Errno.badHandle }
+    logger.trace("readdir \(stream.prefix) handle \(handle) offset \(offset)")
     let own = attributes(inode: inode, kind: .directory, metadata: nil)
     let dot = Entry(attributes: own, entryTimeout: 0, attributeTimeout: 0)
     if offset == 0, !buffer.add(name: ".", entry: dot, nextOffset: 1) { return }

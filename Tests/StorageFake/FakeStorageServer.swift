@@ -279,7 +279,13 @@ public final class FakeStorageServer: @unchecked Sendable {
     let rawPath = uri.firstIndex(of: "?").map { uri[..<$0] } ?? uri
     let rawQuery = uri.firstIndex(of: "?").map { uri[uri.index(after: $0)...] } ?? ""
     let query = URLText.parseQuery(rawQuery)
-    let route = Self.route(rawPath)
+    // An undecodable name is a 400 (after recording), an unknown path a 404.
+    var malformedPath = false
+    let route: Route?
+    do { route = try Self.route(rawPath) } catch {
+      malformedPath = true
+      route = nil
+    }
     let method = head.method.rawValue
 
     var kind = RequestKind.other
@@ -335,6 +341,7 @@ public final class FakeStorageServer: @unchecked Sendable {
     }
     if oversized { return .respond(.error(413, "Request body too large.", reason: "uploadTooLarge")) }
     guard let query else { return .respond(.error(400, "Invalid query string.", reason: "invalid")) }
+    if malformedPath { return .respond(.error(400, "Invalid object name encoding.", reason: "invalid")) }
     guard let route else {
       return .respond(.error(404, "Not Found", reason: "notFound"))
     }
@@ -350,7 +357,7 @@ public final class FakeStorageServer: @unchecked Sendable {
       case (.object(let b, let name), "GET"):
         try checkBucket(b)
         switch query["alt"] ?? "json" {
-        case "json": response = try await metadata(name)
+        case "json": response = try await metadata(name, generation: query["generation"])
         case "media": response = try await media(name, query: query, headers: head.headers)
         default: throw HTTPError(400, "Invalid value for alt.", reason: "invalidParameter")
         }
@@ -394,8 +401,9 @@ public final class FakeStorageServer: @unchecked Sendable {
   }
 
   /// Splits a raw path into a route; object names are everything after `/o/`, percent-decoded
-  /// (so `%2F` and a literal `/` both mean `/`). Nil for unknown or undecodable paths.
-  private static func route(_ rawPath: Substring) -> Route? {
+  /// (so `%2F` and a literal `/` both mean `/`). Nil for unknown paths; throws when a bucket or
+  /// object name does not decode (bad escape, not UTF-8).
+  private static func route(_ rawPath: Substring) throws(HTTPError) -> Route? {
     let isDownload: Bool
     var rest: Substring
     if rawPath.hasPrefix("/storage/v1/b/") {
@@ -408,17 +416,17 @@ public final class FakeStorageServer: @unchecked Sendable {
       return nil
     }
     let bucketEnd = rest.firstIndex(of: "/") ?? rest.endIndex
-    guard let bucket = URLText.decode(rest[..<bucketEnd], plusIsSpace: false), !bucket.isEmpty else {
-      return nil
-    }
+    guard let bucket = URLText.decode(rest[..<bucketEnd], plusIsSpace: false) else { throw malformed }
+    guard !bucket.isEmpty else { return nil }
     rest = rest[bucketEnd...]
     if rest.isEmpty || rest == "/" { return isDownload ? nil : .bucket(bucket) }
     if rest == "/o" || rest == "/o/" { return isDownload ? nil : .list(bucket) }
-    guard rest.hasPrefix("/o/"), let name = URLText.decode(rest.dropFirst(3), plusIsSpace: false) else {
-      return nil
-    }
+    guard rest.hasPrefix("/o/") else { return nil }
+    guard let name = URLText.decode(rest.dropFirst(3), plusIsSpace: false) else { throw malformed }
     return isDownload ? .download(bucket, name) : .object(bucket, name)
   }
+
+  private static let malformed = HTTPError(400, "Invalid path encoding.", reason: "invalid")
 
   private func list(_ query: [String: String]) async throws -> Response {
     var pageSize = 1000
@@ -434,8 +442,15 @@ public final class FakeStorageServer: @unchecked Sendable {
     return .json(200, Resources.list(page, endpoint: endpoint))
   }
 
-  private func metadata(_ name: String) async throws -> Response {
+  /// With `generation=`, only that generation's metadata: the live one, or 404 (no versioning).
+  private func metadata(_ name: String, generation: String?) async throws -> Response {
     let meta = try await store.metadata(of: name)
+    if let generation, generation != String(meta.generation) {
+      guard Int64(generation) != nil else {
+        throw HTTPError(400, "Invalid value for generation: \(generation)", reason: "invalidParameter")
+      }
+      throw StorageError.notFound
+    }
     return .json(200, Resources.object(meta, endpoint: endpoint))
   }
 
@@ -518,7 +533,9 @@ public final class FakeStorageServer: @unchecked Sendable {
         // `"metadata": null` clears the whole map.
         for key in store.object(name)?.custom.keys ?? [:].keys { patch.custom[key] = .some(nil) }
       } else if let map = value as? [String: Any] {
-        for (key, entry) in map { patch.custom[key] = .some(try Self.patchValue(entry, field: "metadata.\(key)")) }
+        for (key, entry) in map {
+          patch.custom[key] = .some(try Self.patchValue(entry, field: "metadata.\(key)"))
+        }
       } else {
         throw HTTPError(400, "Invalid value for metadata.", reason: "invalid")
       }
@@ -566,7 +583,8 @@ public final class FakeStorageServer: @unchecked Sendable {
         429, "The rate of change requests to the object exceeds the rate limit. Please reduce the rate.",
         reason: "rateLimitExceeded", headers: headers)
     case 500, 502, 503, 504:
-      return .error(code, "We encountered an internal error. Please try again.", reason: "backendError", headers: headers)
+      return .error(
+        code, "We encountered an internal error. Please try again.", reason: "backendError", headers: headers)
     case 401:
       return .error(401, "Invalid Credentials", reason: "authError", headers: headers)
     case 403:
