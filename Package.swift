@@ -63,7 +63,7 @@ let package = Package(
     ),
     .testTarget(
       name: "BucketFSTests",
-      dependencies: ["BucketFS", "FUSE", "ObjectStore", "StorageFake"]
+      dependencies: ["BucketFS", "CloudStorage", "FUSE", "ObjectStore", "StorageFake"]
     ),
     .testTarget(
       name: "CloudStorageTests",

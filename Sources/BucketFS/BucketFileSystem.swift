@@ -154,6 +154,7 @@ public final class BucketFileSystem: FileSystem, Sendable {
   {
     guard let stream = state.withLock({ $0.directories[handle] }) else { throw Errno.badHandle }
     logger.trace("readdir \(stream.prefix) handle \(handle) offset \(offset)")
+    if offset == 0 { await stream.rewind() }
     let own = attributes(inode: inode, kind: .directory, metadata: nil)
     let dot = Entry(attributes: own, entryTimeout: 0, attributeTimeout: 0)
     if offset == 0, !buffer.add(name: ".", entry: dot, nextOffset: 1) { return }

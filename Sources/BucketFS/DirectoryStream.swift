@@ -40,12 +40,17 @@ actor DirectoryStream {
   /// The entry at listing position `index`, or nil past the end. Going back
   /// before the current page lists again from the start.
   func entry(at index: Int) async throws -> ListedEntry? {
-    if !started || index < base { restart() }
+    if index < base { restart() }
     while index >= base + entries.count {
       if started && nextPageToken == nil { return nil }
       try await fetchNextPage()
     }
     return entries[index - base]
+  }
+
+  /// Starts the listing again (a rewind to offset 0).
+  func rewind() {
+    if started { restart() }
   }
 
   private func restart() {
@@ -65,35 +70,57 @@ actor DirectoryStream {
     started = true
   }
 
-  /// Turns a page into entries: invalid names and the directory's own
-  /// placeholder dropped, files shadowed by a directory dropped.
+  /// Turns a page into entries in the service's order: invalid names and the
+  /// directory's own placeholder dropped, files shadowed by a directory dropped.
   private func absorb(_ page: ListPage) -> [ListedEntry] {
     let hasMore = page.nextPageToken != nil
     let lastKey = [page.items.last?.name, page.prefixes.last].compactMap { $0 }.max(by: Names.precedes)
-    var directories = Set<Substring>()
-    var result: [ListedEntry] = []
-    result.reserveCapacity(page.items.count + page.prefixes.count)
+    var directories: [ListedEntry] = []
+    var names = Set<Substring>()
     for listed in page.prefixes {
       guard let name = Names.directoryComponent(listed: listed, under: prefix) else { continue }
-      directories.insert(name)
-      result.append(ListedEntry(name: String(name), kind: .directory, key: listed, metadata: nil))
+      names.insert(name)
+      directories.append(ListedEntry(name: String(name), kind: .directory, key: listed, metadata: nil))
     }
-    var candidates = deferred
+    var files: [ListedEntry] = []
+    let carried = deferred
     deferred = []
     for item in page.items {
       guard let name = Names.fileComponent(item: item.name, under: prefix) else { continue }
-      candidates.append(ListedEntry(name: String(name), kind: .file, key: item.name, metadata: item))
+      files.append(ListedEntry(name: String(name), kind: .file, key: item.name, metadata: item))
     }
-    for file in candidates {
-      if directories.contains(Substring(file.name)) {
-        onConflict(file.key)
-      } else if hasMore, let lastKey, Names.precedes(lastKey, file.key + "/") {
-        // Its directory twin would sort after this page: decide on a later one.
-        deferred.append(file)
+    // Files from earlier pages sort before everything on this one.
+    var result: [ListedEntry] = []
+    result.reserveCapacity(carried.count + directories.count + files.count)
+    var fileIndex = 0
+    var directoryIndex = 0
+    for file in carried where keep(file, names: names, hasMore: hasMore, lastKey: lastKey) { result.append(file) }
+    while fileIndex < files.count || directoryIndex < directories.count {
+      if directoryIndex == directories.count
+        || (fileIndex < files.count && Names.precedes(files[fileIndex].key, directories[directoryIndex].key))
+      {
+        let file = files[fileIndex]
+        fileIndex += 1
+        if keep(file, names: names, hasMore: hasMore, lastKey: lastKey) { result.append(file) }
       } else {
-        result.append(file)
+        result.append(directories[directoryIndex])
+        directoryIndex += 1
       }
     }
     return result
+  }
+
+  /// Whether a file is shown now; a file whose directory twin could still
+  /// come on a later page (it would sort after this page) is deferred.
+  private func keep(_ file: ListedEntry, names: Set<Substring>, hasMore: Bool, lastKey: String?) -> Bool {
+    if names.contains(Substring(file.name)) {
+      onConflict(file.key)
+      return false
+    }
+    if hasMore, let lastKey, Names.precedes(lastKey, file.key + "/") {
+      deferred.append(file)
+      return false
+    }
+    return true
   }
 }

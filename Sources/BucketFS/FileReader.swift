@@ -64,7 +64,13 @@ actor FileReader {
     for segment in segments where segment.start < end && segment.end > offset {
       let bytes: [UInt8]
       do {
-        bytes = try await segment.bytes.value
+        // An interrupted reader gives up its segment; a later read fetches it again.
+        let task = segment.bytes
+        bytes = try await withTaskCancellationHandler {
+          try await task.value
+        } onCancel: {
+          task.cancel()
+        }
       } catch is CancellationError where !Task.isCancelled {
         // Another read dropped this segment (a jump elsewhere): fetch directly.
         return try await store.read(key, generation: generation, range: Int64(offset)..<Int64(end))

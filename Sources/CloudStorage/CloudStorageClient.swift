@@ -143,17 +143,23 @@ public final class CloudStorageClient: ObjectStore {
     let deadline = start + .milliseconds(Int64(retry.deadline * 1000))
     var attempt = 0
     var refreshedToken = false
+    // Only the attempt right after a 401 forces a refresh; later retries reuse the new token.
+    var refreshNext = false
     while true {
       attempt += 1
       try checkCancelled()
+      let refresh = refreshNext
+      refreshNext = false
       let outcome: Outcome
       do {
         outcome = try await attemptOnce(
           method, url: url, headers: headers, body: body, deadline: deadline, maxBody: maxBody,
-          refreshToken: refreshedToken && attempt > 1)
+          refreshToken: refresh)
       } catch let error as StorageError {
         throw error
       } catch {
+        // Cancellation surfaces here as the HTTP client's error; it is not an outage.
+        if Task.isCancelled || error is CancellationError { throw StorageError.cancelled }
         outcome = .transient(describe(error), retryAfter: nil)
       }
       switch outcome {
@@ -166,6 +172,7 @@ public final class CloudStorageClient: ObjectStore {
         // A token may expire between its check and its use: one refresh, one retry.
         guard tokens != nil, !refreshedToken else { throw StorageError.accessDenied(message) }
         refreshedToken = true
+        refreshNext = true
         continue
       case .transient(let reason, let retryAfter):
         guard idempotent else { throw StorageError.unavailable("\(operation): \(reason)") }
@@ -232,7 +239,8 @@ public final class CloudStorageClient: ObjectStore {
       let text = message(in: payload, status: status)
       let lower = text.lowercased()
       if lower.contains("metadata")
-        && (lower.contains("large") || lower.contains("exceed") || lower.contains("size"))
+        && (lower.contains("large") || lower.contains("exceed") || lower.contains("size")
+          || lower.contains("limit"))
       {
         return .failure(.tooLarge(text))
       }

@@ -34,8 +34,9 @@ public struct Endpoint: Sendable, Equatable, CustomStringConvertible {
         throw Invalid(description: "endpoint \(text): bad IPv6 host")
       }
       let after = host[host.index(after: close)...]
-      if after.hasPrefix(":") {
-        guard let value = Int(after.dropFirst()) else {
+      if !after.isEmpty {
+        // Only `:port` may follow the brackets, with the same range as for other hosts.
+        guard after.hasPrefix(":"), let value = Int(after.dropFirst()), (1...65535).contains(value) else {
           throw Invalid(description: "endpoint \(text): bad port")
         }
         port = value

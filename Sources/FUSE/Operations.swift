@@ -183,13 +183,29 @@ private struct SendableBuffer: @unchecked Sendable {
 
 /// getxattr/listxattr protocol: size 0 asks for the length; too small is ERANGE.
 private func replyXattr(_ request: Request, _ value: [UInt8], size: Int) {
-  if size == 0 {
-    fuse_reply_xattr(request.raw, value.count)
-  } else if value.count > size {
-    fuse_reply_err(request.raw, ERANGE)
-  } else {
+  switch XattrReply(value: value, bufferSize: size) {
+  case .size(let count): fuse_reply_xattr(request.raw, count)
+  case .error(let errno): fuse_reply_err(request.raw, errno.code)
+  case .value:
     value.withUnsafeBufferPointer { buffer in
       buffer.withMemoryRebound(to: CChar.self) { _ = fuse_reply_buf(request.raw, $0.baseAddress, $0.count) }
+    }
+  }
+}
+
+/// How an xattr value answers a caller's buffer of `bufferSize` bytes.
+public enum XattrReply: Equatable {
+  case size(Int)
+  case value
+  case error(Errno)
+
+  public init(value: [UInt8], bufferSize: Int) {
+    if bufferSize == 0 {
+      self = .size(value.count)
+    } else if value.count > bufferSize {
+      self = .error(.range)
+    } else {
+      self = .value
     }
   }
 }

@@ -1,0 +1,104 @@
+import AsyncHTTPClient
+import CloudStorage
+import FUSE
+import ObjectStore
+import StorageFake
+import XCTest
+
+@testable import BucketFS
+
+#if canImport(Glibc)
+  import Glibc
+#endif
+
+/// The filesystem over the real HTTP client over the fake service, with
+/// faults injected at the HTTP level: transient ones are retried away,
+/// persistent ones end in EIO within the deadline.
+final class FaultTests: XCTestCase {
+  var server: FakeStorageServer!
+  var http: HTTPClient!
+  var fs: BucketFileSystem!
+
+  override func setUp() async throws {
+    server = FakeStorageServer(bucket: "demo")
+    try await server.start()
+    var retry = RetryPolicy()
+    retry.initialBackoff = 0.01
+    retry.maxBackoff = 0.05
+    retry.attemptTimeout = 1
+    retry.deadline = 2
+    http = CloudStorageClient.makeHTTPClient(retry: retry)
+    let client = CloudStorageClient(
+      bucket: "demo", endpoint: try Endpoint(server.endpoint), http: http, tokens: nil, retry: retry,
+      logger: quietLogger)
+    for i in 0..<5 { server.store.put("d/f\(i)", data: Array(repeating: UInt8(i), count: 1000)) }
+    fs = makeFileSystem(client, pageSize: 2)
+  }
+
+  override func tearDown() async throws {
+    try await http?.shutdown()
+    try await server?.stop()
+  }
+
+  func testTransientFaultsAreRetried() async throws {
+    let dir = try await fs.inode(at: "d")
+    server.injectFaults([.status(503), .status(502), .resetConnection], for: .list)
+    await XCTAssertEqualAsync(try await fs.names(of: dir), ["f0", "f1", "f2", "f3", "f4"])
+
+    server.injectFaults([.status(429), .status(500)], for: .metadata)
+    server.injectFaults([.status(503)], for: .list)
+    let inode = try await fs.inode(at: "d/f3")
+    let opened = try await fs.open(inode: inode, flags: O_RDONLY)
+    server.injectFaults([.status(503), .resetConnection], for: .media)
+    await XCTAssertEqualAsync(
+      try await fs.read(inode: inode, handle: opened.handle, offset: 10, size: 5), Array(repeating: 3, count: 5))
+
+    server.injectFaults([.status(503)], for: .patch)
+    try await fs.setxattr(inode: inode, name: "user.custom.k", value: Array("v".utf8), flags: [])
+    XCTAssertEqual(server.store.object("d/f3")?.custom["k"], "v")
+  }
+
+  func testPersistentFaultsGiveEIOWithinTheDeadline() async throws {
+    let dir = try await fs.inode(at: "d")
+    let inode = try await fs.inode(at: "d/f1")
+    server.injectFaults(Array(repeating: .status(503), count: 1000), for: .list)
+    let start = ContinuousClock.now
+    await XCTAssertErrno(.io) { _ = try await self.fs.names(of: dir) }
+    XCTAssertLessThan(ContinuousClock.now - start, .seconds(4))
+    server.clearFaults()
+
+    // A stalled server ends at the deadline too, and the mount stays usable.
+    server.injectFaults(Array(repeating: .stall(.seconds(30)), count: 1000), for: .media)
+    let opened = try await fs.open(inode: inode, flags: O_RDONLY)
+    let stalled = ContinuousClock.now
+    await XCTAssertErrno(.io) { _ = try await self.fs.read(inode: inode, handle: opened.handle, offset: 0, size: 10) }
+    XCTAssertLessThan(ContinuousClock.now - stalled, .seconds(5))
+    server.clearFaults()
+    await XCTAssertEqualAsync(
+      try await fs.read(inode: inode, handle: opened.handle, offset: 0, size: 10), Array(repeating: 1, count: 10))
+    await XCTAssertEqualAsync(try await fs.names(of: dir).count, 5)
+  }
+
+  func testAccessDeniedAndMissingBucket() async throws {
+    server.injectFaults([.status(403)], for: .list)
+    await XCTAssertErrno(.accessDenied) { _ = try await self.fs.names(of: 1) }
+  }
+
+  func testCancellationStopsTheRequest() async throws {
+    let inode = try await fs.inode(at: "d/f1")
+    let opened = try await fs.open(inode: inode, flags: O_RDONLY)
+    server.injectFaults([.stall(.seconds(30))], for: .media)
+    let fs = self.fs!
+    let task = Task { try await fs.read(inode: inode, handle: opened.handle, offset: 0, size: 10) }
+    try await Task.sleep(for: .milliseconds(200))
+    let start = ContinuousClock.now
+    task.cancel()
+    do {
+      _ = try await task.value
+      XCTFail("expected an interruption")
+    } catch let errno as Errno {
+      XCTAssertEqual(errno, .interrupted)
+    }
+    XCTAssertLessThan(ContinuousClock.now - start, .seconds(1))
+  }
+}

@@ -1,0 +1,213 @@
+import FUSE
+import ObjectStore
+import StorageFake
+import XCTest
+
+@testable import BucketFS
+
+/// SPEC §1 and §2 against the exact in-process model of the service.
+final class ListingTests: XCTestCase {
+  func testTheSeedsListingExample() async throws {
+    let store = InMemoryObjectStore(bucket: "demo")
+    store.put("correctPrefix/happyItem", data: bytes("happy"))
+    store.put("wrongPrefix//sadItem", data: bytes("sad"))
+    store.put("lonelyItem/", data: [])
+    let fs = makeFileSystem(store)
+
+    let root = try await fs.entries(of: 1)
+    XCTAssertEqual(root.map(\.name), ["correctPrefix", "lonelyItem", "wrongPrefix"])
+    XCTAssertTrue(root.allSatisfy { $0.entry.attributes?.kind == .directory })
+    await XCTAssertEqualAsync(try await fs.names(of: try await fs.inode(at: "correctPrefix")), ["happyItem"])
+    await XCTAssertEqualAsync(try await fs.kind(at: "correctPrefix/happyItem"), .file)
+    await XCTAssertEqualAsync(try await fs.names(of: try await fs.inode(at: "wrongPrefix")), [])
+    await XCTAssertEqualAsync(try await fs.names(of: try await fs.inode(at: "lonelyItem")), [])
+    await XCTAssertEqualAsync(try await fs.kind(at: "lonelyItem"), .directory)
+    // The invalid name can't be looked up either.
+    await XCTAssertNilAsync(try await fs.kind(at: "wrongPrefix/sadItem"))
+  }
+
+  func testPagingWithATinyPageSizeListsEverythingOnceAndFetchesLazily() async throws {
+    let store = InMemoryObjectStore(bucket: "demo")
+    var expected: [String] = []
+    for i in 0..<23 {
+      store.put(String(format: "dir/file%02d", i), data: Array(repeating: 1, count: i))
+      expected.append(String(format: "file%02d", i))
+    }
+    for i in 0..<4 {
+      store.put("dir/sub\(i)/x", data: [])
+      expected.append("sub\(i)")
+    }
+    let fs = makeFileSystem(store, pageSize: 3)
+    let dir = try await fs.inode(at: "dir")
+    store.resetCalls()
+
+    let entries = try await fs.entries(of: dir, perCall: 4)
+    XCTAssertEqual(entries.map(\.name).sorted(), expected.sorted())
+    XCTAssertEqual(Set(entries.map(\.name)).count, entries.count, "no duplicates")
+    XCTAssertEqual(store.calls(.list).count, 9, "ceil(27 / 3) list calls")
+    XCTAssertEqual(store.calls.count, 9, "no per-object requests")
+    for entry in entries where entry.name.hasPrefix("file") {
+      XCTAssertEqual(entry.entry.attributes?.size, UInt64(Int(entry.name.dropFirst(4))!))
+    }
+
+    // The first readdir only needs the first page.
+    store.resetCalls()
+    let handle = try await fs.opendir(inode: dir)
+    let first = CollectingBuffer(capacity: 3)
+    try await fs.readdir(inode: dir, handle: handle, offset: 0, into: first)
+    XCTAssertEqual(first.entries.map(\.name), [".", "..", "file00"])
+    XCTAssertEqual(store.calls(.list).count, 1)
+
+    // A rewind to offset 0 lists again from the start.
+    let again = CollectingBuffer(capacity: 3)
+    try await fs.readdir(inode: dir, handle: handle, offset: 0, into: again)
+    XCTAssertEqual(again.entries.map(\.name), [".", "..", "file00"])
+    XCTAssertEqual(store.calls(.list).count, 2)
+    XCTAssertEqual(store.calls(.list).last, .list(prefix: "dir/", pageToken: nil))
+    fs.releasedir(inode: dir, handle: handle)
+  }
+
+  func testReaddirplusFillsTheCacheSoStatAndXattrsNeedNoRequest() async throws {
+    let store = InMemoryObjectStore(bucket: "demo")
+    for i in 0..<10 { store.put("d/f\(i)", data: [1, 2, 3], contentType: "text/plain", custom: ["i": "\(i)"]) }
+    let fs = makeFileSystem(store, pageSize: 4)
+    let dir = try await fs.inode(at: "d")
+    let entries = try await fs.entries(of: dir)
+    store.resetCalls()
+    for entry in entries {
+      let inode = entry.entry.attributes!.inode
+      _ = try await fs.lookup(parent: dir, name: entry.name)
+      let (attributes, _) = try await fs.getattr(inode: inode)
+      XCTAssertEqual(attributes.size, 3)
+      let names = try await fs.listxattr(inode: inode)
+      XCTAssertTrue(names.contains("user.custom.i"))
+      for name in names { _ = try await fs.getxattr(inode: inode, name: name) }
+    }
+    XCTAssertEqual(store.calls, [], "the page is the cache")
+  }
+
+  func testFileAndDirectoryOfTheSameNameShowTheDirectory() async throws {
+    let store = InMemoryObjectStore(bucket: "demo")
+    store.put("conflict", data: bytes("object"))
+    store.put("conflict/inner", data: bytes("inner"))
+    let fs = makeFileSystem(store)
+    let root = try await fs.entries(of: 1)
+    XCTAssertEqual(root.map(\.name), ["conflict"])
+    XCTAssertEqual(root.first?.entry.attributes?.kind, .directory)
+    await XCTAssertEqualAsync(try await fs.kind(at: "conflict"), .directory)
+    await XCTAssertEqualAsync(try await fs.names(of: try await fs.inode(at: "conflict")), ["inner"])
+    XCTAssertNotNil(store.object("conflict"), "the object stays untouched")
+  }
+
+  func testConflictAcrossAPageBoundary() async throws {
+    // With one entry per page, `x` is on an earlier page than the prefix `x/`
+    // (`x!a` sorts between them).
+    let store = InMemoryObjectStore(bucket: "demo")
+    store.put("d/x", data: [])
+    store.put("d/x!a", data: [])
+    store.put("d/x/inner", data: [])
+    store.put("d/y", data: [])
+    for pageSize in [1, 2, 3, 1000] {
+      let fs = makeFileSystem(store, pageSize: pageSize)
+      let entries = try await fs.entries(of: try await fs.inode(at: "d"), perCall: 1)
+      XCTAssertEqual(entries.map(\.name).sorted(), ["x", "x!a", "y"], "page size \(pageSize)")
+      XCTAssertEqual(entries.first { $0.name == "x" }?.entry.attributes?.kind, .directory, "page size \(pageSize)")
+    }
+  }
+
+  func testPlaceholderMakesAnEmptyDirectory() async throws {
+    let store = InMemoryObjectStore(bucket: "demo")
+    store.put("empty/", data: [])
+    store.put("full/", data: [])
+    store.put("full/a", data: [])
+    let fs = makeFileSystem(store)
+    await XCTAssertEqualAsync(try await fs.names(of: 1), ["empty", "full"])
+    await XCTAssertEqualAsync(try await fs.kind(at: "empty"), .directory)
+    await XCTAssertEqualAsync(try await fs.names(of: try await fs.inode(at: "empty")), [])
+    await XCTAssertEqualAsync(try await fs.names(of: try await fs.inode(at: "full")), ["a"])
+  }
+
+  func testInvalidComponentsAreLeftOut() async throws {
+    let store = InMemoryObjectStore(bucket: "demo")
+    let long = String(repeating: "L", count: 300)
+    store.put("d/\(long)", data: [])
+    store.put("d/\(long)/under", data: [])
+    store.put("d/ok file", data: [])
+    store.put("d/ünïcødé", data: [])
+    store.put("d/./dot", data: [])
+    store.put("d/../dotdot", data: [])
+    let fs = makeFileSystem(store, pageSize: 2)
+    await XCTAssertEqualAsync(try await fs.names(of: try await fs.inode(at: "d")).sorted(), ["ok file", "ünïcødé"])
+    await XCTAssertErrno(.nameTooLong) { _ = try await fs.lookup(parent: try await fs.inode(at: "d"), name: long) }
+  }
+
+  func testSubtreeMountShowsOnlyNamesUnderIt() async throws {
+    let store = InMemoryObjectStore(bucket: "demo")
+    store.put("some/prefix/a", data: [])
+    store.put("some/prefix/b/c", data: [])
+    store.put("some/other", data: [])
+    store.put("top", data: [])
+    let fs = makeFileSystem(store, root: "some/prefix/")
+    await XCTAssertEqualAsync(try await fs.names(of: 1), ["a", "b"])
+    await XCTAssertEqualAsync(try await fs.kind(at: "b/c"), .file)
+    await XCTAssertNilAsync(try await fs.kind(at: "top"))
+    await XCTAssertNilAsync(try await fs.kind(at: "other"))
+  }
+
+  func testLookupResolvesFileAndDirectoryTogetherAndCachesNegatives() async throws {
+    let store = InMemoryObjectStore(bucket: "demo")
+    store.put("file", data: [1])
+    let fs = makeFileSystem(store)
+    store.resetCalls()
+    let missing = try await fs.lookup(parent: 1, name: "missing")
+    XCTAssertNil(missing.attributes)
+    XCTAssertEqual(missing.entryTimeout, 5, "the kernel remembers the miss for the negative TTL")
+    XCTAssertEqual(
+      store.calls.map(\.description).sorted(),
+      [InMemoryObjectStore.Call.metadata("missing"), .list(prefix: "missing/", pageToken: nil)].map(\.description).sorted())
+
+    // A second lookup within the TTL needs no request; after it, one again.
+    let clock = ManualClock()
+    let cached = makeFileSystem(store, clock: clock)
+    _ = try await cached.lookup(parent: 1, name: "file")
+    store.resetCalls()
+    _ = try await cached.lookup(parent: 1, name: "file")
+    XCTAssertEqual(store.calls, [])
+    clock.advance(61)
+    _ = try await cached.lookup(parent: 1, name: "file")
+    XCTAssertEqual(store.calls.count, 2)
+  }
+
+  func testAttributes() async throws {
+    let store = InMemoryObjectStore(bucket: "demo")
+    store.put("plain", data: Array(repeating: 7, count: 42))
+    store.put("synced", data: [], custom: ["goog-reserved-file-mtime": "2020-01-02T03:04:05Z"])
+    let fs = makeFileSystem(store)
+    let plain = try await fs.lookup(parent: 1, name: "plain").attributes!
+    let created = RFC3339.parse(store.object("plain")!.timeCreated)!
+    XCTAssertEqual(plain.size, 42)
+    XCTAssertEqual(plain.permissions, 0o644)
+    XCTAssertEqual(plain.uid, 1234)
+    XCTAssertEqual(plain.gid, 5678)
+    XCTAssertEqual(plain.modificationTime, created)
+    XCTAssertEqual(plain.accessTime, created)
+    XCTAssertEqual(plain.changeTime, RFC3339.parse(store.object("plain")!.updated)!)
+    let synced = try await fs.lookup(parent: 1, name: "synced").attributes!
+    XCTAssertEqual(synced.modificationTime, RFC3339.parse("2020-01-02T03:04:05Z"))
+    await XCTAssertEqualAsync(try await fs.getattr(inode: 1).0.permissions, 0o755)
+
+    // The inode of a path is stable.
+    let again = makeFileSystem(store)
+    await XCTAssertEqualAsync(try await again.lookup(parent: 1, name: "plain").attributes?.inode, plain.inode)
+  }
+
+  func testForgottenInodesAreDropped() async throws {
+    let store = InMemoryObjectStore(bucket: "demo")
+    store.put("f", data: [1])
+    let fs = makeFileSystem(store)
+    let inode = try await fs.inode(at: "f")
+    _ = try await fs.getattr(inode: inode)
+    fs.forget(inode: inode, count: 1)
+    await XCTAssertErrno(.stale) { _ = try await fs.getattr(inode: inode) }
+  }
+}

@@ -1,0 +1,99 @@
+import FUSE
+import ObjectStore
+import StorageFake
+import XCTest
+
+@testable import BucketFS
+
+#if canImport(Glibc)
+  import Glibc
+#endif
+
+/// SPEC §5: generation pinned at open, ranged reads, read-ahead.
+final class ReadTests: XCTestCase {
+  func randomBytes(_ count: Int) -> [UInt8] {
+    var generator = SystemRandomNumberGenerator()
+    return (0..<count).map { _ in UInt8.random(in: 0...255, using: &generator) }
+  }
+
+  func testSequentialReadIsIdenticalAndUsesGrowingRequests() async throws {
+    let store = InMemoryObjectStore(bucket: "demo")
+    let data = randomBytes(5 << 20 + 12345)
+    store.put("big", data: data)
+    let fs = makeFileSystem(store)
+    let inode = try await fs.inode(at: "big")
+    let opened = try await fs.open(inode: inode, flags: O_RDONLY)
+    store.resetCalls()
+    var read: [UInt8] = []
+    var offset: UInt64 = 0
+    while true {
+      let chunk = try await fs.read(inode: inode, handle: opened.handle, offset: offset, size: 128 << 10)
+      if chunk.isEmpty { break }
+      read += chunk
+      offset += UInt64(chunk.count)
+    }
+    fs.release(inode: inode, handle: opened.handle)
+    XCTAssertEqual(read.count, data.count)
+    XCTAssertTrue(read == data)
+    let reads = store.calls(.read)
+    XCTAssertLessThan(reads.count, 12, "read-ahead, not one request per 128 KiB: \(reads.count)")
+    XCTAssertGreaterThan(reads.count, 1)
+  }
+
+  func testRandomReadsReturnExactlyTheRange() async throws {
+    let store = InMemoryObjectStore(bucket: "demo")
+    let data = randomBytes(3 << 20)
+    store.put("big", data: data)
+    let fs = makeFileSystem(store)
+    let inode = try await fs.inode(at: "big")
+    let opened = try await fs.open(inode: inode, flags: O_RDONLY)
+    for _ in 0..<40 {
+      let offset = Int.random(in: 0..<(data.count + 1000))
+      let size = Int.random(in: 1...200_000)
+      let chunk = try await fs.read(inode: inode, handle: opened.handle, offset: UInt64(offset), size: size)
+      let end = min(offset + size, data.count)
+      XCTAssertTrue(chunk == (offset < data.count ? Array(data[offset..<end]) : []), "at \(offset) size \(size)")
+    }
+  }
+
+  func testReplacedWhileOpenFailsWithESTALEInsteadOfMixingVersions() async throws {
+    let store = InMemoryObjectStore(bucket: "demo")
+    store.put("f", data: Array(repeating: 1, count: 8 << 20))
+    let fs = makeFileSystem(store)
+    let inode = try await fs.inode(at: "f")
+    let opened = try await fs.open(inode: inode, flags: O_RDONLY)
+    await XCTAssertEqualAsync(
+      try await fs.read(inode: inode, handle: opened.handle, offset: 0, size: 10), Array(repeating: 1, count: 10))
+    store.put("f", data: Array(repeating: 2, count: 8 << 20))
+    // Bytes already read ahead belong to the pinned generation; new ones can't be had.
+    await XCTAssertErrno(.stale) {
+      _ = try await fs.read(inode: inode, handle: opened.handle, offset: 7 << 20, size: 10)
+    }
+  }
+
+  func testPageCacheKeptWhileGenerationUnchanged() async throws {
+    let store = InMemoryObjectStore(bucket: "demo")
+    store.put("f", data: [1])
+    let clock = ManualClock()
+    let fs = makeFileSystem(store, clock: clock)
+    let inode = try await fs.inode(at: "f")
+    let first = try await fs.open(inode: inode, flags: O_RDONLY)
+    XCTAssertFalse(first.keepCache)
+    let second = try await fs.open(inode: inode, flags: O_RDONLY)
+    XCTAssertTrue(second.keepCache)
+    store.put("f", data: [2])
+    clock.advance(120)
+    let third = try await fs.open(inode: inode, flags: O_RDONLY)
+    XCTAssertFalse(third.keepCache, "new generation: drop the cached pages")
+  }
+
+  func testOpenForWritingIsRefused() async throws {
+    let store = InMemoryObjectStore(bucket: "demo")
+    store.put("f", data: [1])
+    let fs = makeFileSystem(store)
+    let inode = try await fs.inode(at: "f")
+    await XCTAssertErrno(.readOnly) { _ = try await fs.open(inode: inode, flags: O_WRONLY) }
+    await XCTAssertErrno(.readOnly) { _ = try await fs.open(inode: inode, flags: O_RDWR) }
+    await XCTAssertErrno(.isDirectory) { _ = try await fs.open(inode: 1, flags: O_RDONLY) }
+  }
+}

@@ -1,0 +1,152 @@
+import FUSE
+import Logging
+import ObjectStore
+import StorageFake
+import Synchronization
+import XCTest
+
+@testable import BucketFS
+
+/// Collects readdir entries, at most `capacity` per call like a small kernel buffer.
+final class CollectingBuffer: DirectoryBuffer {
+  let isPlus: Bool
+  private var remaining: Int
+  private(set) var entries: [(name: String, entry: Entry, nextOffset: UInt64)] = []
+
+  init(plus: Bool = true, capacity: Int = 50) {
+    isPlus = plus
+    remaining = capacity
+  }
+
+  func add(name: String, entry: Entry, nextOffset: UInt64) -> Bool {
+    guard remaining > 0 else { return false }
+    remaining -= 1
+    entries.append((name, entry, nextOffset))
+    return true
+  }
+}
+
+/// A clock tests move by hand, for TTLs.
+final class ManualClock: Sendable {
+  private let now = Mutex<Double>(1000)
+  func advance(_ seconds: Double) { now.withLock { $0 += seconds } }
+  var read: @Sendable () -> Double { { [self] in now.withLock { $0 } } }
+}
+
+let quietLogger: Logger = {
+  var logger = Logger(label: "test")
+  logger.logLevel = .critical
+  return logger
+}()
+
+func makeFileSystem(
+  _ store: any ObjectStore, pageSize: Int = 1000, root: String = "", readOnly: Bool = false,
+  clock: ManualClock = ManualClock()
+) -> BucketFileSystem {
+  var configuration = Configuration()
+  configuration.pageSize = pageSize
+  configuration.rootPrefix = root
+  configuration.readOnly = readOnly
+  configuration.uid = 1234
+  configuration.gid = 5678
+  return BucketFileSystem(store: store, configuration: configuration, logger: quietLogger, clock: clock.read)
+}
+
+extension BucketFileSystem {
+  /// Every entry of a directory but `.` and `..`, read as the kernel does:
+  /// successive readdir calls, each continuing at the last entry's offset.
+  func entries(of inode: UInt64, perCall: Int = 50, plus: Bool = true) async throws -> [(
+    name: String, entry: Entry
+  )] {
+    let handle = try await opendir(inode: inode)
+    defer { releasedir(inode: inode, handle: handle) }
+    var offset: UInt64 = 0
+    var all: [(name: String, entry: Entry)] = []
+    while true {
+      let buffer = CollectingBuffer(plus: plus, capacity: perCall)
+      try await readdir(inode: inode, handle: handle, offset: offset, into: buffer)
+      guard let last = buffer.entries.last else { break }
+      all += buffer.entries.map { ($0.name, $0.entry) }
+      offset = last.nextOffset
+    }
+    return all.filter { $0.name != "." && $0.name != ".." }
+  }
+
+  func names(of inode: UInt64, perCall: Int = 50) async throws -> [String] {
+    try await entries(of: inode, perCall: perCall).map(\.name)
+  }
+
+  /// The inode at a slash-separated path from the root, by lookups.
+  func inode(at path: String) async throws -> UInt64 {
+    var inode: UInt64 = 1
+    for component in path.split(separator: "/") {
+      let entry = try await lookup(parent: inode, name: String(component))
+      guard let attributes = entry.attributes else { throw Errno.noEntry }
+      inode = attributes.inode
+    }
+    return inode
+  }
+
+  func kind(at path: String) async throws -> FileAttributes.Kind? {
+    var inode: UInt64 = 1
+    var kind: FileAttributes.Kind = .directory
+    for component in path.split(separator: "/") {
+      guard let attributes = try await lookup(parent: inode, name: String(component)).attributes else { return nil }
+      inode = attributes.inode
+      kind = attributes.kind
+    }
+    return kind
+  }
+}
+
+func XCTAssertErrno(
+  _ expected: Errno, _ body: () async throws -> Void, file: StaticString = #filePath, line: UInt = #line
+) async {
+  do {
+    try await body()
+    XCTFail("expected \(expected), got success", file: file, line: line)
+  } catch let errno as Errno {
+    XCTAssertEqual(errno, expected, "expected \(expected), got \(errno)", file: file, line: line)
+  } catch {
+    XCTFail("expected \(expected), got \(error)", file: file, line: line)
+  }
+}
+
+func bytes(_ text: String) -> [UInt8] { Array(text.utf8) }
+
+// XCTest's assertions take synchronous autoclosures; these await.
+func XCTAssertEqualAsync<T: Equatable>(
+  _ actual: @autoclosure () async throws -> T, _ expected: @autoclosure () async throws -> T,
+  _ message: String = "", file: StaticString = #filePath, line: UInt = #line
+) async {
+  do {
+    let (a, b) = (try await actual(), try await expected())
+    XCTAssertEqual(a, b, message, file: file, line: line)
+  } catch {
+    XCTFail("threw \(error) \(message)", file: file, line: line)
+  }
+}
+
+func XCTAssertNilAsync<T>(
+  _ actual: @autoclosure () async throws -> T?, _ message: String = "", file: StaticString = #filePath,
+  line: UInt = #line
+) async {
+  do {
+    let value = try await actual()
+    XCTAssertNil(value, message, file: file, line: line)
+  } catch {
+    XCTFail("threw \(error) \(message)", file: file, line: line)
+  }
+}
+
+func XCTAssertFalseAsync(
+  _ actual: @autoclosure () async throws -> Bool, _ message: String = "", file: StaticString = #filePath,
+  line: UInt = #line
+) async {
+  do {
+    let value = try await actual()
+    XCTAssertFalse(value, message, file: file, line: line)
+  } catch {
+    XCTFail("threw \(error) \(message)", file: file, line: line)
+  }
+}
