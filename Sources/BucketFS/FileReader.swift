@@ -3,9 +3,9 @@ import ObjectStore
 /// Reads one open file: ranged GETs of the generation pinned at open, with
 /// read-ahead for sequential access (SPEC §5).
 ///
-/// A sequential reader gets a stream of segments fetched ahead of it, each
-/// twice the previous up to a limit, several in flight at once; a random
-/// reader gets exactly the bytes it asks for.
+/// A sequential reader gets a stream of segments fetched ahead of it, larger
+/// the longer it stays sequential, several in flight at once; a random reader
+/// gets exactly the bytes it asks for.
 actor FileReader {
   let key: String
   let generation: Int64
@@ -22,7 +22,8 @@ actor FileReader {
   }
   /// Contiguous segments, in order.
   private var segments: [Segment] = []
-  private var nextSegmentSize: UInt64
+  /// Sequential reads in a row: the segment size grows with it.
+  private var streak = 0
   private var lastEnd: UInt64 = 0
 
   init(key: String, generation: Int64, size: UInt64, store: any ObjectStore, maxSegment: Int, maxAhead: Int) {
@@ -32,7 +33,6 @@ actor FileReader {
     self.store = store
     self.maxSegment = UInt64(max(maxSegment, 256 << 10))
     self.maxAhead = UInt64(max(maxAhead, maxSegment))
-    self.nextSegmentSize = firstSegment
   }
 
   deinit {
@@ -45,17 +45,21 @@ actor FileReader {
     defer { lastEnd = end }
 
     let covered = segments.first.map { $0.start <= offset && offset < segments.last!.end } ?? false
-    if !covered {
+    if covered {
+      streak += 1
+    } else {
       dropSegments()
       // The kernel's own read-ahead may reorder neighbouring reads a little.
       let nearLast = offset >= lastEnd ? offset - lastEnd : lastEnd - offset
       guard offset == 0 || nearLast <= (1 << 20) else {
+        streak = 0
         return try await store.read(key, generation: generation, range: Int64(offset)..<Int64(end))
       }
-      nextSegmentSize = firstSegment
+      streak = 0
       appendSegment(from: offset)
     }
-    while let last = segments.last, last.end < size, last.end - offset < aheadTarget {
+    // Keep a few segments in flight ahead of the reader.
+    while let last = segments.last, last.end < size, last.end - offset < min(maxAhead, segmentSize * 4) {
       appendSegment(from: last.end)
     }
 
@@ -93,10 +97,10 @@ actor FileReader {
     return result
   }
 
-  private var aheadTarget: UInt64 { min(maxAhead, nextSegmentSize * 4) }
+  private var segmentSize: UInt64 { min(maxSegment, firstSegment << UInt64(min(streak, 16))) }
 
   private func appendSegment(from start: UInt64) {
-    let end = min(start + nextSegmentSize, size)
+    let end = min(start + segmentSize, size)
     let store = self.store
     let key = self.key
     let generation = self.generation
@@ -104,7 +108,6 @@ actor FileReader {
       try await store.read(key, generation: generation, range: Int64(start)..<Int64(end))
     }
     segments.append(Segment(start: start, end: end, bytes: task))
-    nextSegmentSize = min(nextSegmentSize * 2, maxSegment)
   }
 
   private func dropSegments() {
