@@ -425,6 +425,7 @@ class CountingProxy:
         u = urllib.parse.urlsplit(upstream)
         assert u.scheme == "http", "only plain http upstreams"
         self.upstream_host, self.upstream_port = u.hostname, u.port or 80
+        self.upstream_base = f"http://{self.upstream_host}:{self.upstream_port}"
         self._lock = threading.Lock()
         self._records: list[Record] = []
         proxy = self
@@ -485,9 +486,22 @@ class CountingProxy:
                 self.send_response_only(resp.status, resp.reason)
                 length = resp.getheader("Content-Length")
                 no_body = self.command == "HEAD" or resp.status in (204, 304) or 100 <= resp.status < 200
+                # The emulator writes its own address into selfLink / mediaLink
+                # (and upload Locations): point those at the proxy, so a client
+                # that follows them is still counted.
+                rewrite = not no_body and (resp.getheader("Content-Type") or "").startswith("application/json")
                 for k, v in resp.getheaders():
                     if k.lower() not in _HOP and k.lower() != "content-length":
+                        if k.lower() == "location":
+                            v = v.replace(proxy.upstream_base, proxy.url)
                         self.send_header(k, v)
+                if rewrite:
+                    data = resp.read().replace(proxy.upstream_base.encode(), proxy.url.encode())
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                    self.wfile.flush()
+                    return
                 if no_body:
                     if length is not None:
                         self.send_header("Content-Length", length)

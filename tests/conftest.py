@@ -111,9 +111,18 @@ def pids_with_arg(arg: str) -> list[int]:
                 argv = f.read().split(b"\0")
         except OSError:
             continue
-        if arg.encode() in argv and any(a.endswith(b"bucketfs") for a in argv[:1]):
+        if arg.encode() in argv and _is_bucketfs(int(d), argv) and not _zombie(int(d)):
             pids.append(int(d))
     return pids
+
+
+def _is_bucketfs(pid: int, argv: list[bytes]) -> bool:
+    if argv and os.path.basename(argv[0]) == b"bucketfs":
+        return True
+    try:
+        return os.path.basename(os.readlink(f"/proc/{pid}/exe")).startswith("bucketfs")
+    except OSError:
+        return False
 
 
 def wait_for(pred, timeout: float = 10.0, interval: float = 0.05) -> bool:
@@ -256,7 +265,7 @@ def pids_with_arg_prefix(prefix: str) -> list[int]:
                 argv = f.read().split(b"\0")
         except OSError:
             continue
-        if argv and argv[0].endswith(b"bucketfs") and any(a.startswith(prefix.encode()) for a in argv) \
+        if _is_bucketfs(int(d), argv) and any(a.startswith(prefix.encode()) for a in argv) \
                 and not _zombie(int(d)):
             pids.append(int(d))
     return pids
