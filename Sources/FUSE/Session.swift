@@ -105,15 +105,15 @@ public final class FUSESession: @unchecked Sendable {
   /// unmounts and releases the session.
   public func shutdown(grace: Double) {
     guard let session else { return }
-    let deadline = Timestamp.now().seconds * 1000 + Int(grace * 1000)
+    let start = ContinuousClock.now
     var cancelled = false
     while !inflight.withLock({ $0.isEmpty }) {
-      let now = Timestamp.now().seconds * 1000
-      if !cancelled && now >= deadline {
+      let waited = ContinuousClock.now - start
+      if !cancelled && waited >= .milliseconds(Int64(grace * 1000)) {
         inflight.withLock { $0.values.forEach { $0.cancel() } }
         cancelled = true
       }
-      if now >= deadline + 5000 { break }
+      if waited >= .milliseconds(Int64(grace * 1000) + 5000) { break }
       usleep(10_000)
     }
     fuse_session_unmount(session)
