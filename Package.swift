@@ -10,6 +10,7 @@ let package = Package(
   dependencies: [
     .package(url: "https://github.com/swift-server/async-http-client", from: "1.37.0"),
     .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
+    .package(url: "https://github.com/apple/swift-crypto", "3.12.3"..<"5.0.0"),
     .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
     .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
   ],
@@ -37,6 +38,19 @@ let package = Package(
         .product(name: "Logging", package: "swift-log"),
       ]
     ),
+    // OAuth access tokens: service-account keys, authorized-user files, the
+    // gcloud application-default file, the metadata server, static tokens.
+    .target(
+      name: "Credentials",
+      dependencies: [
+        "CloudStorage",
+        .product(name: "AsyncHTTPClient", package: "async-http-client"),
+        .product(name: "NIOCore", package: "swift-nio"),
+        .product(name: "Logging", package: "swift-log"),
+        .product(name: "Crypto", package: "swift-crypto"),
+        .product(name: "_CryptoExtras", package: "swift-crypto"),
+      ]
+    ),
     // The filesystem: names, inodes, listing, attributes, xattrs, reads.
     .target(
       name: "BucketFS",
@@ -45,7 +59,7 @@ let package = Package(
     .executableTarget(
       name: "bucketfs",
       dependencies: [
-        "BucketFS", "CloudStorage", "FUSE", "ObjectStore",
+        "BucketFS", "CloudStorage", "Credentials", "FUSE", "ObjectStore",
         .product(name: "ArgumentParser", package: "swift-argument-parser"),
         .product(name: "Logging", package: "swift-log"),
       ]
@@ -70,5 +84,18 @@ let package = Package(
       dependencies: ["CloudStorage", "ObjectStore", "StorageFake"]
     ),
     .testTarget(name: "StorageFakeTests", dependencies: ["StorageFake", "ObjectStore"]),
+    .testTarget(
+      name: "CredentialsTests",
+      dependencies: [
+        "Credentials", "CloudStorage", "ObjectStore", "StorageFake",
+        .product(name: "AsyncHTTPClient", package: "async-http-client"),
+        .product(name: "Logging", package: "swift-log"),
+        .product(name: "NIOCore", package: "swift-nio"),
+        .product(name: "NIOPosix", package: "swift-nio"),
+        .product(name: "NIOHTTP1", package: "swift-nio"),
+        .product(name: "Crypto", package: "swift-crypto"),
+        .product(name: "_CryptoExtras", package: "swift-crypto"),
+      ]
+    ),
   ]
 )

@@ -78,7 +78,7 @@ extension String {
   /// Percent-encodes everything but RFC 3986's unreserved characters, so an
   /// object name (which may hold `/`, `?`, `%`, spaces, any Unicode) is one
   /// path segment or query value.
-  var percentEncoded: String {
+  public var percentEncoded: String {
     var out = ""
     out.reserveCapacity(utf8.count)
     for byte in utf8 {

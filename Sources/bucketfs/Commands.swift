@@ -2,6 +2,7 @@ import ArgumentParser
 import AsyncHTTPClient
 import BucketFS
 import CloudStorage
+import Credentials
 import Dispatch
 import FUSE
 import Logging
@@ -35,6 +36,10 @@ struct Mount: ParsableCommand {
   @Option(help: "The JSON API endpoint (default \(Endpoint.production); STORAGE_EMULATOR_HOST also sets it).")
   var endpoint: String?
   @Flag(help: "Send no credentials (public buckets, emulators).") var anonymous = false
+  @Option(help: "A service-account key or authorized-user JSON file (default: Google's discovery order).")
+  var credentials: String?
+  @Option(help: "A file holding an OAuth access token (also: \(accessTokenVariable) in the environment).")
+  var accessTokenFile: String?
   @Flag(help: "Allow plain http to a host that is not loopback.") var allowInsecureHTTP = false
   @Option(name: .customShort("o"), help: "Mount options, comma-separated.") var options: [String] = []
   @Option(help: "Entries per list call (1-1000).") var pageSize = 1000
@@ -102,10 +107,8 @@ struct Mount: ParsableCommand {
     } catch {
       throw MountFailure(message: error.description)
     }
-    // Google's libraries send no credentials to an emulator.
-    guard anonymous || (emulator != nil && self.endpoint == nil) else {
-      throw MountFailure(
-        message: "credentials are not supported yet: use --anonymous for public buckets and emulators")
+    if anonymous && (credentials != nil || accessTokenFile != nil) {
+      throw MountFailure(message: "--anonymous cannot be combined with --credentials or --access-token-file")
     }
 
     var retry = RetryPolicy()
@@ -113,8 +116,32 @@ struct Mount: ParsableCommand {
     retry.deadline = retryDeadline
     let http = CloudStorageClient.makeHTTPClient(retry: retry)
     defer { blocking { try? await http.shutdown() } }
+    // Google's libraries send no credentials to an emulator.
+    var tokens: (any AccessTokenProvider)?
+    if !anonymous && !(emulator != nil && self.endpoint == nil) {
+      do {
+        let provider = try discover(
+          explicitFile: credentials, accessTokenFile: accessTokenFile, environment: processEnvironment(),
+          http: http, logger: logger)
+        // One token now, so a bad credential is one clear line rather than EACCES later.
+        let failure = blocking { () async -> String? in
+          do {
+            _ = try await provider.token(refresh: false)
+            return nil
+          } catch {
+            return "\(error)"
+          }
+        }
+        if let failure { throw MountFailure(message: failure) }
+        tokens = provider
+      } catch let failure as MountFailure {
+        throw failure
+      } catch {
+        throw MountFailure(message: "\(error)")
+      }
+    }
     let client = CloudStorageClient(
-      bucket: source.bucket, endpoint: endpoint, http: http, tokens: nil, retry: retry, logger: logger)
+      bucket: source.bucket, endpoint: endpoint, http: http, tokens: tokens, retry: retry, logger: logger)
 
     let where_ = "gs://\(source.bucket)/\(rootPrefix)"
     let check = blocking { () async -> Result<ListPage, any Error> in
