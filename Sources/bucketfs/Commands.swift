@@ -210,6 +210,13 @@ struct Mount: ParsableCommand {
       throw MountFailure(message: "mountpoint \(mountpoint) is not a directory")
     }
     if MountTable.isMountpoint(mountpoint) {
+      // stat may be answered from the kernel's cache; statvfs always reaches
+      // the filesystem, so a dead FUSE server shows as ENOTCONN here.
+      var fs = statvfs()
+      if statvfs(mountpoint, &fs) != 0 && errno == ENOTCONN {
+        throw MountFailure(
+          message: "mountpoint \(mountpoint) is a stale FUSE mount; clear it with: bucketfs unmount \(mountpoint)")
+      }
       throw MountFailure(message: "mountpoint \(mountpoint) is busy: something is already mounted there")
     }
   }
