@@ -77,11 +77,19 @@ let package = Package(
     ),
     .testTarget(
       name: "BucketFSTests",
-      dependencies: ["BucketFS", "CloudStorage", "FUSE", "ObjectStore", "StorageFake"]
+      dependencies: [
+        "BucketFS", "CloudStorage", "FUSE", "ObjectStore", "StorageFake",
+        .product(name: "AsyncHTTPClient", package: "async-http-client"),
+        .product(name: "Logging", package: "swift-log"),
+      ]
     ),
     .testTarget(
       name: "CloudStorageTests",
-      dependencies: ["CloudStorage", "ObjectStore", "StorageFake"]
+      dependencies: [
+        "CloudStorage", "ObjectStore", "StorageFake",
+        .product(name: "AsyncHTTPClient", package: "async-http-client"),
+        .product(name: "Logging", package: "swift-log"),
+      ]
     ),
     .testTarget(name: "StorageFakeTests", dependencies: ["StorageFake", "ObjectStore"]),
     .testTarget(

@@ -94,7 +94,9 @@ actor DirectoryStream {
     result.reserveCapacity(carried.count + directories.count + files.count)
     var fileIndex = 0
     var directoryIndex = 0
-    for file in carried where keep(file, names: names, hasMore: hasMore, lastKey: lastKey) { result.append(file) }
+    for file in carried where keep(file, names: names, hasMore: hasMore, lastKey: lastKey) {
+      result.append(file)
+    }
     while fileIndex < files.count || directoryIndex < directories.count {
       if directoryIndex == directories.count
         || (fileIndex < files.count && Names.precedes(files[fileIndex].key, directories[directoryIndex].key))

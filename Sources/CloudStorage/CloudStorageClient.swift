@@ -221,9 +221,15 @@ public final class CloudStorageClient: ObjectStore {
     }
     if let body { request.body = .bytes(ByteBuffer(bytes: body)) }
 
-    let response = try await http.execute(request, deadline: deadline, logger: nil)
+    // The client's deadline covers the response head; the body must arrive
+    // by the same deadline, however slowly the server trickles it.
+    let http = self.http
+    let prepared = request
+    let (response, payload) = try await Self.racing(deadline) {
+      let response = try await http.execute(prepared, deadline: deadline, logger: nil)
+      return (response, try await response.body.collect(upTo: maxBody))
+    }
     let status = Int(response.status.code)
-    let payload = try await response.body.collect(upTo: maxBody)
     switch status {
     case 200..<300:
       return .success(status, response.headers, payload)
@@ -250,6 +256,26 @@ public final class CloudStorageClient: ObjectStore {
       return .transient("HTTP \(status)", retryAfter: retryAfter.map { min($0, retry.deadline) })
     default:
       return .failure(.invalidResponse("HTTP \(status): \(message(in: payload, status: status))"))
+    }
+  }
+
+  /// Runs `work`, cancelling it at `deadline`.
+  private static func racing<T: Sendable>(
+    _ deadline: NIODeadline, _ work: @escaping @Sendable () async throws -> T
+  ) async throws -> T {
+    try await withThrowingTaskGroup(of: T?.self) { group in
+      group.addTask { try await work() }
+      group.addTask {
+        let nanoseconds = (deadline - NIODeadline.now()).nanoseconds
+        if nanoseconds > 0 { try await Task.sleep(nanoseconds: UInt64(nanoseconds)) }
+        return nil
+      }
+      defer { group.cancelAll() }
+      while let next = try await group.next() {
+        if let value = next { return value }
+        throw HTTPClientError.deadlineExceeded
+      }
+      throw CancellationError()
     }
   }
 

@@ -215,7 +215,8 @@ struct Mount: ParsableCommand {
       var fs = statvfs()
       if statvfs(mountpoint, &fs) != 0 && errno == ENOTCONN {
         throw MountFailure(
-          message: "mountpoint \(mountpoint) is a stale FUSE mount; clear it with: bucketfs unmount \(mountpoint)")
+          message:
+            "mountpoint \(mountpoint) is a stale FUSE mount; clear it with: bucketfs unmount \(mountpoint)")
       }
       throw MountFailure(message: "mountpoint \(mountpoint) is busy: something is already mounted there")
     }

@@ -51,7 +51,8 @@ final class FaultTests: XCTestCase {
     let opened = try await fs.open(inode: inode, flags: O_RDONLY)
     server.injectFaults([.status(503), .resetConnection], for: .media)
     await XCTAssertEqualAsync(
-      try await fs.read(inode: inode, handle: opened.handle, offset: 10, size: 5), Array(repeating: 3, count: 5))
+      try await fs.read(inode: inode, handle: opened.handle, offset: 10, size: 5),
+      Array(repeating: 3, count: 5))
 
     server.injectFaults([.status(503)], for: .patch)
     try await fs.setxattr(inode: inode, name: "user.custom.k", value: Array("v".utf8), flags: [])
@@ -71,11 +72,14 @@ final class FaultTests: XCTestCase {
     server.injectFaults(Array(repeating: .stall(.seconds(30)), count: 1000), for: .media)
     let opened = try await fs.open(inode: inode, flags: O_RDONLY)
     let stalled = ContinuousClock.now
-    await XCTAssertErrno(.io) { _ = try await self.fs.read(inode: inode, handle: opened.handle, offset: 0, size: 10) }
+    await XCTAssertErrno(.io) {
+      _ = try await self.fs.read(inode: inode, handle: opened.handle, offset: 0, size: 10)
+    }
     XCTAssertLessThan(ContinuousClock.now - stalled, .seconds(5))
     server.clearFaults()
     await XCTAssertEqualAsync(
-      try await fs.read(inode: inode, handle: opened.handle, offset: 0, size: 10), Array(repeating: 1, count: 10))
+      try await fs.read(inode: inode, handle: opened.handle, offset: 0, size: 10),
+      Array(repeating: 1, count: 10))
     await XCTAssertEqualAsync(try await fs.names(of: dir).count, 5)
   }
 

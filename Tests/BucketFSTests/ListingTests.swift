@@ -69,7 +69,9 @@ final class ListingTests: XCTestCase {
 
   func testReaddirplusFillsTheCacheSoStatAndXattrsNeedNoRequest() async throws {
     let store = InMemoryObjectStore(bucket: "demo")
-    for i in 0..<10 { store.put("d/f\(i)", data: [1, 2, 3], contentType: "text/plain", custom: ["i": "\(i)"]) }
+    for i in 0..<10 {
+      store.put("d/f\(i)", data: [1, 2, 3], contentType: "text/plain", custom: ["i": "\(i)"])
+    }
     let fs = makeFileSystem(store, pageSize: 4)
     let dir = try await fs.inode(at: "d")
     let entries = try await fs.entries(of: dir)
@@ -111,7 +113,8 @@ final class ListingTests: XCTestCase {
       let fs = makeFileSystem(store, pageSize: pageSize)
       let entries = try await fs.entries(of: try await fs.inode(at: "d"), perCall: 1)
       XCTAssertEqual(entries.map(\.name).sorted(), ["x", "x!a", "y"], "page size \(pageSize)")
-      XCTAssertEqual(entries.first { $0.name == "x" }?.entry.attributes?.kind, .directory, "page size \(pageSize)")
+      XCTAssertEqual(
+        entries.first { $0.name == "x" }?.entry.attributes?.kind, .directory, "page size \(pageSize)")
     }
   }
 
@@ -137,8 +140,11 @@ final class ListingTests: XCTestCase {
     store.put("d/./dot", data: [])
     store.put("d/../dotdot", data: [])
     let fs = makeFileSystem(store, pageSize: 2)
-    await XCTAssertEqualAsync(try await fs.names(of: try await fs.inode(at: "d")).sorted(), ["ok file", "ünïcødé"])
-    await XCTAssertErrno(.nameTooLong) { _ = try await fs.lookup(parent: try await fs.inode(at: "d"), name: long) }
+    await XCTAssertEqualAsync(
+      try await fs.names(of: try await fs.inode(at: "d")).sorted(), ["ok file", "ünïcødé"])
+    await XCTAssertErrno(.nameTooLong) {
+      _ = try await fs.lookup(parent: try await fs.inode(at: "d"), name: long)
+    }
   }
 
   func testSubtreeMountShowsOnlyNamesUnderIt() async throws {
@@ -164,7 +170,9 @@ final class ListingTests: XCTestCase {
     XCTAssertEqual(missing.entryTimeout, 5, "the kernel remembers the miss for the negative TTL")
     XCTAssertEqual(
       store.calls.map(\.description).sorted(),
-      [InMemoryObjectStore.Call.metadata("missing"), .list(prefix: "missing/", pageToken: nil)].map(\.description).sorted())
+      [InMemoryObjectStore.Call.metadata("missing"), .list(prefix: "missing/", pageToken: nil)].map(
+        \.description
+      ).sorted())
 
     // A second lookup within the TTL needs no request; after it, one again.
     let clock = ManualClock()

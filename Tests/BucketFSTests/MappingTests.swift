@@ -33,7 +33,8 @@ final class ErrnoMappingTests: XCTestCase {
 
   func testFirebaseRulesMessageGetsItsFix() {
     let rules = StorageError.accessDenied(
-      "Listing objects in a bucket is disallowed for rules_version = \"1\". Please update storage security rules")
+      "Listing objects in a bucket is disallowed for rules_version = \"1\". Please update storage security rules"
+    )
     XCTAssertTrue(ErrorMapping.hint(for: rules)?.contains("rules_version = \"2\"") ?? false)
     XCTAssertNil(ErrorMapping.hint(for: .accessDenied("caller does not have storage.objects.get")))
     XCTAssertNil(ErrorMapping.hint(for: .notFound))
@@ -60,10 +61,13 @@ final class XattrMappingTests: XCTestCase {
       ("user.metageneration", .readOnly(.metageneration)), ("user.fullPath", .readOnly(.fullPath)),
       ("user.name", .readOnly(.name)), ("user.size", .readOnly(.size)),
       ("user.timeCreated", .readOnly(.timeCreated)), ("user.updated", .readOnly(.updated)),
-      ("user.md5Hash", .readOnly(.md5Hash)), ("user.crc32c", .readOnly(.crc32c)), ("user.etag", .readOnly(.etag)),
+      ("user.md5Hash", .readOnly(.md5Hash)), ("user.crc32c", .readOnly(.crc32c)),
+      ("user.etag", .readOnly(.etag)),
       ("user.storageClass", .readOnly(.storageClass)),
-      ("user.cacheControl", .writable(.cacheControl)), ("user.contentDisposition", .writable(.contentDisposition)),
-      ("user.contentEncoding", .writable(.contentEncoding)), ("user.contentLanguage", .writable(.contentLanguage)),
+      ("user.cacheControl", .writable(.cacheControl)),
+      ("user.contentDisposition", .writable(.contentDisposition)),
+      ("user.contentEncoding", .writable(.contentEncoding)),
+      ("user.contentLanguage", .writable(.contentLanguage)),
       ("user.contentType", .writable(.contentType)),
       ("user.custom.location", .custom("location")), ("user.custom.a.b", .custom("a.b")),
       ("user.custom.", .unknown), ("user.whatever", .unknown), ("user.contenttype", .unknown),
@@ -87,7 +91,8 @@ final class XattrMappingTests: XCTestCase {
       ("user.bucket", "demo"), ("user.generation", "17"), ("user.metageneration", "3"),
       ("user.fullPath", "images/forest.jpg"), ("user.name", "forest.jpg"), ("user.size", "1234"),
       ("user.timeCreated", "2024-05-01T10:20:30.123Z"), ("user.updated", "2024-05-02T10:20:30.123Z"),
-      ("user.md5Hash", "bWQ1"), ("user.contentType", "image/jpeg"), ("user.cacheControl", "public,max-age=300"),
+      ("user.md5Hash", "bWQ1"), ("user.contentType", "image/jpeg"),
+      ("user.cacheControl", "public,max-age=300"),
       ("user.contentLanguage", nil), ("user.custom.location", "Yosemite, CA, USA"), ("user.custom.nope", nil),
     ]
     for (name, value) in table { XCTAssertEqual(XattrName(name)!.value(in: m), value, name) }
@@ -104,8 +109,10 @@ final class XattrMappingTests: XCTestCase {
   }
 
   func testPatchesCarryOnlyTheirField() {
-    XCTAssertEqual(XattrName("user.contentType")!.patch("text/plain"), MetadataPatch(fields: [.contentType: "text/plain"]))
-    XCTAssertEqual(XattrName("user.cacheControl")!.patch(nil), MetadataPatch(fields: [.cacheControl: String?.none]))
+    XCTAssertEqual(
+      XattrName("user.contentType")!.patch("text/plain"), MetadataPatch(fields: [.contentType: "text/plain"]))
+    XCTAssertEqual(
+      XattrName("user.cacheControl")!.patch(nil), MetadataPatch(fields: [.cacheControl: String?.none]))
     XCTAssertEqual(XattrName("user.custom.k")!.patch("v"), MetadataPatch(custom: ["k": "v"]))
     XCTAssertEqual(XattrName("user.custom.k")!.patch(nil), MetadataPatch(custom: ["k": String?.none]))
   }
@@ -113,7 +120,10 @@ final class XattrMappingTests: XCTestCase {
   func testCustomMetadataLimits() {
     XCTAssertTrue(MetadataLimits.fits(["k": String(repeating: "v", count: 4096)]))
     XCTAssertFalse(MetadataLimits.fits(["k": String(repeating: "v", count: 4097)]))
-    XCTAssertTrue(MetadataLimits.fits(["a": String(repeating: "v", count: 4095), "b": String(repeating: "v", count: 4095)]))
+    XCTAssertTrue(
+      MetadataLimits.fits([
+        "a": String(repeating: "v", count: 4095), "b": String(repeating: "v", count: 4095),
+      ]))
     XCTAssertFalse(
       MetadataLimits.fits([
         "a": String(repeating: "v", count: 4000), "b": String(repeating: "v", count: 4000),

@@ -26,7 +26,8 @@ final class NameRulesTests: XCTestCase {
       ("other/x", "dir/", nil),
     ]
     for row in table {
-      XCTAssertEqual(Names.fileComponent(item: row.item, under: row.prefix).map(String.init), row.expected, row.item)
+      XCTAssertEqual(
+        Names.fileComponent(item: row.item, under: row.prefix).map(String.init), row.expected, row.item)
     }
   }
 
@@ -40,7 +41,8 @@ final class NameRulesTests: XCTestCase {
     ]
     for row in table {
       XCTAssertEqual(
-        Names.directoryComponent(listed: row.listed, under: row.prefix).map(String.init), row.expected, row.listed)
+        Names.directoryComponent(listed: row.listed, under: row.prefix).map(String.init), row.expected,
+        row.listed)
     }
   }
 

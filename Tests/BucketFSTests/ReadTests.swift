@@ -52,7 +52,8 @@ final class ReadTests: XCTestCase {
       let size = Int.random(in: 1...200_000)
       let chunk = try await fs.read(inode: inode, handle: opened.handle, offset: UInt64(offset), size: size)
       let end = min(offset + size, data.count)
-      XCTAssertTrue(chunk == (offset < data.count ? Array(data[offset..<end]) : []), "at \(offset) size \(size)")
+      XCTAssertTrue(
+        chunk == (offset < data.count ? Array(data[offset..<end]) : []), "at \(offset) size \(size)")
     }
   }
 
@@ -63,7 +64,8 @@ final class ReadTests: XCTestCase {
     let inode = try await fs.inode(at: "f")
     let opened = try await fs.open(inode: inode, flags: O_RDONLY)
     await XCTAssertEqualAsync(
-      try await fs.read(inode: inode, handle: opened.handle, offset: 0, size: 10), Array(repeating: 1, count: 10))
+      try await fs.read(inode: inode, handle: opened.handle, offset: 0, size: 10),
+      Array(repeating: 1, count: 10))
     store.put("f", data: Array(repeating: 2, count: 8 << 20))
     // Bytes already read ahead belong to the pinned generation; new ones can't be had.
     await XCTAssertErrno(.stale) {

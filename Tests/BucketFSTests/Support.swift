@@ -91,7 +91,9 @@ extension BucketFileSystem {
     var inode: UInt64 = 1
     var kind: FileAttributes.Kind = .directory
     for component in path.split(separator: "/") {
-      guard let attributes = try await lookup(parent: inode, name: String(component)).attributes else { return nil }
+      guard let attributes = try await lookup(parent: inode, name: String(component)).attributes else {
+        return nil
+      }
       inode = attributes.inode
       kind = attributes.kind
     }

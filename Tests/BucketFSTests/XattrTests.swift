@@ -71,7 +71,9 @@ final class XattrTests: XCTestCase {
     try await fs.removexattr(inode: forest, name: "user.custom.location")
     XCTAssertEqual(store.object("images/forest.jpg")!.custom, ["activity": "Hiking", "camera": "X100"])
     await XCTAssertFalseAsync(try await fs.listxattr(inode: forest).contains("user.custom.location"))
-    await XCTAssertErrno(.noData) { try await self.fs.removexattr(inode: self.forest, name: "user.custom.location") }
+    await XCTAssertErrno(.noData) {
+      try await self.fs.removexattr(inode: self.forest, name: "user.custom.location")
+    }
 
     try await fs.removexattr(inode: forest, name: "user.cacheControl")
     XCTAssertNil(store.object("images/forest.jpg")!.cacheControl)
@@ -85,10 +87,12 @@ final class XattrTests: XCTestCase {
 
   func testCreateAndReplaceFlags() async throws {
     await XCTAssertErrno(.exists) {
-      try await self.fs.setxattr(inode: self.forest, name: "user.contentType", value: bytes("x"), flags: .create)
+      try await self.fs.setxattr(
+        inode: self.forest, name: "user.contentType", value: bytes("x"), flags: .create)
     }
     await XCTAssertErrno(.noData) {
-      try await self.fs.setxattr(inode: self.forest, name: "user.contentLanguage", value: bytes("en"), flags: .replace)
+      try await self.fs.setxattr(
+        inode: self.forest, name: "user.contentLanguage", value: bytes("en"), flags: .replace)
     }
     XCTAssertEqual(store.calls(.patch), [], "decided without sending")
     try await fs.setxattr(inode: forest, name: "user.contentLanguage", value: bytes("en"), flags: .create)
@@ -103,7 +107,8 @@ final class XattrTests: XCTestCase {
       _ = try? store.applyPatch("images/forest.jpg", MetadataPatch(custom: ["camera": "theirs"]))
     }
     await XCTAssertErrno(.exists) {
-      try await self.fs.setxattr(inode: self.forest, name: "user.custom.camera", value: bytes("ours"), flags: .create)
+      try await self.fs.setxattr(
+        inode: self.forest, name: "user.custom.camera", value: bytes("ours"), flags: .create)
     }
     XCTAssertEqual(store.object("images/forest.jpg")!.custom["camera"], "theirs")
     XCTAssertEqual(store.calls(.patch).count, 1)
@@ -125,11 +130,15 @@ final class XattrTests: XCTestCase {
     store.beforeNextPatch { store in
       _ = try? store.applyPatch("images/forest.jpg", MetadataPatch(custom: ["activity": nil]))
     }
-    await XCTAssertErrno(.noData) { try await self.fs.removexattr(inode: self.forest, name: "user.custom.activity") }
+    await XCTAssertErrno(.noData) {
+      try await self.fs.removexattr(inode: self.forest, name: "user.custom.activity")
+    }
   }
 
   func testReadOnlyPropertiesAndForeignNamespacesSendNothing() async throws {
-    for name in ["user.md5Hash", "user.size", "user.generation", "user.bucket", "user.nonsense", "user.custom."] {
+    for name in [
+      "user.md5Hash", "user.size", "user.generation", "user.bucket", "user.nonsense", "user.custom.",
+    ] {
       await XCTAssertErrno(.notPermitted) {
         try await self.fs.setxattr(inode: self.forest, name: name, value: bytes("1"), flags: [])
       }
@@ -153,8 +162,10 @@ final class XattrTests: XCTestCase {
       try await self.fs.setxattr(
         inode: self.forest, name: "user.custom.k", value: Array(repeating: 0x61, count: 4097), flags: [])
     }
-    try await fs.setxattr(inode: forest, name: "user.custom.a", value: Array(repeating: 0x61, count: 4000), flags: [])
-    try await fs.setxattr(inode: forest, name: "user.custom.b", value: Array(repeating: 0x61, count: 3000), flags: [])
+    try await fs.setxattr(
+      inode: forest, name: "user.custom.a", value: Array(repeating: 0x61, count: 4000), flags: [])
+    try await fs.setxattr(
+      inode: forest, name: "user.custom.b", value: Array(repeating: 0x61, count: 3000), flags: [])
     store.resetCalls()
     await XCTAssertErrno(.tooBig) {
       try await self.fs.setxattr(
@@ -177,7 +188,9 @@ final class XattrTests: XCTestCase {
     await XCTAssertErrno(.notPermitted) {
       try await self.fs.setxattr(inode: images, name: "user.contentType", value: bytes("x"), flags: [])
     }
-    await XCTAssertErrno(.notSupported) { _ = try await self.fs.getxattr(inode: images, name: "security.selinux") }
+    await XCTAssertErrno(.notSupported) {
+      _ = try await self.fs.getxattr(inode: images, name: "security.selinux")
+    }
   }
 
   func testReadOnlyMount() async throws {

@@ -1,0 +1,102 @@
+import CloudStorage
+import Foundation
+import ObjectStore
+import StorageFake
+import XCTest
+
+/// How object resources and list pages are decoded.
+final class DecodingTests: XCTestCase {
+  func testMetadataFromTheFakeMatchesTheModel() async throws {
+    try await withFakeServer { server, client in
+      let stored = server.store.put(
+        "docs/report.pdf", data: Array(repeating: 7, count: 1234), contentType: "application/pdf",
+        cacheControl: "no-cache", contentDisposition: "attachment", contentEncoding: "identity",
+        contentLanguage: "en", custom: ["owner": "ana", "ключ": "значение", "empty": ""])
+      let meta = try await client.metadata(of: "docs/report.pdf")
+      // The fake sends int64 fields as JSON strings, as the service does.
+      XCTAssertEqual(meta.size, 1234)
+      XCTAssertEqual(meta.generation, stored.generation)
+      XCTAssertGreaterThan(meta.generation, Int64(Int32.max), "generations need 64 bits")
+      XCTAssertEqual(meta.metageneration, 1)
+      XCTAssertEqual(meta.bucket, "bkt")
+      XCTAssertEqual(meta.timeCreated, stored.timeCreated)
+      XCTAssertEqual(meta.updated, stored.updated)
+      XCTAssertEqual(meta.md5Hash, stored.md5Hash)
+      XCTAssertEqual(meta.crc32c, stored.crc32c)
+      XCTAssertEqual(meta.etag, stored.etag)
+      XCTAssertEqual(meta.storageClass, "STANDARD")
+      XCTAssertEqual(meta.contentType, "application/pdf")
+      XCTAssertEqual(meta.cacheControl, "no-cache")
+      XCTAssertEqual(meta.contentDisposition, "attachment")
+      XCTAssertEqual(meta.contentEncoding, "identity")
+      XCTAssertEqual(meta.contentLanguage, "en")
+      XCTAssertEqual(meta.custom, ["owner": "ana", "ключ": "значение", "empty": ""])
+      XCTAssertEqual(meta, stored)
+    }
+  }
+
+  func testUnsetPropertiesAreNil() async throws {
+    try await withFakeServer { server, client in
+      server.store.put("bare", data: [])
+      let meta = try await client.metadata(of: "bare")
+      XCTAssertEqual(meta.size, 0)
+      XCTAssertNil(meta.contentType)
+      XCTAssertNil(meta.cacheControl)
+      XCTAssertNil(meta.contentDisposition)
+      XCTAssertNil(meta.contentEncoding)
+      XCTAssertNil(meta.contentLanguage)
+      XCTAssertEqual(meta.custom, [:])
+    }
+  }
+
+  func testListItemsDecodeLikeMetadata() async throws {
+    try await withFakeServer { server, client in
+      let stored = server.store.put("d/x", data: [1, 2, 3], contentType: "text/plain", custom: ["k": "v"])
+      let page = try await client.list(prefix: "d/", delimiter: "/", pageSize: 100, pageToken: nil)
+      XCTAssertEqual(page.items, [stored])
+      XCTAssertNil(page.nextPageToken)
+    }
+  }
+
+  /// The service sends int64 as strings, but numbers are accepted too; absent, empty and null
+  /// properties are all "unset".
+  func testLenientDecodingOfHandWrittenResources() async throws {
+    let object = """
+      {"kind":"storage#object","name":"n","bucket":"bkt","size":42,"generation":1700000000000001,
+       "metageneration":"3","timeCreated":"2024-05-01T12:34:56.789Z","updated":"2024-05-02T00:00:00.000Z",
+       "contentType":"","cacheControl":null,"contentLanguage":"fr",
+       "metadata":{"a":"1","gone":null,"":"empty key"}}
+      """
+    try await withCannedServer(handler: { _ in .json(200, object) }) { _, client in
+      let meta = try await client.metadata(of: "n")
+      XCTAssertEqual(meta.size, 42)
+      XCTAssertEqual(meta.generation, 1_700_000_000_000_001)
+      XCTAssertEqual(meta.metageneration, 3)
+      XCTAssertEqual(meta.timeCreated, "2024-05-01T12:34:56.789Z")
+      XCTAssertEqual(meta.updated, "2024-05-02T00:00:00.000Z")
+      XCTAssertNil(meta.contentType, "an empty property is unset")
+      XCTAssertNil(meta.cacheControl, "a null property is unset")
+      XCTAssertNil(meta.md5Hash)
+      XCTAssertNil(meta.etag)
+      XCTAssertEqual(meta.contentLanguage, "fr")
+      XCTAssertEqual(meta.custom, ["a": "1", "": "empty key"])
+    }
+  }
+
+  func testListPageWithEmptyNextPageTokenAndNoItems() async throws {
+    let body = #"{"kind":"storage#objects","prefixes":["p/a/","p/b/"],"nextPageToken":""}"#
+    try await withCannedServer(handler: { _ in .json(200, body) }) { _, client in
+      let page = try await client.list(prefix: "p/", delimiter: "/", pageSize: 10, pageToken: nil)
+      XCTAssertEqual(page.items, [])
+      XCTAssertEqual(page.prefixes, ["p/a/", "p/b/"])
+      XCTAssertNil(page.nextPageToken, "an empty token means the end")
+    }
+  }
+
+  func testEmptyListPage() async throws {
+    try await withFakeServer { _, client in
+      let page = try await client.list(prefix: "nothing/", delimiter: "/", pageSize: 10, pageToken: nil)
+      XCTAssertEqual(page, ListPage(items: [], prefixes: [], nextPageToken: nil))
+    }
+  }
+}

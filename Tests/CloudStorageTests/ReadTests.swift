@@ -1,0 +1,87 @@
+import CloudStorage
+import Foundation
+import ObjectStore
+import StorageFake
+import XCTest
+
+/// Ranged media reads of one pinned generation.
+final class ReadTests: XCTestCase {
+  func testRangesReturnExactBytes() async throws {
+    let data = (0..<5000).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ 7) }
+    try await withFakeServer { server, client in
+      let meta = server.store.put("blob", data: data)
+      let size = Int64(data.count)
+      let ranges: [Range<Int64>] = [
+        0..<1, 0..<size, 1..<2, 100..<1124, 4095..<4097, size - 1..<size, size - 10..<size,
+      ]
+      for range in ranges {
+        let bytes = try await client.read("blob", generation: meta.generation, range: range)
+        XCTAssertEqual(bytes, Array(data[Int(range.lowerBound)..<Int(range.upperBound)]), "\(range)")
+      }
+      let sent = server.requests(.media).map { $0.header("Range") }
+      XCTAssertEqual(
+        sent, ranges.map { "bytes=\($0.lowerBound)-\($0.upperBound - 1)" }, "one Range header per read")
+    }
+  }
+
+  func testRangePastTheEndGivesFewerBytes() async throws {
+    try await withFakeServer { server, client in
+      let meta = server.store.put("ten", data: Array(0..<10))
+      let bytes = try await client.read("ten", generation: meta.generation, range: 6..<4096)
+      XCTAssertEqual(bytes, [6, 7, 8, 9])
+    }
+  }
+
+  func testEmptyObjectReadsAsNothing() async throws {
+    try await withFakeServer { server, client in
+      let meta = server.store.put("empty", data: [])
+      let bytes = try await client.read("empty", generation: meta.generation, range: 0..<4096)
+      XCTAssertEqual(bytes, [])
+    }
+  }
+
+  func testStaleGenerationIsNotFound() async throws {
+    try await withFakeServer { server, client in
+      let old = server.store.put("f", data: Array("old".utf8))
+      let new = server.store.put("f", data: Array("new contents".utf8))
+      XCTAssertNotEqual(old.generation, new.generation)
+      let error = await storageError { try await client.read("f", generation: old.generation, range: 0..<3) }
+      XCTAssertEqual(error, .notFound)
+      // The live generation still reads.
+      let bytes = try await client.read("f", generation: new.generation, range: 0..<3)
+      XCTAssertEqual(bytes, Array("new".utf8))
+      XCTAssertEqual(server.requests(.media).count, 2, "a 404 is not retried")
+    }
+  }
+
+  func testDeletedObjectIsNotFound() async throws {
+    try await withFakeServer { server, client in
+      let meta = server.store.put("f", data: [1, 2, 3])
+      server.store.delete("f")
+      let error = await storageError { try await client.read("f", generation: meta.generation, range: 0..<3) }
+      XCTAssertEqual(error, .notFound)
+    }
+  }
+
+  /// A server that ignores Range and sends the whole object (200): the client takes the slice.
+  func testWholeObjectAnswerIsSliced() async throws {
+    let data = Array(0..<200).map { UInt8($0) }
+    try await withCannedServer(handler: { _ in .init(200, body: data) }) { server, client in
+      let bytes = try await client.read("x", generation: 1, range: 50..<60)
+      XCTAssertEqual(bytes, Array(data[50..<60]))
+      let tail = try await client.read("x", generation: 1, range: 195..<300)
+      XCTAssertEqual(tail, Array(data[195..<200]))
+      XCTAssertEqual(server.requests.first?.header("Range"), "bytes=50-59")
+    }
+  }
+
+  /// A 206 for some other range than the one asked for is not silently used.
+  func testMismatchedContentRangeIsInvalid() async throws {
+    try await withCannedServer(handler: { _ in
+      .init(206, headers: [("Content-Range", "bytes 0-9/100")], body: Array(0..<10))
+    }) { _, client in
+      let error = await storageError { try await client.read("x", generation: 1, range: 50..<60) }
+      guard case .invalidResponse = error else { return XCTFail("got \(String(describing: error))") }
+    }
+  }
+}
