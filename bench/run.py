@@ -1,0 +1,708 @@
+#!/usr/bin/env python3
+"""bucketfs vs rclone mount vs direct HTTP, on one fake-gcs-server, in one run.
+
+Starts one fake-gcs-server (memory backend, scripts/fakegcs.py), seeds it
+once, puts the request-counting proxy in front of it, and measures:
+
+  1. cold `ls -l` of a directory of N1 objects (wall, requests by kind)
+  2. `ls -f | head -1` on a directory of N2 objects (wall, list calls)
+  3. peak RSS (VmHWM) of each mount process during (2) and during a full
+     `ls -l` of the N2 directory
+  4. sequential read of a SIZE object with dd bs=1M vs curl (direct)
+  5. `getfattr -d` over X files right after `ls -l` of their directory
+  6. `stat` of 50 different cold files of one directory in parallel
+
+Each data set lives in its own bucket: the emulator's memory backend inserts
+in O(objects in the bucket), so seeding one bucket of 100,000 is quadratic;
+separate buckets keep the other sets cheap and their listings independent.
+
+Usage:  .venv/bin/python bench/run.py [--quick] [--n1 N] [--n2 N] [--size-mib M] ...
+Every mount is unmounted and every process stopped in `finally` blocks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "scripts"))
+import fakegcs as F  # noqa: E402
+
+import requests  # noqa: E402  (in .venv)
+
+ENV = {**os.environ, "LC_ALL": "C.UTF-8", "LANG": "C.UTF-8"}
+for _k in ("STORAGE_EMULATOR_HOST", "GOOGLE_APPLICATION_CREDENTIALS"):
+    ENV.pop(_k, None)
+
+B_LS, B_BIG, B_XATTR, B_STAT, B_READ = "bench-ls", "bench-big", "bench-xattr", "bench-stat", "bench-read"
+DIR = "dir"  # every set is the directory DIR/ of its bucket
+
+
+def log(*a) -> None:
+    print("[bench]", *a, file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------------------
+# seeding
+
+
+class Seeder:
+    """Small objects with uploadType=media over keep-alive sessions (one per thread)."""
+
+    def __init__(self, url: str, workers: int):
+        self.url, self.workers = url, workers
+        self._local = threading.local()
+
+    def _sess(self) -> requests.Session:
+        s = getattr(self._local, "s", None)
+        if s is None:
+            s = self._local.s = requests.Session()
+        return s
+
+    def _up(self, bucket: str, name: str, data: bytes) -> None:
+        r = self._sess().post(f"{self.url}/upload/storage/v1/b/{bucket}/o",
+                              params={"uploadType": "media", "name": name}, data=data,
+                              headers={"Content-Type": "text/plain"}, timeout=120)
+        r.raise_for_status()
+
+    def many(self, bucket: str, names: list[str]) -> None:
+        with ThreadPoolExecutor(self.workers) as ex:
+            for f in [ex.submit(self._up, bucket, n, n.encode()) for n in names]:
+                f.result()
+
+    def big(self, bucket: str, name: str, size: int) -> None:
+        block = os.urandom(1 << 20)
+        body = block * (size // len(block)) + block[: size % len(block)]
+        r = self._sess().post(f"{self.url}/upload/storage/v1/b/{bucket}/o",
+                              params={"uploadType": "media", "name": name}, data=body,
+                              headers={"Content-Type": "application/octet-stream"}, timeout=600)
+        r.raise_for_status()
+
+
+def names(n: int) -> list[str]:
+    return [f"{DIR}/f{i:07d}" for i in range(n)]
+
+
+def seed(gcs: F.FakeGCS, a) -> dict:
+    c = gcs.client()
+    s = Seeder(gcs.url, a.seed_workers)
+    t = {}
+    for b in (B_LS, B_BIG, B_XATTR, B_STAT, B_READ):
+        c.create_bucket(b)
+    t0 = time.monotonic()
+    s.many(B_LS, names(a.n1))
+    t["ls"] = time.monotonic() - t0
+    t0 = time.monotonic()
+    s.many(B_BIG, names(a.n2))
+    t["big"] = time.monotonic() - t0
+    t0 = time.monotonic()
+    # metadata-rich objects for getfattr: contentType, cacheControl, custom metadata (multipart)
+    c.upload_many(B_XATTR, [F.Obj(n, b"x", content_type="text/plain", cache_control="public,max-age=60",
+                                  metadata={"owner": "bench", "index": n[-7:]}) for n in names(a.xattr_files)],
+                  workers=a.seed_workers)
+    s.many(B_STAT, names(a.stat_files))
+    s.big(B_READ, f"{DIR}/blob", a.size_mib << 20)
+    t["rest"] = time.monotonic() - t0
+    return t
+
+
+# ---------------------------------------------------------------------------
+# processes and mounts
+
+
+def fuse_mounts() -> set[str]:
+    out = set()
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            left, _, right = line.partition(" - ")
+            if right.split()[0].startswith("fuse"):
+                out.add(left.split()[4])
+    return out
+
+
+def wait_for(pred, timeout: float, interval: float = 0.05) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(interval)
+    return pred()
+
+
+def pids_with_arg(arg: str) -> list[int]:
+    pids = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit() or int(d) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{d}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+            with open(f"/proc/{d}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    continue
+        except OSError:
+            continue
+        if arg.encode() in argv:
+            pids.append(int(d))
+    return pids
+
+
+def pids_with_arg_prefix(prefix: str) -> list[int]:
+    pids = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit() or int(d) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{d}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue
+        if any(x.startswith(prefix.encode() + b"/") for x in argv):
+            pids.append(int(d))
+    return pids
+
+
+def proc_status(pid: int) -> dict[str, int]:
+    """VmHWM / VmRSS in KiB."""
+    out = {}
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                k, _, v = line.partition(":")
+                if k in ("VmHWM", "VmRSS"):
+                    out[k] = int(v.split()[0])
+    except OSError:
+        pass
+    return out
+
+
+class Mount:
+    """One mount of one bucket by one tool; always torn down by close()."""
+
+    kind = "?"
+
+    def __init__(self, root: str, bucket: str, endpoint: str, log_dir: str):
+        self.bucket, self.endpoint = bucket, endpoint
+        self.path = tempfile.mkdtemp(prefix=f"mnt-{self.kind}-", dir=root)
+        self.log_path = os.path.join(log_dir, os.path.basename(self.path) + ".log")
+        self.proc: subprocess.Popen | None = None
+
+    def p(self, *parts: str) -> str:
+        return os.path.join(self.path, *parts)
+
+    @property
+    def mounted(self) -> bool:
+        return self.path in fuse_mounts()
+
+    def __enter__(self):
+        try:
+            self.open()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def close(self) -> None:
+        if self.mounted:
+            self._unmount()
+            wait_for(lambda: not self.mounted, 10)
+        if self.mounted:
+            subprocess.run(["fusermount3", "-u", "-z", self.path], capture_output=True, timeout=15)
+            wait_for(lambda: not self.mounted, 5)
+        pids = self.pids()
+        if self.proc is not None and self.proc.poll() is None:
+            pids.append(self.proc.pid)
+        for pid in set(pids):
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        if self.proc is not None:
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=5)
+        for pid in set(pids):
+            if wait_for(lambda: not os.path.exists(f"/proc/{pid}"), 5):
+                continue
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        try:
+            os.rmdir(self.path)
+        except OSError:
+            pass
+
+    def pids(self) -> list[int]:
+        return pids_with_arg(self.path)
+
+
+class BucketFSMount(Mount):
+    kind = "bucketfs"
+    binary = str(REPO / ".build" / "debug" / "bucketfs")
+
+    def open(self) -> None:
+        args = [self.binary, "mount", f"gs://{self.bucket}", self.path, "--endpoint", self.endpoint,
+                "--anonymous", "--log-level", "warning", "--log-file", self.log_path]
+        r = subprocess.run(args, env=ENV, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+        if r.returncode != 0 or not self.mounted:
+            raise RuntimeError(f"bucketfs mount failed ({r.returncode}): {r.stderr.strip()}")
+
+    def pid(self) -> int:
+        # the daemon: `bucketfs mount ... --foreground --ready-fd N` naming this mountpoint
+        ps = [p for p in self.pids() if b"--ready-fd" in open(f"/proc/{p}/cmdline", "rb").read()]
+        if len(ps) != 1:
+            raise RuntimeError(f"expected one bucketfs daemon for {self.path}, found {ps}")
+        return ps[0]
+
+    def _unmount(self) -> None:
+        subprocess.run([self.binary, "unmount", self.path], capture_output=True, timeout=30, env=ENV)
+
+
+class RcloneMount(Mount):
+    kind = "rclone"
+
+    def open(self) -> None:
+        env = dict(ENV, RCLONE_CONFIG_BENCHGCS_TYPE="gcs", RCLONE_CONFIG_BENCHGCS_ANONYMOUS="true",
+                   RCLONE_CONFIG_BENCHGCS_ENDPOINT=self.endpoint + "/storage/v1/",
+                   RCLONE_CONFIG_BENCHGCS_BUCKET_POLICY_ONLY="true", RCLONE_CONFIG="/dev/null")
+        args = ["rclone", "mount", f"benchgcs:{self.bucket}", self.path, "--log-file", self.log_path,
+                "--log-level", "NOTICE"]
+        self.proc = subprocess.Popen(args, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL, start_new_session=True)
+        if not wait_for(lambda: self.mounted or self.proc.poll() is not None, 30) or not self.mounted:
+            raise RuntimeError(f"rclone mount did not come up (rc={self.proc.poll()}); see {self.log_path}")
+
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def _unmount(self) -> None:
+        subprocess.run(["fusermount3", "-u", self.path], capture_output=True, timeout=30)
+
+
+TOOLS = {"bucketfs": BucketFSMount, "rclone": RcloneMount}
+
+
+# ---------------------------------------------------------------------------
+# measurements
+
+
+def sh(cmd, **kw) -> float:
+    """Run a command (list, or str through /bin/sh with default SIGPIPE); wall seconds."""
+    t0 = time.perf_counter()
+    r = subprocess.run(cmd, shell=isinstance(cmd, str), env=ENV, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.PIPE, restore_signals=True, timeout=kw.get("timeout", 1800))
+    dt = time.perf_counter() - t0
+    if r.returncode != 0 and not kw.get("ok_fail"):
+        raise RuntimeError(f"{cmd!r} failed ({r.returncode}): {r.stderr.decode(errors='replace')[-500:]}")
+    return dt
+
+
+def counted(proxy: F.CountingProxy, fn) -> tuple[float, dict]:
+    proxy.settle(0.3, 5)
+    proxy.reset()
+    dt = fn()
+    proxy.settle(0.5, 10)  # requests made in the background after the command returned count too
+    return dt, proxy.counts()
+
+
+def median_run(reps: int, fn) -> tuple[float, dict, list[float]]:
+    """fn() -> (seconds, extra); returns the median seconds, the extra of the median run, all times."""
+    runs = [fn() for _ in range(reps)]
+    runs.sort(key=lambda r: r[0])
+    mid = runs[(len(runs) - 1) // 2]
+    return mid[0], mid[1], [r[0] for r in runs]
+
+
+def direct_list(url: str, bucket: str, prefix: str, page: int = 1000) -> float:
+    s = requests.Session()
+    t0 = time.perf_counter()
+    token, n = None, 0
+    while True:
+        params = {"prefix": prefix, "delimiter": "/", "maxResults": str(page)}
+        if token:
+            params["pageToken"] = token
+        r = s.get(f"{url}/storage/v1/b/{bucket}/o", params=params, timeout=120)
+        r.raise_for_status()
+        j = r.json()
+        n += len(j.get("items", []))
+        token = j.get("nextPageToken")
+        if not token:
+            break
+    dt = time.perf_counter() - t0
+    s.close()
+    return dt
+
+
+def timed_and_counted(bench, reps: int, once) -> dict:
+    """once(url, proxied) -> seconds (or (seconds, extra)). Wall times come from `reps` runs
+    against the emulator itself (the counting proxy adds ~44 ms to every keep-alive response:
+    it writes headers and body separately, so Nagle meets delayed ACK); requests are counted
+    in one more run through the proxy."""
+    def norm(v):
+        return v if isinstance(v, tuple) else (v, {})
+    def plain():
+        return norm(once(bench.gcs.url, False))
+    s, extra, alls = median_run(reps, plain)
+    holder = {}
+    def prox():
+        holder["v"] = norm(once(bench.proxy.url, True))
+        return holder["v"][0]
+    _, c = counted(bench.proxy, prox)
+    return {"s": s, "all": alls, **extra, "req": c, "proxied_s": holder["v"][0]}
+
+
+class Bench:
+    def __init__(self, a, gcs: F.FakeGCS, proxy: F.CountingProxy, root: str, log_dir: str):
+        self.a, self.gcs, self.proxy, self.root, self.log_dir = a, gcs, proxy, root, log_dir
+        self.res: dict = {}
+
+    def mount(self, tool: str, bucket: str, url: str) -> Mount:
+        return TOOLS[tool](self.root, bucket, url, self.log_dir)
+
+    # 1 -------------------------------------------------------------------
+    def t1_ls(self):
+        a, out = self.a, {}
+        for tool in a.tools:
+            def once(url, proxied):
+                with self.mount(tool, B_LS, url) as m:
+                    os.stat(m.p(DIR))
+                    if proxied:
+                        self.proxy.settle(0.3, 5)
+                        self.proxy.reset()
+                    return sh(["ls", "-l", m.p(DIR)])
+            out[tool] = timed_and_counted(self, a.repeat, once)
+        out["direct"] = timed_and_counted(self, a.repeat, lambda url, _: direct_list(url, B_LS, DIR + "/"))
+        self.res["1"] = out
+
+    # 2 + 3 ---------------------------------------------------------------
+    def t2_head_and_rss(self):
+        a, out = self.a, {}
+        for tool in a.tools:
+            def once(url, proxied):
+                with self.mount(tool, B_BIG, url) as m:
+                    pid = m.pid()
+                    os.stat(m.p(DIR))
+                    if proxied:
+                        self.proxy.settle(0.3, 5)
+                        self.proxy.reset()
+                    dt = sh(f"ls -f '{m.p(DIR)}' | head -1")
+                    if proxied:
+                        self.proxy.settle(0.5, 10)
+                    return dt, {"hwm_kib": proc_status(pid).get("VmHWM")}
+
+            def full(url, proxied):
+                with self.mount(tool, B_BIG, url) as m:
+                    pid = m.pid()
+                    os.stat(m.p(DIR))
+                    if proxied:
+                        self.proxy.settle(0.3, 5)
+                        self.proxy.reset()
+                    dt = sh(["ls", "-l", m.p(DIR)])
+                    st = proc_status(pid)
+                    return dt, {"full_hwm_kib": st.get("VmHWM"), "full_rss_kib": st.get("VmRSS")}
+            r = timed_and_counted(self, a.repeat, once)
+            f = timed_and_counted(self, 1, full)
+            r.update({"full_s": f["s"], "full_req": f["req"], "full_hwm_kib": f["full_hwm_kib"],
+                      "full_rss_kib": f["full_rss_kib"]})
+            out[tool] = r
+
+        def first_page(url, _):
+            s = requests.Session()
+            t0 = time.perf_counter()
+            s.get(f"{url}/storage/v1/b/{B_BIG}/o",
+                  params={"prefix": DIR + "/", "delimiter": "/", "maxResults": "1000"}, timeout=60).raise_for_status()
+            dt = time.perf_counter() - t0
+            s.close()
+            return dt
+        out["direct"] = timed_and_counted(self, a.repeat, first_page)
+        self.res["2"] = out
+
+    # 4 -------------------------------------------------------------------
+    def t4_read(self):
+        a, out = self.a, {}
+        size = a.size_mib << 20
+        for tool in a.tools:
+            def once():
+                with self.mount(tool, B_READ, self.gcs.url) as m:
+                    os.stat(m.p(DIR, "blob"))
+                    return sh(["dd", f"if={m.p(DIR, 'blob')}", "of=/dev/null", "bs=1M"]), {}
+            s, _, alls = median_run(a.repeat, once)
+            out[tool] = {"s": s, "mbs": size / s / 1e6, "all": alls}
+        url = f"{self.gcs.url}/storage/v1/b/{B_READ}/o/{F.q(DIR + '/blob')}?alt=media"
+        s, _, alls = median_run(a.repeat, lambda: (sh(["curl", "-sf", "-o", "/dev/null", url]), {}))
+        out["curl"] = {"s": s, "mbs": size / s / 1e6, "all": alls}
+        self.res["4"] = out
+
+    # 5 -------------------------------------------------------------------
+    def t5_getfattr(self):
+        a, out = self.a, {}
+        files = [os.path.basename(n) for n in names(a.xattr_files)]
+        if "bucketfs" in a.tools:
+            def once(url, proxied):
+                with self.mount("bucketfs", B_XATTR, url) as m:
+                    sh(["ls", "-l", m.p(DIR)])
+                    paths = [m.p(DIR, f) for f in files]
+                    if proxied:
+                        self.proxy.settle(0.3, 5)
+                        self.proxy.reset()
+                    return sh(["getfattr", "-d", "--absolute-names", "--", *paths])
+            out["bucketfs"] = timed_and_counted(self, a.repeat, once)
+
+        # direct: what a client without a listing cache pays: one metadata GET per object
+        def direct(url, _):
+            s = requests.Session()
+            t0 = time.perf_counter()
+            for n in names(a.xattr_files):
+                s.get(f"{url}/storage/v1/b/{B_XATTR}/o/{F.q(n)}", timeout=30).raise_for_status()
+            dt = time.perf_counter() - t0
+            s.close()
+            return dt
+        out["direct"] = timed_and_counted(self, 1, direct)
+        self.res["5"] = out
+
+    # 6 -------------------------------------------------------------------
+    def t6_stat(self):
+        a, out = self.a, {}
+        files = [os.path.basename(n) for n in names(a.stat_files)]
+
+        def parallel(fn, items) -> float:
+            barrier = threading.Barrier(len(items) + 1)
+            errs = []
+
+            def work(x):
+                barrier.wait()
+                try:
+                    fn(x)
+                except Exception as e:  # noqa: BLE001
+                    errs.append(e)
+            ts = [threading.Thread(target=work, args=(x,)) for x in items]
+            for t in ts:
+                t.start()
+            barrier.wait()
+            t0 = time.perf_counter()
+            for t in ts:
+                t.join()
+            dt = time.perf_counter() - t0
+            if errs:
+                raise errs[0]
+            return dt
+
+        for tool in a.tools:
+            def once(url, proxied):
+                with self.mount(tool, B_STAT, url) as m:
+                    os.stat(m.p(DIR))
+                    if proxied:
+                        self.proxy.settle(0.3, 5)
+                        self.proxy.reset()
+                    return parallel(os.stat, [m.p(DIR, f) for f in files])
+            out[tool] = timed_and_counted(self, a.repeat, once)
+
+        # references: one metadata GET (fresh connection, as a cold stat has none warm... keep-alive
+        # session warmed first, so this is the service's latency) and 50 GETs in parallel
+        def one(url, _):
+            s = requests.Session()
+            u = f"{url}/storage/v1/b/{B_STAT}/o/{F.q(names(1)[0])}"
+            s.get(u, timeout=30)
+            lat = []
+            for _ in range(5):
+                t0 = time.perf_counter()
+                s.get(u, timeout=30).raise_for_status()
+                lat.append(time.perf_counter() - t0)
+            s.close()
+            return statistics.median(lat)
+        out["one request"] = {"s": median_run(a.repeat, lambda: (one(self.gcs.url, False), {}))[0]}
+
+        def par(url, _):
+            local = threading.local()
+
+            def get(n):
+                ss = getattr(local, "s", None)
+                if ss is None:
+                    ss = local.s = requests.Session()
+                ss.get(f"{url}/storage/v1/b/{B_STAT}/o/{F.q(n)}", timeout=30).raise_for_status()
+            return parallel(get, names(a.stat_files))
+        out["direct x50 parallel"] = timed_and_counted(self, a.repeat, par)
+        self.res["6"] = out
+
+
+# ---------------------------------------------------------------------------
+# report
+
+
+def fmt_s(s: float) -> str:
+    if s < 0.1:
+        return f"{s * 1000:.1f} ms"
+    return f"{s * 1000:.0f} ms" if s < 10 else f"{s:.1f} s"
+
+
+def fmt_req(c: dict | None) -> str:
+    if not c:
+        return ""
+    other = sum(v for k, v in c.items() if k not in ("list", "metadata"))
+    return f"list {c.get('list', 0)}, metadata {c.get('metadata', 0)}, other {other}"
+
+
+def ratio(x: float | None, y: float | None) -> str:
+    return f"{x / y:.2f}×" if x and y else "n/a"
+
+
+def report(a, r: dict) -> str:
+    L = []
+    add = L.append
+    tools = a.tools
+    bf = "bucketfs" in tools and "rclone" in tools
+    add(f"| # | measurement | bucketfs | rclone mount | direct / reference | bucketfs ÷ reference | bucketfs ÷ rclone | goal |")
+    add("|---|---|---|---|---|---|---|---|")
+
+    def g(k, tool, f="s"):
+        return r.get(k, {}).get(tool, {}).get(f)
+
+    def cell(k, tool, f="s"):
+        v = g(k, tool, f)
+        return fmt_s(v) if v is not None else "not run"
+    # 1
+    add(f"| 1 | cold `ls -l`, {a.n1:,} objects: wall | {cell('1','bucketfs')} | {cell('1','rclone')} | "
+        f"{cell('1','direct')} (paging, maxResults=1000) | {ratio(g('1','bucketfs'), g('1','direct'))} | "
+        f"{ratio(g('1','bucketfs'), g('1','rclone'))} | ≤ 1.25× direct, < rclone |")
+    add(f"| 1 | … requests | {fmt_req(g('1','bucketfs','req'))} | {fmt_req(g('1','rclone','req'))} | "
+        f"{fmt_req(g('1','direct','req'))} | | | list = {math.ceil(a.n1 / 1000)}, nothing else |")
+    # 2
+    add(f"| 2 | `ls -f \\| head -1`, {a.n2:,} objects: wall | {cell('2','bucketfs')} | {cell('2','rclone')} | "
+        f"{cell('2','direct')} (first page) | {ratio(g('2','bucketfs'), g('2','direct'))} | "
+        f"{ratio(g('2','bucketfs'), g('2','rclone'))} | |")
+    add(f"| 2 | … requests | {fmt_req(g('2','bucketfs','req'))} | {fmt_req(g('2','rclone','req'))} | "
+        f"{fmt_req(g('2','direct','req'))} | | | list = 1 |")
+
+    def mib(k):
+        return lambda tool: (f"{g('2', tool, k) / 1024:.1f} MiB" if g('2', tool, k) else "not run")
+    add(f"| 3 | peak RSS (VmHWM) during (2) | {mib('hwm_kib')('bucketfs')} | {mib('hwm_kib')('rclone')} | | | "
+        f"{ratio(g('2','bucketfs','hwm_kib'), g('2','rclone','hwm_kib'))} | < 64 MiB |")
+    add(f"| 3 | peak RSS (VmHWM) during full `ls -l` of {a.n2:,} | {mib('full_hwm_kib')('bucketfs')} | "
+        f"{mib('full_hwm_kib')('rclone')} | | | {ratio(g('2','bucketfs','full_hwm_kib'), g('2','rclone','full_hwm_kib'))} | < 64 MiB |")
+    add(f"| 3 | … that full `ls -l`: wall; requests | {cell('2','bucketfs','full_s')}; {fmt_req(g('2','bucketfs','full_req'))} | "
+        f"{cell('2','rclone','full_s')}; {fmt_req(g('2','rclone','full_req'))} | | | "
+        f"{ratio(g('2','bucketfs','full_s'), g('2','rclone','full_s'))} | |")
+    # 4
+    def mbs(tool):
+        v = g("4", tool, "mbs")
+        return f"{v:.0f} MB/s" if v else "not run"
+    add(f"| 4 | sequential read {a.size_mib} MiB, dd bs=1M | {mbs('bucketfs')} | {mbs('rclone')} | "
+        f"curl {mbs('curl')} | {ratio(g('4','bucketfs','mbs'), g('4','curl','mbs'))} | "
+        f"{ratio(g('4','bucketfs','mbs'), g('4','rclone','mbs'))} | ≥ 0.9× curl |")
+    # 5
+    add(f"| 5 | `getfattr -d` × {a.xattr_files:,} after `ls -l`: wall | {cell('5','bucketfs')} | no xattrs | "
+        f"{cell('5','direct')} (one GET per object) | {ratio(g('5','bucketfs'), g('5','direct'))} | n/a | |")
+    add(f"| 5 | … requests | {fmt_req(g('5','bucketfs','req'))} | no xattrs | {fmt_req(g('5','direct','req'))} | | | 0 |")
+    # 6
+    add(f"| 6 | `stat` × {a.stat_files} cold files in parallel: wall | {cell('6','bucketfs')} | {cell('6','rclone')} | "
+        f"one GET {cell('6','one request')}; {a.stat_files} GETs in parallel {cell('6','direct x50 parallel')} | "
+        f"{ratio(g('6','bucketfs'), g('6','one request'))} of one GET | {ratio(g('6','bucketfs'), g('6','rclone'))} | ≈ one request |")
+    add(f"| 6 | … requests | {fmt_req(g('6','bucketfs','req'))} | {fmt_req(g('6','rclone','req'))} | "
+        f"{fmt_req(g('6','direct x50 parallel','req'))} | | | |")
+    add("")
+    add("Wall times: median of the runs against the emulator itself; requests: one more run through "
+        "the counting proxy (which adds ~44 ms to each keep-alive response, so it is not timed). "
+        "Reads (4) go straight to the emulator, like curl.")
+    return "\n".join(L)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="small sizes: N1=2000 N2=10000 SIZE=32 MiB, 1 repetition")
+    ap.add_argument("--n1", type=int, help="objects in the `ls -l` directory (default 10000)")
+    ap.add_argument("--n2", type=int, help="objects in the large directory (default 100000)")
+    ap.add_argument("--size-mib", type=int, help="size of the object read sequentially (default 256)")
+    ap.add_argument("--xattr-files", type=int, default=1000)
+    ap.add_argument("--stat-files", type=int, default=50)
+    ap.add_argument("--repeat", type=int, help="repetitions per timing, the median is reported (default 3; quick 1)")
+    ap.add_argument("--tools", default="bucketfs,rclone", help="comma-separated: bucketfs,rclone")
+    ap.add_argument("--only", default="1,2,4,5,6", help="measurements to run (3 comes with 2)")
+    ap.add_argument("--bucketfs-bin", default=os.environ.get("BUCKETFS_BIN") or BucketFSMount.binary)
+    ap.add_argument("--seed-workers", type=int, default=8)
+    ap.add_argument("--json", help="also write the raw results here")
+    ap.add_argument("--markdown", help="also write the table here")
+    a = ap.parse_args()
+    q = a.quick
+    a.n1 = a.n1 or (2000 if q else 10000)
+    a.n2 = a.n2 or (10000 if q else 100000)
+    a.size_mib = a.size_mib or (32 if q else 256)
+    a.repeat = a.repeat or (1 if q else 3)
+    a.tools = [t for t in a.tools.split(",") if t]
+    BucketFSMount.binary = a.bucketfs_bin
+    if "bucketfs" in a.tools and not os.access(a.bucketfs_bin, os.X_OK):
+        sys.exit(f"bench: no bucketfs binary at {a.bucketfs_bin} (swift build, or --bucketfs-bin)")
+    if "rclone" in a.tools and not shutil.which("rclone"):
+        sys.exit("bench: rclone not installed (apt-get install rclone) or use --tools bucketfs")
+
+    root = tempfile.mkdtemp(prefix="bucketfs-bench-")
+    log_dir = os.path.join(root, "logs")
+    os.makedirs(log_dir)
+    gcs = F.FakeGCS(log_path=os.path.join(log_dir, "fake-gcs-server.log"))
+    proxy = None
+    t_start = time.monotonic()
+    try:
+        gcs.start()
+        log(f"emulator {gcs.url}; seeding N1={a.n1} N2={a.n2} xattr={a.xattr_files} stat={a.stat_files} "
+            f"size={a.size_mib} MiB")
+        seeding = seed(gcs, a)
+        log("seeded in " + ", ".join(f"{k} {v:.1f} s" for k, v in seeding.items()))
+        proxy = F.CountingProxy(gcs.url).start()
+        b = Bench(a, gcs, proxy, root, log_dir)
+        steps = {"1": b.t1_ls, "2": b.t2_head_and_rss, "4": b.t4_read, "5": b.t5_getfattr, "6": b.t6_stat}
+        for k in a.only.split(","):
+            t0 = time.monotonic()
+            log(f"measurement {k} ...")
+            steps[k]()
+            log(f"measurement {k} done in {time.monotonic() - t0:.1f} s")
+        table = report(a, b.res)
+        binary = os.path.realpath(a.bucketfs_bin)
+        head = (f"bucketfs binary: {binary} ({'release' if '/release/' in binary else 'debug' if '/debug/' in binary else '?'}); "
+                f"N1={a.n1} N2={a.n2} SIZE={a.size_mib} MiB xattr files={a.xattr_files} stat files={a.stat_files}; "
+                f"median of {a.repeat}; seeding {sum(seeding.values()):.0f} s; total {time.monotonic() - t_start:.0f} s")
+        print(head)
+        print()
+        print(table)
+        if a.markdown:
+            Path(a.markdown).write_text(head + "\n\n" + table + "\n")
+        if a.json:
+            Path(a.json).write_text(json.dumps({"args": vars(a), "seeding_s": seeding, "results": b.res},
+                                               indent=1, default=str))
+        return 0
+    finally:
+        for m in [x for x in fuse_mounts() if x.startswith(root + "/")]:
+            subprocess.run(["fusermount3", "-u", "-z", m], capture_output=True, timeout=15)
+        if proxy is not None:
+            proxy.stop()
+        gcs.stop()
+        for pid in pids_with_arg_prefix(root):  # a mount process left by an interrupted step
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        if os.environ.get("BENCH_KEEP") or any(x.startswith(root + "/") for x in fuse_mounts()):
+            log(f"kept {root}")
+        else:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
