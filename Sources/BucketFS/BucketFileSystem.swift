@@ -37,7 +37,10 @@ public final class BucketFileSystem: FileSystem, Sendable {
     self.logger = logger
     self.clock = clock
     self.onMounted = onMounted
-    self.state = Mutex(State(inodes: InodeTable(rootKey: configuration.rootPrefix)))
+    self.state = Mutex(
+      State(
+        inodes: InodeTable(
+          rootKey: configuration.rootPrefix, metadataCapacity: configuration.metadataCacheEntries)))
   }
 
   public static func monotonicSeconds() -> Double {
@@ -75,11 +78,11 @@ public final class BucketFileSystem: FileSystem, Sendable {
       let inode = state.withLock {
         $0.inodes.remember(key: directoryKey, kind: .directory, metadata: nil, at: now)
       }
-      return entry(inode: inode, kind: .directory, metadata: nil)
+      return entry(inode: inode, kind: .directory, facts: nil)
     }
     guard let metadata else { return .negative(timeout: configuration.negativeTTL) }
     let inode = state.withLock { $0.inodes.remember(key: fileKey, kind: .file, metadata: metadata, at: now) }
-    return entry(inode: inode, kind: .file, metadata: metadata)
+    return entry(inode: inode, kind: .file, facts: FileFacts(metadata))
   }
 
   public func forget(inode: UInt64, count: UInt64) {
@@ -89,10 +92,13 @@ public final class BucketFileSystem: FileSystem, Sendable {
   public func getattr(inode: UInt64) async throws -> (FileAttributes, timeout: Double) {
     let node = try node(inode)
     if node.kind == .directory {
-      return (attributes(inode: inode, kind: .directory, metadata: nil), configuration.metadataTTL)
+      return (attributes(inode: inode, kind: .directory, facts: nil), configuration.metadataTTL)
     }
-    let metadata = try await currentMetadata(inode: inode, node: node)
-    return (attributes(inode: inode, kind: .file, metadata: metadata), configuration.metadataTTL)
+    if let facts = node.facts, isFresh(node) {
+      return (attributes(inode: inode, kind: .file, facts: facts), configuration.metadataTTL)
+    }
+    let metadata = try await fetchMetadata(node.key)
+    return (attributes(inode: inode, kind: .file, facts: FileFacts(metadata)), configuration.metadataTTL)
   }
 
   /// An entry for a key the kernel already holds with fresh metadata; counts the lookup.
@@ -108,28 +114,27 @@ public final class BucketFileSystem: FileSystem, Sendable {
       return (inode, node)
     }
     guard let (inode, node) = found else { return nil }
-    return entry(inode: inode, kind: node.kind, metadata: node.metadata)
+    return entry(inode: inode, kind: node.kind, facts: node.facts)
   }
 
-  private func entry(inode: UInt64, kind: Node.Kind, metadata: ObjectMetadata?) -> Entry {
+  private func entry(inode: UInt64, kind: Node.Kind, facts: FileFacts?) -> Entry {
     Entry(
-      attributes: attributes(inode: inode, kind: kind, metadata: metadata),
+      attributes: attributes(inode: inode, kind: kind, facts: facts),
       entryTimeout: configuration.metadataTTL, attributeTimeout: configuration.metadataTTL)
   }
 
   /// SPEC §3.
-  func attributes(inode: UInt64, kind: Node.Kind, metadata: ObjectMetadata?) -> FileAttributes {
-    guard kind == .file, let metadata else {
+  func attributes(inode: UInt64, kind: Node.Kind, facts: FileFacts?) -> FileAttributes {
+    guard kind == .file, let facts else {
       return FileAttributes(
         inode: inode, kind: .directory, size: 0, permissions: configuration.directoryMode,
         uid: configuration.uid, gid: configuration.gid, accessTime: mountTime, modificationTime: mountTime,
         changeTime: mountTime)
     }
-    let created = RFC3339.parse(metadata.timeCreated) ?? mountTime
-    let modified = metadata.custom["goog-reserved-file-mtime"].flatMap(RFC3339.parseMtime) ?? created
-    let changed = RFC3339.parse(metadata.updated) ?? modified
+    let modified = facts.modified ?? facts.created ?? mountTime
+    let changed = facts.changed ?? modified
     return FileAttributes(
-      inode: inode, kind: .file, size: UInt64(max(metadata.size, 0)), permissions: configuration.fileMode,
+      inode: inode, kind: .file, size: facts.size, permissions: configuration.fileMode,
       uid: configuration.uid, gid: configuration.gid, accessTime: modified, modificationTime: modified,
       changeTime: changed)
   }
@@ -155,7 +160,7 @@ public final class BucketFileSystem: FileSystem, Sendable {
     guard let stream = state.withLock({ $0.directories[handle] }) else { throw Errno.badHandle }
     logger.trace("readdir \(stream.prefix) handle \(handle) offset \(offset)")
     if offset == 0 { await stream.rewind() }
-    let own = attributes(inode: inode, kind: .directory, metadata: nil)
+    let own = attributes(inode: inode, kind: .directory, facts: nil)
     let dot = Entry(attributes: own, entryTimeout: 0, attributeTimeout: 0)
     if offset == 0, !buffer.add(name: ".", entry: dot, nextOffset: 1) { return }
     if offset <= 1, !buffer.add(name: "..", entry: dot, nextOffset: 2) { return }
@@ -173,9 +178,11 @@ public final class BucketFileSystem: FileSystem, Sendable {
       }
       guard let listed else { return }
       let now = clock()
+      let facts = listed.metadata.map(FileFacts.init)
       let inode: UInt64 = state.withLock { state in
         if buffer.isPlus {
-          return state.inodes.remember(key: listed.key, kind: listed.kind, metadata: listed.metadata, at: now)
+          return state.inodes.remember(
+            key: listed.key, kind: listed.kind, metadata: listed.metadata, facts: facts, at: now)
         }
         if let metadata = listed.metadata { state.inodes.refresh(metadata, at: now) }
         return state.inodes.inode(of: listed.key) ?? InodeTable.hash(listed.key)
@@ -183,7 +190,7 @@ public final class BucketFileSystem: FileSystem, Sendable {
       let next = UInt64(index + 3)
       guard
         buffer.add(
-          name: listed.name, entry: entry(inode: inode, kind: listed.kind, metadata: listed.metadata),
+          name: listed.name, entry: entry(inode: inode, kind: listed.kind, facts: facts),
           nextOffset: next)
       else {
         if buffer.isPlus { forget(inode: inode, count: 1) }
@@ -204,13 +211,18 @@ public final class BucketFileSystem: FileSystem, Sendable {
     if flags & O_ACCMODE != O_RDONLY || flags & O_TRUNC != 0 { throw Errno.readOnly }
     let node = try node(inode)
     guard node.kind == .file else { throw Errno.isDirectory }
-    let metadata = try await currentMetadata(inode: inode, node: node)
+    let facts: FileFacts
+    if let known = node.facts, isFresh(node) {
+      facts = known
+    } else {
+      facts = FileFacts(try await fetchMetadata(node.key))
+    }
     let reader = FileReader(
-      key: node.key, generation: metadata.generation, size: UInt64(max(metadata.size, 0)), store: store,
+      key: node.key, generation: facts.generation, size: facts.size, store: store,
       maxSegment: configuration.readAheadMaxChunk, maxAhead: configuration.readAheadMaxBytes)
     return state.withLock { state in
-      let keepCache = state.inodes[inode]?.openedGeneration == metadata.generation
-      state.inodes[inode]?.openedGeneration = metadata.generation
+      let keepCache = state.inodes[inode]?.openedGeneration == facts.generation
+      state.inodes[inode]?.openedGeneration = facts.generation
       let handle = state.nextHandle
       state.nextHandle += 1
       state.files[handle] = reader
@@ -310,8 +322,12 @@ public final class BucketFileSystem: FileSystem, Sendable {
 
   /// The node's metadata if fetched within the TTL, else fetched now.
   private func currentMetadata(inode: UInt64, node: Node) async throws -> ObjectMetadata {
-    if let metadata = node.metadata, clock() - node.fetchedAt < configuration.metadataTTL { return metadata }
+    if isFresh(node), let metadata = state.withLock({ $0.inodes.metadata[node.key] }) { return metadata }
     return try await fetchMetadata(node.key)
+  }
+
+  private func isFresh(_ node: Node) -> Bool {
+    clock() - node.fetchedAt < configuration.metadataTTL
   }
 
   private func fetchMetadata(_ key: String) async throws -> ObjectMetadata {

@@ -10,6 +10,9 @@ public struct Configuration: Sendable {
   public var metadataTTL: Double = 60
   /// How long the kernel may remember that a name does not exist.
   public var negativeTTL: Double = 5
+  /// Files whose full metadata (for xattrs) is kept; stat needs only a few
+  /// fields, which every inode the kernel holds keeps anyway.
+  public var metadataCacheEntries: Int = 8192
   public var uid: UInt32 = 0
   public var gid: UInt32 = 0
   public var fileMode: UInt32 = 0o644

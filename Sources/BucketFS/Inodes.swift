@@ -11,8 +11,9 @@ struct Node: Sendable {
   let kind: Kind
   /// References the kernel holds (lookups and readdirplus entries not yet forgotten).
   var lookups: UInt64
-  /// Metadata of a file, and when it was fetched or listed.
-  var metadata: ObjectMetadata?
+  /// What stat shows of a file, and when it was fetched or listed. The full
+  /// metadata lives in the bounded ``MetadataCache``.
+  var facts: FileFacts?
   var fetchedAt: Double
   /// Generation of the last open, to keep the page cache while unchanged.
   var openedGeneration: Int64?
@@ -24,13 +25,15 @@ struct Node: Sendable {
 struct InodeTable: Sendable {
   static let rootInode: UInt64 = 1
   private(set) var nodes: [UInt64: Node] = [:]
+  private(set) var metadata: MetadataCache
   /// Keys whose hash collided with another live key, and the numbers they got.
   private var collisions: [String: UInt64] = [:]
   private var nextCollisionInode: UInt64 = 1 << 63
 
-  init(rootKey: String) {
+  init(rootKey: String, metadataCapacity: Int) {
+    metadata = MetadataCache(capacity: metadataCapacity)
     nodes[Self.rootInode] = Node(
-      key: rootKey, kind: .directory, lookups: 1, metadata: nil, fetchedAt: 0, openedGeneration: nil)
+      key: rootKey, kind: .directory, lookups: 1, facts: nil, fetchedAt: 0, openedGeneration: nil)
   }
 
   static func hash(_ key: String) -> UInt64 {
@@ -58,16 +61,18 @@ struct InodeTable: Sendable {
   /// Records one more kernel reference to `key`, creating the node if needed,
   /// and refreshes what is known of it.
   mutating func remember(
-    key: String, kind: Node.Kind, metadata: ObjectMetadata?, at now: Double, countLookup: Bool = true
+    key: String, kind: Node.Kind, metadata: ObjectMetadata?, facts: FileFacts? = nil, at now: Double,
+    countLookup: Bool = true
   ) -> UInt64 {
     let inode = inode(of: key) ?? allocate(key)
     var node =
       nodes[inode].flatMap { $0.kind == kind ? $0 : nil }
-      ?? Node(key: key, kind: kind, lookups: 0, metadata: nil, fetchedAt: 0, openedGeneration: nil)
+      ?? Node(key: key, kind: kind, lookups: 0, facts: nil, fetchedAt: 0, openedGeneration: nil)
     if countLookup { node.lookups += 1 }
     if kind == .file, let metadata {
-      node.metadata = metadata
+      node.facts = facts ?? FileFacts(metadata)
       node.fetchedAt = now
+      self.metadata.insert(metadata)
     } else if kind == .directory {
       node.fetchedAt = now
     }
@@ -78,8 +83,9 @@ struct InodeTable: Sendable {
   /// Refreshes cached metadata of a node the kernel already holds, if any.
   mutating func refresh(_ metadata: ObjectMetadata, at now: Double) {
     guard let inode = inode(of: metadata.name), nodes[inode]?.kind == .file else { return }
-    nodes[inode]?.metadata = metadata
+    nodes[inode]?.facts = FileFacts(metadata)
     nodes[inode]?.fetchedAt = now
+    self.metadata.insert(metadata)
   }
 
   mutating func forget(_ inode: UInt64, count: UInt64) {
@@ -88,6 +94,7 @@ struct InodeTable: Sendable {
     if node.lookups == 0 {
       nodes[inode] = nil
       collisions[node.key] = nil
+      metadata.remove(node.key)
     } else {
       nodes[inode] = node
     }
@@ -99,5 +106,58 @@ struct InodeTable: Sendable {
     nextCollisionInode += 1
     collisions[key] = nextCollisionInode
     return nextCollisionInode
+  }
+}
+
+/// The little of a file's metadata that stat needs, parsed once.
+struct FileFacts: Sendable, Equatable {
+  let size: UInt64
+  let generation: Int64
+  let created: Timestamp?
+  /// `goog-reserved-file-mtime` if the object has it.
+  let modified: Timestamp?
+  let changed: Timestamp?
+
+  init(_ metadata: ObjectMetadata) {
+    size = UInt64(max(metadata.size, 0))
+    generation = metadata.generation
+    created = RFC3339.parse(metadata.timeCreated)
+    modified = metadata.custom["goog-reserved-file-mtime"].flatMap(RFC3339.parseMtime)
+    changed = RFC3339.parse(metadata.updated)
+  }
+}
+
+/// Full metadata of the most recently listed or fetched files, bounded so a
+/// listing of a huge directory does not hold every object's metadata while
+/// the kernel holds its inodes; an evicted entry is fetched again on demand.
+struct MetadataCache: Sendable {
+  let capacity: Int
+  private var entries: [String: ObjectMetadata] = [:]
+  /// Insertion order, for eviction; may hold keys already removed.
+  private var order: [String] = []
+  private var head = 0
+
+  init(capacity: Int) {
+    self.capacity = max(capacity, 1)
+  }
+
+  subscript(key: String) -> ObjectMetadata? { entries[key] }
+
+  var count: Int { entries.count }
+
+  mutating func insert(_ metadata: ObjectMetadata) {
+    if entries.updateValue(metadata, forKey: metadata.name) == nil { order.append(metadata.name) }
+    while entries.count > capacity, head < order.count {
+      entries[order[head]] = nil
+      head += 1
+    }
+    if head > 4096 && head * 2 > order.count {
+      order.removeFirst(head)
+      head = 0
+    }
+  }
+
+  mutating func remove(_ key: String) {
+    entries[key] = nil
   }
 }

@@ -219,3 +219,53 @@ final class ListingTests: XCTestCase {
     await XCTAssertErrno(.stale) { _ = try await fs.getattr(inode: inode) }
   }
 }
+
+/// Memory stays bounded: stat facts for every inode the kernel holds, full
+/// metadata only for the most recent files.
+final class MetadataCacheTests: XCTestCase {
+  func testStatNeedsNoRequestBeyondTheCacheAndXattrsRefetchEvictedEntries() async throws {
+    let store = InMemoryObjectStore(bucket: "demo")
+    for i in 0..<30 {
+      store.put(String(format: "d/f%02d", i), data: Array(repeating: 1, count: i), custom: ["i": "\(i)"])
+    }
+    var configuration = Configuration()
+    configuration.metadataCacheEntries = 10
+    let fs = BucketFileSystem(
+      store: store, configuration: configuration, logger: quietLogger, clock: ManualClock().read)
+    let entries = try await fs.entries(of: try await fs.inode(at: "d"))
+    XCTAssertEqual(entries.count, 30)
+    store.resetCalls()
+    for entry in entries {
+      let (attributes, _) = try await fs.getattr(inode: entry.entry.attributes!.inode)
+      XCTAssertEqual(attributes.size, UInt64(Int(entry.name.dropFirst())!))
+    }
+    XCTAssertEqual(store.calls, [], "stat of every held inode is served without a request")
+
+    // The last ten listed keep their metadata; the first were evicted and are fetched again.
+    let last = entries.last!.entry.attributes!.inode
+    await XCTAssertEqualAsync(
+      String(decoding: try await fs.getxattr(inode: last, name: "user.custom.i"), as: UTF8.self), "29")
+    XCTAssertEqual(store.calls, [])
+    let first = entries.first!.entry.attributes!.inode
+    await XCTAssertEqualAsync(
+      String(decoding: try await fs.getxattr(inode: first, name: "user.custom.i"), as: UTF8.self), "0")
+    XCTAssertEqual(store.calls, [.metadata("d/f00")])
+  }
+
+  func testCacheIsBoundedAndKeepsTheNewest() {
+    var cache = MetadataCache(capacity: 3)
+    func meta(_ name: String) -> ObjectMetadata {
+      ObjectMetadata(
+        bucket: "b", name: name, size: 0, generation: 1, metageneration: 1, timeCreated: "", updated: "")
+    }
+    for name in ["a", "b", "c", "d", "e"] { cache.insert(meta(name)) }
+    XCTAssertEqual(cache.count, 3)
+    XCTAssertNil(cache["a"])
+    XCTAssertNil(cache["b"])
+    XCTAssertNotNil(cache["e"])
+    cache.insert(meta("e"))
+    XCTAssertEqual(cache.count, 3)
+    cache.remove("d")
+    XCTAssertNil(cache["d"])
+  }
+}
