@@ -199,7 +199,7 @@ struct Mount: ParsableCommand {
     if stat(mountpoint, &info) != 0 {
       switch errno {
       case ENOENT: throw MountFailure(message: "mountpoint \(mountpoint) does not exist")
-      case ENOTCONN:
+      case ENOTCONN, ECONNABORTED:
         throw MountFailure(
           message:
             "mountpoint \(mountpoint) is a stale FUSE mount; clear it with: bucketfs unmount \(mountpoint)")
@@ -213,7 +213,7 @@ struct Mount: ParsableCommand {
       // stat may be answered from the kernel's cache; statvfs always reaches
       // the filesystem, so a dead FUSE server shows as ENOTCONN here.
       var fs = statvfs()
-      if statvfs(mountpoint, &fs) != 0 && errno == ENOTCONN {
+      if statvfs(mountpoint, &fs) != 0 && (errno == ENOTCONN || errno == ECONNABORTED) {
         throw MountFailure(
           message:
             "mountpoint \(mountpoint) is a stale FUSE mount; clear it with: bucketfs unmount \(mountpoint)")
