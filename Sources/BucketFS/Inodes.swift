@@ -61,14 +61,13 @@ struct InodeTable: Sendable {
   /// Records one more kernel reference to `key`, creating the node if needed,
   /// and refreshes what is known of it.
   mutating func remember(
-    key: String, kind: Node.Kind, metadata: ObjectMetadata?, facts: FileFacts? = nil, at now: Double,
-    countLookup: Bool = true
+    key: String, kind: Node.Kind, metadata: ObjectMetadata?, facts: FileFacts? = nil, at now: Double
   ) -> UInt64 {
     let inode = inode(of: key) ?? allocate(key)
     var node =
       nodes[inode].flatMap { $0.kind == kind ? $0 : nil }
       ?? Node(key: key, kind: kind, lookups: 0, facts: nil, fetchedAt: 0, openedGeneration: nil)
-    if countLookup { node.lookups += 1 }
+    node.lookups += 1
     if kind == .file, let metadata {
       node.facts = facts ?? FileFacts(metadata)
       node.fetchedAt = now

@@ -10,6 +10,12 @@ import _CryptoExtras
   import Foundation
 #endif
 
+#if canImport(FoundationEssentials)
+  import FoundationEssentials
+#else
+  import Foundation
+#endif
+
 /// OAuth scopes for Cloud Storage.
 public enum StorageScope {
   /// Read objects and change their metadata: all bucketfs does (list, get, read, patch).
@@ -58,19 +64,18 @@ public final class ServiceAccountCredentials: AccessTokenProvider, CustomStringC
   /// The signed JWT: header {alg, typ, kid}, claims {iss, scope, aud, iat, exp = iat + 1 h}.
   static func assertion(key: ServiceAccountKey, scope: String, now: Double) throws -> String {
     let issuedAt = Int64(now)
-    var header = #"{"alg":"RS256","typ":"JWT""#
-    if let id = key.privateKeyID { header += #","kid":"# + JSONText.quote(id) }
-    header += "}"
-    let claims =
-      "{"
-      + [
-        #""iss":"# + JSONText.quote(key.clientEmail),
-        #""scope":"# + JSONText.quote(scope),
-        #""aud":"# + JSONText.quote(key.tokenURI),
-        #""iat":\#(issuedAt)"#,
-        #""exp":\#(issuedAt + 3600)"#,
-      ].joined(separator: ",") + "}"
-    let signingInput = Base64URL.encode(Array(header.utf8)) + "." + Base64URL.encode(Array(claims.utf8))
+    let encoder = JSONEncoder()
+    encoder.outputFormatting = .sortedKeys
+    let header: Data
+    let claims: Data
+    do {
+      header = try encoder.encode(JWTHeader(alg: "RS256", typ: "JWT", kid: key.privateKeyID))
+      claims = try encoder.encode(
+        JWTClaims(iss: key.clientEmail, scope: scope, aud: key.tokenURI, iat: issuedAt, exp: issuedAt + 3600))
+    } catch {
+      throw CredentialsError.invalidFile(path: key.clientEmail, reason: "the token request cannot be encoded")
+    }
+    let signingInput = Base64URL.encode(Array(header)) + "." + Base64URL.encode(Array(claims))
     let signature: _RSA.Signing.RSASignature
     do {
       signature = try key.signingKey.signature(for: Array(signingInput.utf8), padding: .insecurePKCS1v1_5)
@@ -208,22 +213,18 @@ public final class StaticTokenCredentials: AccessTokenProvider, CustomStringConv
 
 // MARK: - Helpers
 
-enum JSONText {
-  /// A JSON string literal (RFC 8259 escapes).
-  static func quote(_ value: String) -> String {
-    var out = "\""
-    for scalar in value.unicodeScalars {
-      switch scalar {
-      case "\"": out += "\\\""
-      case "\\": out += "\\\\"
-      case _ where scalar.value < 0x20:
-        let hex = String(scalar.value, radix: 16)
-        out += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
-      default: out.unicodeScalars.append(scalar)
-      }
-    }
-    return out + "\""
-  }
+private struct JWTHeader: Encodable {
+  let alg: String
+  let typ: String
+  let kid: String?
+}
+
+private struct JWTClaims: Encodable {
+  let iss: String
+  let scope: String
+  let aud: String
+  let iat: Int64
+  let exp: Int64
 }
 
 extension String {
