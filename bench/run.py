@@ -143,36 +143,11 @@ def wait_for(pred, timeout: float, interval: float = 0.05) -> bool:
 
 
 def pids_with_arg(arg: str) -> list[int]:
-    pids = []
-    for d in os.listdir("/proc"):
-        if not d.isdigit() or int(d) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{d}/cmdline", "rb") as f:
-                argv = f.read().split(b"\0")
-            with open(f"/proc/{d}/stat") as f:
-                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
-                    continue
-        except OSError:
-            continue
-        if arg.encode() in argv:
-            pids.append(int(d))
-    return pids
+    return [pid for pid, argv in F.live_processes() if arg.encode() in argv]
 
 
 def pids_with_arg_prefix(prefix: str) -> list[int]:
-    pids = []
-    for d in os.listdir("/proc"):
-        if not d.isdigit() or int(d) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{d}/cmdline", "rb") as f:
-                argv = f.read().split(b"\0")
-        except OSError:
-            continue
-        if any(x.startswith(prefix.encode() + b"/") for x in argv):
-            pids.append(int(d))
-    return pids
+    return [pid for pid, argv in F.live_processes() if any(x.startswith(prefix.encode() + b"/") for x in argv)]
 
 
 def proc_status(pid: int) -> dict[str, int]:

@@ -102,18 +102,7 @@ def is_mounted(path: str) -> bool:
 
 def pids_with_arg(arg: str) -> list[int]:
     """Processes with ``arg`` as one of their argv entries (the unique mount point)."""
-    pids = []
-    for d in os.listdir("/proc"):
-        if not d.isdigit() or int(d) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{d}/cmdline", "rb") as f:
-                argv = f.read().split(b"\0")
-        except OSError:
-            continue
-        if arg.encode() in argv and _is_bucketfs(int(d), argv) and not _zombie(int(d)):
-            pids.append(int(d))
-    return pids
+    return [pid for pid, argv in F.live_processes() if arg.encode() in argv and _is_bucketfs(pid, argv)]
 
 
 def _is_bucketfs(pid: int, argv: list[bytes]) -> bool:
@@ -256,19 +245,8 @@ def no_leftover_mounts():
 
 
 def pids_with_arg_prefix(prefix: str) -> list[int]:
-    pids = []
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open(f"/proc/{d}/cmdline", "rb") as f:
-                argv = f.read().split(b"\0")
-        except OSError:
-            continue
-        if _is_bucketfs(int(d), argv) and any(a.startswith(prefix.encode()) for a in argv) \
-                and not _zombie(int(d)):
-            pids.append(int(d))
-    return pids
+    return [pid for pid, argv in F.live_processes()
+            if _is_bucketfs(pid, argv) and any(a.startswith(prefix.encode()) for a in argv)]
 
 
 @pytest.fixture(scope="session")

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (BUCKETFS_BIN, LOG_DIR, REPO, SESSION_TMP, TOOL_ENV, Mount, in_proc_mounts,
+from conftest import (F, BUCKETFS_BIN, LOG_DIR, REPO, SESSION_TMP, TOOL_ENV, Mount, in_proc_mounts,
                       is_mounted, kill_pids, pids_with_arg, run, wait_for)
 
 SYSTEMD = REPO / "systemd"
@@ -97,21 +97,8 @@ def bucketfs_pids(mp: str) -> list[int]:
 
 def fusermount_pids(mp: str) -> list[int]:
     """fusermount3 processes (the auto_unmount watchers) naming ``mp`` (a real path)."""
-    mp = mp.encode()
-    pids = []
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open(f"/proc/{d}/cmdline", "rb") as f:
-                argv = f.read().split(b"\0")
-            with open(f"/proc/{d}/stat") as f:
-                state = f.read().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if argv and os.path.basename(argv[0]) == b"fusermount3" and mp in argv and state != "Z":
-            pids.append(int(d))
-    return pids
+    return [pid for pid, argv in F.live_processes()
+            if argv and os.path.basename(argv[0]) == b"fusermount3" and mp.encode() in argv]
 
 
 # ---------------------------------------------------------------------------
