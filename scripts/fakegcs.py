@@ -139,7 +139,11 @@ def _stop_all() -> None:
 class FakeGCS:
     """One fake-gcs-server process (memory backend, http, 127.0.0.1)."""
 
-    def __init__(self, port: int | None = None, log_path: str | None = None, detached: bool = False):
+    def __init__(self, port: int | None = None, log_path: str | None = None, detached: bool = False,
+                 data_dir: str | None = None, start_timeout: float = 20.0):
+        # data_dir: preload <data_dir>/<bucket>/<object path> files at start (-data); the
+        # memory backend loads them in O(n^2) per bucket, so start_timeout must grow with n.
+        self.data_dir, self.start_timeout = data_dir, start_timeout
         self.requested_port = port
         self.port: int | None = None
         self.log_path = log_path
@@ -167,6 +171,8 @@ class FakeGCS:
                 log = tempfile.TemporaryFile()
             args = [binary, "-scheme", "http", "-backend", "memory", "-host", "127.0.0.1",
                     "-port", str(port), "-log-level", "warn"]
+            if self.data_dir:
+                args += ["-data", self.data_dir]
             proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                                     start_new_session=True)
             log.close()
@@ -174,7 +180,7 @@ class FakeGCS:
             if not self.detached:
                 _LIVE.add(self)
             try:
-                wait_until_answers(self.url, proc=proc)
+                wait_until_answers(self.url, timeout=self.start_timeout, proc=proc)
                 return self
             except RuntimeError as e:
                 last = e
