@@ -23,10 +23,14 @@ let package = Package(
     // Swift face of libfuse3's low-level API. Knows nothing of Cloud Storage.
     .target(
       name: "FUSE",
-      dependencies: ["CFuse", .product(name: "Logging", package: "swift-log")]
+      dependencies: [
+        "CFuse", .product(name: "Logging", package: "swift-log"),
+        .product(name: "NIOCore", package: "swift-nio"),
+      ]
     ),
     // The storage model and protocol the filesystem is written against.
-    .target(name: "ObjectStore"),
+    // Object bytes travel as NIO ByteBuffers from the socket to the FUSE reply, uncopied.
+    .target(name: "ObjectStore", dependencies: [.product(name: "NIOCore", package: "swift-nio")]),
     // Cloud Storage JSON API client. Knows nothing of FUSE.
     .target(
       name: "CloudStorage",
@@ -54,7 +58,10 @@ let package = Package(
     // The filesystem: names, inodes, listing, attributes, xattrs, reads.
     .target(
       name: "BucketFS",
-      dependencies: ["FUSE", "ObjectStore", .product(name: "Logging", package: "swift-log")]
+      dependencies: [
+        "FUSE", "ObjectStore", .product(name: "Logging", package: "swift-log"),
+        .product(name: "NIOCore", package: "swift-nio"),
+      ]
     ),
     .executableTarget(
       name: "bucketfs",
@@ -81,6 +88,7 @@ let package = Package(
         "BucketFS", "CloudStorage", "FUSE", "ObjectStore", "StorageFake",
         .product(name: "AsyncHTTPClient", package: "async-http-client"),
         .product(name: "Logging", package: "swift-log"),
+        .product(name: "NIOCore", package: "swift-nio"),
       ]
     ),
     .testTarget(

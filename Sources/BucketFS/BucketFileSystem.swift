@@ -1,5 +1,6 @@
 import FUSE
 import Logging
+import NIOCore
 import ObjectStore
 import Synchronization
 
@@ -167,37 +168,40 @@ public final class BucketFileSystem: FileSystem, Sendable {
     var index = Int(max(offset, 2) - 2)
     var added = false
     while true {
-      let listed: ListedEntry?
+      let batch: ArraySlice<ListedEntry>
       do {
-        listed = try await stream.entry(at: index)
+        // Once some entries are packed, send them rather than wait for a page.
+        batch = try await stream.entries(from: index, fetch: !added)
       } catch {
         let errno = failure(error, operation: "list", key: stream.prefix)
         // Entries already packed are worth sending; the next call retries.
         if added { return }
         throw errno
       }
-      guard let listed else { return }
+      if batch.isEmpty { return }
       let now = clock()
-      let facts = listed.metadata.map(FileFacts.init)
-      let inode: UInt64 = state.withLock { state in
-        if buffer.isPlus {
-          return state.inodes.remember(
-            key: listed.key, kind: listed.kind, metadata: listed.metadata, facts: facts, at: now)
+      for listed in batch {
+        let facts = listed.metadata.map(FileFacts.init)
+        let inode: UInt64 = state.withLock { state in
+          if buffer.isPlus {
+            return state.inodes.remember(
+              key: listed.key, kind: listed.kind, metadata: listed.metadata, facts: facts, at: now)
+          }
+          if let metadata = listed.metadata { state.inodes.refresh(metadata, at: now) }
+          return state.inodes.inode(of: listed.key) ?? InodeTable.hash(listed.key)
         }
-        if let metadata = listed.metadata { state.inodes.refresh(metadata, at: now) }
-        return state.inodes.inode(of: listed.key) ?? InodeTable.hash(listed.key)
+        let next = UInt64(index + 3)
+        guard
+          buffer.add(
+            name: listed.name, entry: entry(inode: inode, kind: listed.kind, facts: facts),
+            nextOffset: next)
+        else {
+          if buffer.isPlus { forget(inode: inode, count: 1) }
+          return
+        }
+        added = true
+        index += 1
       }
-      let next = UInt64(index + 3)
-      guard
-        buffer.add(
-          name: listed.name, entry: entry(inode: inode, kind: listed.kind, facts: facts),
-          nextOffset: next)
-      else {
-        if buffer.isPlus { forget(inode: inode, count: 1) }
-        return
-      }
-      added = true
-      index += 1
     }
   }
 
@@ -230,7 +234,11 @@ public final class BucketFileSystem: FileSystem, Sendable {
     }
   }
 
-  public func read(inode: UInt64, handle: UInt64, offset: UInt64, size: Int) async throws -> [UInt8] {
+  public func readAtHand(inode: UInt64, handle: UInt64, offset: UInt64, size: Int) -> [ByteBuffer]? {
+    state.withLock({ $0.files[handle] })?.atHand(offset: offset, count: size)
+  }
+
+  public func read(inode: UInt64, handle: UInt64, offset: UInt64, size: Int) async throws -> [ByteBuffer] {
     guard let reader = state.withLock({ $0.files[handle] }) else { throw Errno.badHandle }
     do {
       return try await reader.read(offset: offset, count: size)

@@ -9,9 +9,11 @@ struct ListedEntry: Sendable {
   let metadata: ObjectMetadata?
 }
 
-/// Streams one directory from paged list calls (SPEC §2): a page is fetched
-/// only when the reader gets past the previous one, and only the current page
-/// is held, however large the directory is.
+/// Streams one directory from paged list calls (SPEC §2): the first page is
+/// fetched when the reader asks for it, so `ls -f | head` costs one call; a
+/// reader that gets past it is reading the whole directory, and from then on
+/// the next page is fetched while it consumes the current one. At most two
+/// pages are held, however large the directory is.
 actor DirectoryStream {
   let prefix: String
   private let store: any ObjectStore
@@ -26,6 +28,9 @@ actor DirectoryStream {
   /// Files that may yet turn out to be shadowed by a directory of the same
   /// name on a later page (the directory wins, SPEC §1).
   private var deferred: [ListedEntry] = []
+  /// Pages fetched since the start, and the next one when already under way.
+  private var pagesFetched = 0
+  private var prefetch: Task<ListPage, any Error>?
 
   init(
     prefix: String, store: any ObjectStore, pageSize: Int,
@@ -37,15 +42,18 @@ actor DirectoryStream {
     self.onConflict = onConflict
   }
 
-  /// The entry at listing position `index`, or nil past the end. Going back
-  /// before the current page lists again from the start.
-  func entry(at index: Int) async throws -> ListedEntry? {
+  /// The entries from listing position `index` to the end of the page that
+  /// holds it; empty past the end. Going back before the current page lists
+  /// again from the start. Without `fetch`, also empty when that page has not
+  /// been fetched: a reader with entries in hand replies with them first.
+  func entries(from index: Int, fetch: Bool = true) async throws -> ArraySlice<ListedEntry> {
     if index < base { restart() }
     while index >= base + entries.count {
-      if started && nextPageToken == nil { return nil }
+      if started && nextPageToken == nil { return [] }
+      guard fetch else { return [] }
       try await fetchNextPage()
     }
-    return entries[index - base]
+    return entries[(index - base)...]
   }
 
   /// Starts the listing again (a rewind to offset 0).
@@ -53,7 +61,14 @@ actor DirectoryStream {
     if started { restart() }
   }
 
+  deinit {
+    prefetch?.cancel()
+  }
+
   private func restart() {
+    prefetch?.cancel()
+    prefetch = nil
+    pagesFetched = 0
     entries = []
     base = 0
     nextPageToken = nil
@@ -62,12 +77,33 @@ actor DirectoryStream {
   }
 
   private func fetchNextPage() async throws {
-    let page = try await store.list(
-      prefix: prefix, delimiter: "/", pageSize: pageSize, pageToken: started ? nextPageToken : nil)
+    let page: ListPage
+    if let ahead = prefetch {
+      prefetch = nil
+      page = try await withTaskCancellationHandler {
+        try await ahead.value
+      } onCancel: {
+        ahead.cancel()
+      }
+    } else {
+      page = try await list(started ? nextPageToken : nil)
+    }
     base += entries.count
     entries = absorb(page)
     nextPageToken = page.nextPageToken
     started = true
+    pagesFetched += 1
+    if pagesFetched >= 2, let token = nextPageToken {
+      let list = self.list
+      prefetch = Task { try await list(token) }
+    }
+  }
+
+  /// Not capturing the stream, so that dropping it cancels the prefetch.
+  private nonisolated var list: @Sendable (String?) async throws -> ListPage {
+    { [store, prefix, pageSize] token in
+      try await store.list(prefix: prefix, delimiter: "/", pageSize: pageSize, pageToken: token)
+    }
   }
 
   /// Turns a page into entries in the service's order: invalid names and the

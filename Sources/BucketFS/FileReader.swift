@@ -1,12 +1,17 @@
+import NIOCore
 import ObjectStore
+import Synchronization
 
 /// Reads one open file: ranged GETs of the generation pinned at open, with
 /// read-ahead for sequential access (SPEC §5).
 ///
 /// A sequential reader gets a stream of segments fetched ahead of it, larger
 /// the longer it stays sequential, several in flight at once; a random reader
-/// gets exactly the bytes it asks for.
-actor FileReader {
+/// gets exactly the bytes it asks for. Reads of bytes that have already
+/// arrived are answered synchronously (``atHand(offset:count:)``): the session
+/// thread replies at once, which is what keeps a sequential read at the speed
+/// of the network rather than of task switches.
+final class FileReader: Sendable {
   let key: String
   let generation: Int64
   let size: UInt64
@@ -16,15 +21,22 @@ actor FileReader {
   private let maxAhead: UInt64
 
   private struct Segment {
+    let id: Int
     let start: UInt64
     let end: UInt64
-    let bytes: Task<[UInt8], any Error>
+    let task: Task<ByteBuffer, any Error>
+    /// Set once the bytes have arrived.
+    var bytes: ByteBuffer?
   }
-  /// Contiguous segments, in order.
-  private var segments: [Segment] = []
-  /// Sequential reads in a row: the segment size grows with it.
-  private var streak = 0
-  private var lastEnd: UInt64 = 0
+  private struct State {
+    /// Contiguous segments, in order.
+    var segments: [Segment] = []
+    /// Sequential reads in a row: the segment size grows with it.
+    var streak = 0
+    var lastEnd: UInt64 = 0
+    var nextID = 0
+  }
+  private let state = Mutex(State())
 
   init(key: String, generation: Int64, size: UInt64, store: any ObjectStore, maxSegment: Int, maxAhead: Int) {
     self.key = key
@@ -36,40 +48,64 @@ actor FileReader {
   }
 
   deinit {
-    for segment in segments { segment.bytes.cancel() }
+    state.withLock { state in
+      for segment in state.segments { segment.task.cancel() }
+    }
   }
 
-  func read(offset: UInt64, count: Int) async throws -> [UInt8] {
+  /// The bytes if every one of them has arrived already; never waits.
+  func atHand(offset: UInt64, count: Int) -> [ByteBuffer]? {
     guard offset < size, count > 0 else { return [] }
     let end = min(offset + UInt64(count), size)
-    defer { lastEnd = end }
-
-    let covered = segments.first.map { $0.start <= offset && offset < segments.last!.end } ?? false
-    if covered {
-      streak += 1
-    } else {
-      dropSegments()
-      // The kernel's own read-ahead may reorder neighbouring reads a little.
-      let nearLast = offset >= lastEnd ? offset - lastEnd : lastEnd - offset
-      guard offset == 0 || nearLast <= (1 << 20) else {
-        streak = 0
-        return try await store.read(key, generation: generation, range: Int64(offset)..<Int64(end))
+    return state.withLock { state -> [ByteBuffer]? in
+      guard let first = state.segments.firstIndex(where: { $0.start <= offset && offset < $0.end }) else {
+        return nil
       }
-      streak = 0
-      appendSegment(from: offset)
+      var pieces: [ByteBuffer] = []
+      var at = offset
+      for segment in state.segments[first...] where at < end {
+        guard segment.start == at || segment.start <= at, let bytes = segment.bytes else { return nil }
+        guard let piece = slice(bytes, of: segment, from: at, to: end) else { return nil }
+        pieces.append(piece)
+        at += UInt64(piece.readableBytes)
+      }
+      guard at == end else { return nil }
+      state.streak += 1
+      state.lastEnd = end
+      topUp(&state, from: offset)
+      state.segments.removeAll { $0.end <= end }
+      return pieces
     }
-    // Keep a few segments in flight ahead of the reader.
-    while let last = segments.last, last.end < size, last.end - offset < min(maxAhead, segmentSize * 4) {
-      appendSegment(from: last.end)
-    }
+  }
 
-    var result: [UInt8] = []
-    result.reserveCapacity(Int(end - offset))
-    for segment in segments where segment.start < end && segment.end > offset {
-      let bytes: [UInt8]
+  func read(offset: UInt64, count: Int) async throws -> [ByteBuffer] {
+    if let pieces = atHand(offset: offset, count: count) { return pieces }
+    let end = min(offset + UInt64(count), size)
+    let planned = state.withLock { state -> [Segment]? in
+      let covered =
+        state.segments.first.map { $0.start <= offset && offset < state.segments.last!.end } ?? false
+      defer { state.lastEnd = end }
+      if covered {
+        state.streak += 1
+      } else {
+        drop(&state)
+        // The kernel's own read-ahead may reorder neighbouring reads a little.
+        let nearLast = offset >= state.lastEnd ? offset - state.lastEnd : state.lastEnd - offset
+        state.streak = 0
+        guard offset == 0 || nearLast <= (1 << 20) else { return nil }
+        append(&state, from: offset)
+      }
+      topUp(&state, from: offset)
+      return state.segments.filter { $0.start < end && $0.end > offset }
+    }
+    guard let planned else { return [try await direct(offset, end)] }
+
+    var pieces: [ByteBuffer] = []
+    for segment in planned {
+      let bytes: ByteBuffer
       do {
         // An interrupted reader gives up its segment; a later read fetches it again.
-        let task = segment.bytes
+        let task = segment.task
         bytes = try await withTaskCancellationHandler {
           try await task.value
         } onCancel: {
@@ -77,41 +113,74 @@ actor FileReader {
         }
       } catch is CancellationError where !Task.isCancelled {
         // Another read dropped this segment (a jump elsewhere): fetch directly.
-        return try await store.read(key, generation: generation, range: Int64(offset)..<Int64(end))
+        return [try await direct(offset, end)]
       } catch StorageError.cancelled where !Task.isCancelled {
-        return try await store.read(key, generation: generation, range: Int64(offset)..<Int64(end))
+        return [try await direct(offset, end)]
       } catch {
         // Forget the failed segment and everything after it so the next read retries.
-        if let index = segments.firstIndex(where: { $0.start == segment.start }) {
-          segments.removeSubrange(index...)
+        state.withLock { state in
+          if let index = state.segments.firstIndex(where: { $0.id == segment.id }) {
+            state.segments.removeSubrange(index...)
+          }
         }
         throw error
       }
-      let from = Int(max(offset, segment.start) - segment.start)
-      let to = min(Int(end - segment.start), bytes.count)
-      if from < to { result += bytes[from..<to] }
-      if UInt64(bytes.count) < segment.end - segment.start { break }  // object shorter than expected
+      if let piece = slice(bytes, of: segment, from: max(offset, segment.start), to: end) {
+        pieces.append(piece)
+      }
+      if UInt64(bytes.readableBytes) < segment.end - segment.start { break }  // object shorter than expected
     }
     // Consumed segments are no longer needed.
-    segments.removeAll { $0.end <= end }
-    return result
+    state.withLock { state in state.segments.removeAll { $0.end <= end } }
+    return pieces
   }
 
-  private var segmentSize: UInt64 { min(maxSegment, firstSegment << UInt64(min(streak, 16))) }
+  /// Bytes [from, to) of a segment's buffer, as far as it reaches; nil if none.
+  private func slice(_ bytes: ByteBuffer, of segment: Segment, from: UInt64, to: UInt64) -> ByteBuffer? {
+    let lower = Int(from - segment.start)
+    let upper = min(Int(min(to, segment.end) - segment.start), bytes.readableBytes)
+    guard lower < upper else { return nil }
+    return bytes.getSlice(at: bytes.readerIndex + lower, length: upper - lower)
+  }
 
-  private func appendSegment(from start: UInt64) {
-    let end = min(start + segmentSize, size)
-    let store = self.store
-    let key = self.key
-    let generation = self.generation
-    let task = Task {
-      try await store.read(key, generation: generation, range: Int64(start)..<Int64(end))
+  private func direct(_ offset: UInt64, _ end: UInt64) async throws -> ByteBuffer {
+    try await store.read(key, generation: generation, range: Int64(offset)..<Int64(end))
+  }
+
+  /// Keeps a few segments in flight ahead of the reader.
+  private func topUp(_ state: inout State, from offset: UInt64) {
+    while let last = state.segments.last, last.end < size,
+      last.end - offset < min(maxAhead, segmentSize(state.streak) * 4)
+    {
+      append(&state, from: last.end)
     }
-    segments.append(Segment(start: start, end: end, bytes: task))
   }
 
-  private func dropSegments() {
-    for segment in segments { segment.bytes.cancel() }
-    segments = []
+  private func segmentSize(_ streak: Int) -> UInt64 {
+    min(maxSegment, firstSegment << UInt64(min(streak, 16)))
+  }
+
+  private func append(_ state: inout State, from start: UInt64) {
+    let end = min(start + segmentSize(state.streak), size)
+    let id = state.nextID
+    state.nextID += 1
+    let (store, key, generation) = (self.store, self.key, self.generation)
+    let task = Task { [weak self] in
+      let bytes = try await store.read(key, generation: generation, range: Int64(start)..<Int64(end))
+      self?.arrived(id, bytes)
+      return bytes
+    }
+    state.segments.append(Segment(id: id, start: start, end: end, task: task))
+  }
+
+  private func arrived(_ id: Int, _ bytes: ByteBuffer) {
+    state.withLock { state in
+      if let index = state.segments.firstIndex(where: { $0.id == id }) { state.segments[index].bytes = bytes }
+    }
+  }
+
+  private func drop(_ state: inout State) {
+    for segment in state.segments { segment.task.cancel() }
+    state.segments = []
   }
 }

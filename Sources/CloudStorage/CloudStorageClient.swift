@@ -78,26 +78,25 @@ public final class CloudStorageClient: ObjectStore {
     return try resource.metadata(defaultBucket: bucket)
   }
 
-  public func read(_ name: String, generation: Int64, range: Range<Int64>) async throws -> [UInt8] {
-    guard !range.isEmpty else { return [] }
+  public func read(_ name: String, generation: Int64, range: Range<Int64>) async throws -> ByteBuffer {
+    guard !range.isEmpty else { return ByteBuffer() }
     let url =
       "\(objectsPath)/\(name.percentEncoded)"
       + queryString([("alt", "media"), ("generation", String(generation))])
     let (status, headers, body) = try await exchange(
       .GET, url: url, headers: [("Range", "bytes=\(range.lowerBound)-\(range.upperBound - 1)")],
       operation: "read \(name) \(range)", maxBody: Int(range.count) + (64 << 10), idempotent: true)
-    var bytes = body.getBytes(at: body.readerIndex, length: body.readableBytes) ?? []
+    var bytes = body
     if status == 200 {
       // The whole object came back (a server that ignores Range): take the slice.
-      let lower = Int(min(range.lowerBound, Int64(bytes.count)))
-      let upper = Int(min(range.upperBound, Int64(bytes.count)))
-      bytes = Array(bytes[lower..<upper])
+      let lower = Int(min(range.lowerBound, Int64(bytes.readableBytes)))
+      bytes.moveReaderIndex(forwardBy: lower)
     } else if let contentRange = headers.first(name: "Content-Range"),
       !contentRange.hasPrefix("bytes \(range.lowerBound)-")
     {
       throw StorageError.invalidResponse("read \(name): asked for \(range), got \(contentRange)")
     }
-    if bytes.count > range.count { bytes.removeLast(bytes.count - Int(range.count)) }
+    if bytes.readableBytes > range.count { bytes.moveWriterIndex(to: bytes.readerIndex + Int(range.count)) }
     return bytes
   }
 
@@ -227,7 +226,7 @@ public final class CloudStorageClient: ObjectStore {
     let prepared = request
     let (response, payload) = try await Self.racing(deadline) {
       let response = try await http.execute(prepared, deadline: deadline, logger: nil)
-      return (response, try await response.body.collect(upTo: maxBody))
+      return (response, try await Self.collect(response, upTo: maxBody))
     }
     let status = Int(response.status.code)
     switch status {
@@ -286,6 +285,21 @@ public final class CloudStorageClient: ObjectStore {
   private func describe(_ error: any Error) -> String {
     if let error = error as? HTTPClientError { return "\(error)" }
     return String(describing: error)
+  }
+
+  /// The whole body in one buffer sized from Content-Length up front, so a
+  /// large read is copied out of the socket's buffers once, never regrown.
+  private static func collect(_ response: HTTPClientResponse, upTo maxBody: Int) async throws -> ByteBuffer {
+    let expected = response.headers.first(name: "Content-Length").flatMap(Int.init) ?? 0
+    if expected > maxBody { throw NIOTooManyBytesError(maxBytes: maxBody) }
+    var payload = ByteBufferAllocator().buffer(capacity: expected)
+    for try await chunk in response.body {
+      if payload.readableBytes + chunk.readableBytes > maxBody {
+        throw NIOTooManyBytesError(maxBytes: maxBody)
+      }
+      payload.writeImmutableBuffer(chunk)
+    }
+    return payload
   }
 
   private func message(in body: ByteBuffer, status: Int) -> String {

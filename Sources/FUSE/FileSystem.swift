@@ -1,3 +1,5 @@
+import NIOCore
+
 /// The operations a filesystem implements to be served by ``FUSESession``.
 ///
 /// Asynchronous methods run in their own task, so a slow one never blocks the
@@ -20,7 +22,12 @@ public protocol FileSystem: AnyObject, Sendable {
   func releasedir(inode: UInt64, handle: UInt64)
 
   func open(inode: UInt64, flags: Int32) async throws -> OpenResult
-  func read(inode: UInt64, handle: UInt64, offset: UInt64, size: Int) async throws -> [UInt8]
+  /// The bytes at `offset`, fewer only at the end of the file, in the pieces
+  /// the filesystem holds them (the reply hands the kernel all of them at once).
+  func read(inode: UInt64, handle: UInt64, offset: UInt64, size: Int) async throws -> [ByteBuffer]
+  /// The same bytes if they are already at hand, else nil (then ``read`` is
+  /// called). Answered inline: a hit costs no task and no thread hop.
+  func readAtHand(inode: UInt64, handle: UInt64, offset: UInt64, size: Int) -> [ByteBuffer]?
   func release(inode: UInt64, handle: UInt64)
 
   /// The whole value; the session answers size probes and ERANGE itself.

@@ -1,4 +1,5 @@
 import CFuse
+import NIOCore
 
 #if canImport(Glibc)
   import Glibc
@@ -77,14 +78,14 @@ extension FUSESession {
     ops.read = { req, inode, size, offset, info in
       let handle = info!.pointee.fh
       let fs = session(req).fileSystem
+      if let pieces = fs.readAtHand(inode: inode, handle: handle, offset: UInt64(offset), size: size) {
+        replyData(req!, pieces)
+        return
+      }
       session(req).serve(
         req, { try await fs.read(inode: inode, handle: handle, offset: UInt64(offset), size: size) }
-      ) { request, bytes in
-        bytes.withUnsafeBufferPointer { buffer in
-          buffer.withMemoryRebound(to: CChar.self) {
-            _ = fuse_reply_buf(request.raw, $0.baseAddress, $0.count)
-          }
-        }
+      ) { request, pieces in
+        replyData(request.raw, pieces)
       }
     }
     ops.release = { req, inode, info in
@@ -173,6 +174,25 @@ private func serveReaddir(
   ) { (request: Request, filled: SendableBuffer) in
     fuse_reply_buf(request.raw, filled.value.bytes, filled.value.used)
   }
+}
+
+/// One writev of every piece: the kernel copies straight out of our buffers.
+private func replyData(_ req: fuse_req_t, _ pieces: [ByteBuffer]) {
+  var vectors: [iovec] = []
+  vectors.reserveCapacity(pieces.count)
+  // Each piece's pointer is valid only inside its closure: nest them.
+  func gather(_ index: Int) {
+    guard index < pieces.count else {
+      _ = fuse_reply_iov(req, vectors, Int32(vectors.count))
+      return
+    }
+    pieces[index].withUnsafeReadableBytes { bytes in
+      vectors.append(
+        iovec(iov_base: UnsafeMutableRawPointer(mutating: bytes.baseAddress), iov_len: bytes.count))
+      gather(index + 1)
+    }
+  }
+  gather(0)
 }
 
 /// The buffer is used by one task at a time, then by the reply.

@@ -1,3 +1,5 @@
+import NIOCore
+
 /// What the filesystem needs from a bucket. Implemented by the Cloud Storage
 /// client and, in tests, by an exact in-process model of the service.
 ///
@@ -14,7 +16,7 @@ public protocol ObjectStore: Sendable {
   func metadata(of name: String) async throws -> ObjectMetadata
 
   /// Bytes `range` of generation `generation` of an object; fewer at its end.
-  func read(_ name: String, generation: Int64, range: Range<Int64>) async throws -> [UInt8]
+  func read(_ name: String, generation: Int64, range: Range<Int64>) async throws -> ByteBuffer
 
   /// Patches metadata, only if the object's metageneration still matches.
   /// Throws ``StorageError/preconditionFailed`` when it does not.

@@ -51,7 +51,7 @@ final class FaultTests: XCTestCase {
     let opened = try await fs.open(inode: inode, flags: O_RDONLY)
     server.injectFaults([.status(503), .resetConnection], for: .media)
     await XCTAssertEqualAsync(
-      try await fs.read(inode: inode, handle: opened.handle, offset: 10, size: 5),
+      try await fs.read(inode: inode, handle: opened.handle, offset: 10, size: 5).array,
       Array(repeating: 3, count: 5))
 
     server.injectFaults([.status(503)], for: .patch)
@@ -78,7 +78,7 @@ final class FaultTests: XCTestCase {
     XCTAssertLessThan(ContinuousClock.now - stalled, .seconds(5))
     server.clearFaults()
     await XCTAssertEqualAsync(
-      try await fs.read(inode: inode, handle: opened.handle, offset: 0, size: 10),
+      try await fs.read(inode: inode, handle: opened.handle, offset: 0, size: 10).array,
       Array(repeating: 1, count: 10))
     await XCTAssertEqualAsync(try await fs.names(of: dir).count, 5)
   }

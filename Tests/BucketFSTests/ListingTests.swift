@@ -67,6 +67,78 @@ final class ListingTests: XCTestCase {
     fs.releasedir(inode: dir, handle: handle)
   }
 
+  func testAReaderPastTheFirstPageGetsTheNextPageFetchedAhead() async throws {
+    let store = InMemoryObjectStore(bucket: "demo")
+    for i in 0..<10 { store.put(String(format: "dir/f%02d", i), data: []) }
+    let fs = makeFileSystem(store, pageSize: 3)
+    let dir = try await fs.inode(at: "dir")
+    let handle = try await fs.opendir(inode: dir)
+    defer { fs.releasedir(inode: dir, handle: handle) }
+    store.resetCalls()
+
+    // The first page, as far as it can be shown (f02 waits: a directory
+    // f02/ could still come), and no more although the buffer has room.
+    let first = CollectingBuffer(capacity: 10)
+    try await fs.readdir(inode: dir, handle: handle, offset: 0, into: first)
+    XCTAssertEqual(first.entries.map(\.name), [".", "..", "f00", "f01"])
+    try await Task.sleep(for: .milliseconds(100))
+    XCTAssertEqual(store.calls(.list).count, 1, "the first page alone is fetched on demand")
+
+    // Into the second page: the third is requested before anyone asks for it.
+    let second = CollectingBuffer(capacity: 1)
+    try await fs.readdir(inode: dir, handle: handle, offset: first.entries.last!.nextOffset, into: second)
+    XCTAssertEqual(second.entries.map(\.name), ["f02"])
+    for _ in 0..<200 where store.calls(.list).count < 3 { try await Task.sleep(for: .milliseconds(10)) }
+    XCTAssertEqual(store.calls(.list).count, 3)
+
+    // The rest, in order, with no call beyond ceil(10 / 3).
+    var offset = second.entries.last!.nextOffset
+    var names = ["f02"]
+    while true {
+      let more = CollectingBuffer(capacity: 2)
+      try await fs.readdir(inode: dir, handle: handle, offset: offset, into: more)
+      guard let last = more.entries.last else { break }
+      names += more.entries.map(\.name)
+      offset = last.nextOffset
+    }
+    XCTAssertEqual(names, (2..<10).map { String(format: "f%02d", $0) })
+    XCTAssertEqual(store.calls(.list).count, 4)
+  }
+
+  func testAFailedPrefetchIsRetriedWhenTheReaderGetsThere() async throws {
+    let store = InMemoryObjectStore(bucket: "demo")
+    for i in 0..<9 { store.put(String(format: "dir/f%02d", i), data: []) }
+    let fs = makeFileSystem(store, pageSize: 3)
+    let dir = try await fs.inode(at: "dir")
+    let handle = try await fs.opendir(inode: dir)
+    defer { fs.releasedir(inode: dir, handle: handle) }
+    store.resetCalls()
+    let first = CollectingBuffer(capacity: 10)
+    try await fs.readdir(inode: dir, handle: handle, offset: 0, into: first)
+    XCTAssertEqual(first.entries.map(\.name), [".", "..", "f00", "f01"])
+    // Page 2 arrives; the prefetch of page 3, slowed down, meets a fault.
+    store.latency = .milliseconds(100)
+    let second = CollectingBuffer(capacity: 10)
+    try await fs.readdir(inode: dir, handle: handle, offset: first.entries.last!.nextOffset, into: second)
+    XCTAssertEqual(second.entries.map(\.name), ["f02", "f03", "f04"])
+    store.injectFaults([.unavailable("503 prefetch")], for: .list)
+    for _ in 0..<200 where store.pendingFaults(for: .list) > 0 {
+      try await Task.sleep(for: .milliseconds(10))
+    }
+    XCTAssertEqual(store.pendingFaults(for: .list), 0)
+    XCTAssertEqual(store.calls(.list).count, 3)
+
+    let after = second.entries.last!.nextOffset
+    let failed = CollectingBuffer(capacity: 10)
+    await XCTAssertErrno(.io) {
+      try await fs.readdir(inode: dir, handle: handle, offset: after, into: failed)
+    }
+    let retry = CollectingBuffer(capacity: 10)
+    try await fs.readdir(inode: dir, handle: handle, offset: after, into: retry)
+    XCTAssertEqual(retry.entries.map(\.name), ["f05", "f06", "f07", "f08"])
+    XCTAssertEqual(store.calls(.list).count, 4)
+  }
+
   func testReaddirplusFillsTheCacheSoStatAndXattrsNeedNoRequest() async throws {
     let store = InMemoryObjectStore(bucket: "demo")
     for i in 0..<10 {

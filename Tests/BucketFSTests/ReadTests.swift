@@ -1,4 +1,5 @@
 import FUSE
+import NIOCore
 import ObjectStore
 import StorageFake
 import XCTest
@@ -28,6 +29,7 @@ final class ReadTests: XCTestCase {
     var offset: UInt64 = 0
     while true {
       let chunk = try await fs.read(inode: inode, handle: opened.handle, offset: offset, size: 128 << 10)
+        .array
       if chunk.isEmpty { break }
       read += chunk
       offset += UInt64(chunk.count)
@@ -38,6 +40,56 @@ final class ReadTests: XCTestCase {
     let reads = store.calls(.read)
     XCTAssertLessThan(reads.count, 12, "read-ahead, not one request per 128 KiB: \(reads.count)")
     XCTAssertGreaterThan(reads.count, 1)
+  }
+
+  func testBytesAlreadyReadAheadAreAnsweredWithoutWaiting() async throws {
+    let store = InMemoryObjectStore(bucket: "demo")
+    let data = randomBytes(4 << 20)
+    store.put("big", data: data)
+    let fs = makeFileSystem(store)
+    let inode = try await fs.inode(at: "big")
+    let opened = try await fs.open(inode: inode, flags: O_RDONLY)
+    XCTAssertNil(
+      fs.readAtHand(inode: inode, handle: opened.handle, offset: 0, size: 10), "nothing fetched yet")
+    XCTAssertEqual(store.calls(.read).count, 0, "asking what is at hand fetches nothing")
+
+    var read = try await fs.read(inode: inode, handle: opened.handle, offset: 0, size: 100_000).array
+    // The first segment is 256 KiB: this read spans it and the next one.
+    let spanning = 200_000..<(200_000 + (128 << 10))
+    var pieces: [ByteBuffer]? = nil
+    for _ in 0..<500 where pieces == nil {
+      pieces = fs.readAtHand(inode: inode, handle: opened.handle, offset: 100_000, size: 100_000)
+      if pieces == nil { try await Task.sleep(for: .milliseconds(10)) }
+    }
+    read += try XCTUnwrap(pieces, "read-ahead never arrived").array
+    let across = try XCTUnwrap(
+      fs.readAtHand(
+        inode: inode, handle: opened.handle, offset: UInt64(spanning.lowerBound), size: spanning.count))
+    XCTAssertEqual(across.count, 2, "one piece per segment, not a copy")
+    XCTAssertTrue(across.array == Array(data[spanning]))
+
+    // Go on the way the FUSE layer does: at hand if possible, else wait.
+    var offset = spanning.upperBound
+    read = Array(data[0..<offset])
+    var inline = 0
+    while offset < data.count {
+      let size = 128 << 10
+      let chunk: [UInt8]
+      if let hit = fs.readAtHand(inode: inode, handle: opened.handle, offset: UInt64(offset), size: size) {
+        inline += 1
+        chunk = hit.array
+      } else {
+        chunk = try await fs.read(inode: inode, handle: opened.handle, offset: UInt64(offset), size: size)
+          .array
+      }
+      read += chunk
+      offset += chunk.count
+    }
+    XCTAssertTrue(read == data)
+    XCTAssertGreaterThan(inline, 0)
+    XCTAssertEqual(
+      fs.readAtHand(inode: inode, handle: opened.handle, offset: UInt64(data.count), size: 10)?.count, 0)
+    fs.release(inode: inode, handle: opened.handle)
   }
 
   func testRandomReadsReturnExactlyTheRange() async throws {
@@ -51,6 +103,7 @@ final class ReadTests: XCTestCase {
       let offset = Int.random(in: 0..<(data.count + 1000))
       let size = Int.random(in: 1...200_000)
       let chunk = try await fs.read(inode: inode, handle: opened.handle, offset: UInt64(offset), size: size)
+        .array
       let end = min(offset + size, data.count)
       XCTAssertTrue(
         chunk == (offset < data.count ? Array(data[offset..<end]) : []), "at \(offset) size \(size)")
@@ -64,7 +117,7 @@ final class ReadTests: XCTestCase {
     let inode = try await fs.inode(at: "f")
     let opened = try await fs.open(inode: inode, flags: O_RDONLY)
     await XCTAssertEqualAsync(
-      try await fs.read(inode: inode, handle: opened.handle, offset: 0, size: 10),
+      try await fs.read(inode: inode, handle: opened.handle, offset: 0, size: 10).array,
       Array(repeating: 1, count: 10))
     store.put("f", data: Array(repeating: 2, count: 8 << 20))
     // Bytes already read ahead belong to the pinned generation; new ones can't be had.

@@ -15,7 +15,7 @@ final class ReadTests: XCTestCase {
         0..<1, 0..<size, 1..<2, 100..<1124, 4095..<4097, size - 1..<size, size - 10..<size,
       ]
       for range in ranges {
-        let bytes = try await client.read("blob", generation: meta.generation, range: range)
+        let bytes = try await client.read("blob", generation: meta.generation, range: range).array
         XCTAssertEqual(bytes, Array(data[Int(range.lowerBound)..<Int(range.upperBound)]), "\(range)")
       }
       let sent = server.requests(.media).map { $0.header("Range") }
@@ -27,7 +27,7 @@ final class ReadTests: XCTestCase {
   func testRangePastTheEndGivesFewerBytes() async throws {
     try await withFakeServer { server, client in
       let meta = server.store.put("ten", data: Array(0..<10))
-      let bytes = try await client.read("ten", generation: meta.generation, range: 6..<4096)
+      let bytes = try await client.read("ten", generation: meta.generation, range: 6..<4096).array
       XCTAssertEqual(bytes, [6, 7, 8, 9])
     }
   }
@@ -35,7 +35,7 @@ final class ReadTests: XCTestCase {
   func testEmptyObjectReadsAsNothing() async throws {
     try await withFakeServer { server, client in
       let meta = server.store.put("empty", data: [])
-      let bytes = try await client.read("empty", generation: meta.generation, range: 0..<4096)
+      let bytes = try await client.read("empty", generation: meta.generation, range: 0..<4096).array
       XCTAssertEqual(bytes, [])
     }
   }
@@ -48,7 +48,7 @@ final class ReadTests: XCTestCase {
       let error = await storageError { try await client.read("f", generation: old.generation, range: 0..<3) }
       XCTAssertEqual(error, .notFound)
       // The live generation still reads.
-      let bytes = try await client.read("f", generation: new.generation, range: 0..<3)
+      let bytes = try await client.read("f", generation: new.generation, range: 0..<3).array
       XCTAssertEqual(bytes, Array("new".utf8))
       XCTAssertEqual(server.requests(.media).count, 2, "a 404 is not retried")
     }
@@ -67,9 +67,9 @@ final class ReadTests: XCTestCase {
   func testWholeObjectAnswerIsSliced() async throws {
     let data = Array(0..<200).map { UInt8($0) }
     try await withCannedServer(handler: { _ in .init(200, body: data) }) { server, client in
-      let bytes = try await client.read("x", generation: 1, range: 50..<60)
+      let bytes = try await client.read("x", generation: 1, range: 50..<60).array
       XCTAssertEqual(bytes, Array(data[50..<60]))
-      let tail = try await client.read("x", generation: 1, range: 195..<300)
+      let tail = try await client.read("x", generation: 1, range: 195..<300).array
       XCTAssertEqual(tail, Array(data[195..<200]))
       XCTAssertEqual(server.requests.first?.header("Range"), "bytes=50-59")
     }

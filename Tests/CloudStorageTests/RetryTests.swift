@@ -30,7 +30,7 @@ final class RetryTests: XCTestCase {
     try await withFakeServer { server, client in
       let meta = server.store.put("f", data: Array(0..<50))
       server.injectFaults([.status(503)], for: .media)
-      let bytes = try await client.read("f", generation: meta.generation, range: 10..<20)
+      let bytes = try await client.read("f", generation: meta.generation, range: 10..<20).array
       XCTAssertEqual(bytes, Array(10..<20))
       let requests = server.requests(.media)
       XCTAssertEqual(requests.count, 2)
@@ -154,7 +154,7 @@ final class RetryTests: XCTestCase {
       let meta = server.store.put("f", data: Array(0..<10))
       server.injectFaults([.resetConnection], for: .media)
       server.injectFaults([.resetConnection], for: .list)
-      let bytes = try await client.read("f", generation: meta.generation, range: 0..<10)
+      let bytes = try await client.read("f", generation: meta.generation, range: 0..<10).array
       XCTAssertEqual(bytes, Array(0..<10))
       XCTAssertEqual(server.requests(.media).count, 2)
       let page = try await client.list(prefix: "", delimiter: "/", pageSize: 10, pageToken: nil)

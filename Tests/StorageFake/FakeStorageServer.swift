@@ -478,7 +478,7 @@ public final class FakeStorageServer: @unchecked Sendable {
     }
     let bytes: [UInt8]
     do {
-      bytes = try await store.read(name, generation: generation, range: range)
+      bytes = Array(try await store.read(name, generation: generation, range: range).readableBytesView)
     } catch StorageError.badRequest(let message) where message.hasPrefix("416") {
       throw HTTPError(
         416, "Request range not satisfiable", reason: "requestedRangeNotSatisfiable",

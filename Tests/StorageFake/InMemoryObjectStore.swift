@@ -1,4 +1,5 @@
 import Foundation
+import NIOCore
 import ObjectStore
 
 /// An exact in-process model of one Cloud Storage bucket, for what ``ObjectStore`` covers.
@@ -256,9 +257,9 @@ public final class InMemoryObjectStore: ObjectStore, @unchecked Sendable {
     return meta
   }
 
-  public func read(_ name: String, generation: Int64, range: Range<Int64>) async throws -> [UInt8] {
+  public func read(_ name: String, generation: Int64, range: Range<Int64>) async throws -> ByteBuffer {
     try await enter(.read(name, range))
-    return try state.withLock { (s: inout State) throws(StorageError) -> [UInt8] in
+    return try state.withLock { (s: inout State) throws(StorageError) -> ByteBuffer in
       guard let entry = s.objects[Key(name.utf8)], entry.meta.generation == generation else {
         throw .notFound
       }
@@ -267,7 +268,7 @@ public final class InMemoryObjectStore: ObjectStore, @unchecked Sendable {
       if size > 0 && range.lowerBound >= size { throw .badRequest("416 range not satisfiable") }
       let lower = Int(min(range.lowerBound, size))
       let upper = Int(min(range.upperBound, size))
-      return Array(entry.data[lower..<upper])
+      return ByteBuffer(bytes: entry.data[lower..<upper])
     }
   }
 
@@ -390,4 +391,14 @@ private enum PageToken {
     case .prefix(let key): Base64.encode([UInt8(ascii: "p")] + key)
     }
   }
+}
+
+extension ByteBuffer {
+  /// The readable bytes, for comparing in tests.
+  public var array: [UInt8] { Array(readableBytesView) }
+}
+
+extension Array where Element == ByteBuffer {
+  /// The pieces of a read reply joined, for comparing in tests.
+  public var array: [UInt8] { flatMap { $0.readableBytesView } }
 }
