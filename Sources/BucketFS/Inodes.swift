@@ -6,25 +6,45 @@ import Synchronization
 struct Node: Sendable {
   enum Kind: Sendable, Equatable { case file, directory }
 
+  // One is held per inode: fields are ordered to pack tightly.
   /// Full object name for a file; prefix ending in `/` (or `""`) for a directory.
   let key: String
-  let kind: Kind
   /// References the kernel holds (lookups and readdirplus entries not yet forgotten).
   var lookups: UInt64
+  var fetchedAt: Double
   /// What stat shows of a file, and when it was fetched or listed. The full
   /// metadata lives in the bounded ``MetadataCache``.
   var facts: FileFacts?
-  var fetchedAt: Double
   /// Generation of the last open, to keep the page cache while unchanged.
   var openedGeneration: Int64?
+  let kind: Kind
+
+  init(
+    key: String, kind: Kind, lookups: UInt64, facts: FileFacts?, fetchedAt: Double, openedGeneration: Int64?
+  ) {
+    self.key = key
+    self.lookups = lookups
+    self.fetchedAt = fetchedAt
+    self.facts = facts
+    self.openedGeneration = openedGeneration
+    self.kind = kind
+  }
 }
 
 /// Inode numbers are a hash of the key, so a path keeps its number for the
 /// life of the mount (and across mounts) without a table of every path ever
 /// seen; only inodes the kernel holds are kept.
+///
+/// Nodes live in fixed-size chunks and the hash table maps inode numbers to
+/// slots: a table of whole nodes costs their size in every empty bucket too,
+/// and one growing array copies itself; after an `ls -l` of 100,000 files
+/// those were most of the process's memory.
 struct InodeTable: Sendable {
   static let rootInode: UInt64 = 1
-  private(set) var nodes: [UInt64: Node] = [:]
+  private static let chunkSize = 1024
+  private var chunks: [ContiguousArray<Node>] = []
+  private var slotOf: [UInt64: Int32] = [:]
+  private var vacant: [Int32] = []
   private(set) var metadata: MetadataCache
   /// Keys whose hash collided with another live key, and the numbers they got.
   private var collisions: [String: UInt64] = [:]
@@ -32,9 +52,12 @@ struct InodeTable: Sendable {
 
   init(rootKey: String, metadataCapacity: Int) {
     metadata = MetadataCache(capacity: metadataCapacity)
-    nodes[Self.rootInode] = Node(
+    self[Self.rootInode] = Node(
       key: rootKey, kind: .directory, lookups: 1, facts: nil, fetchedAt: 0, openedGeneration: nil)
   }
+
+  /// Inodes the kernel holds.
+  var count: Int { slotOf.count }
 
   static func hash(_ key: String) -> UInt64 {
     var hash: UInt64 = 0xcbf2_9ce4_8422_2325  // FNV-1a 64
@@ -47,15 +70,41 @@ struct InodeTable: Sendable {
   }
 
   subscript(inode: UInt64) -> Node? {
-    get { nodes[inode] }
-    set { nodes[inode] = newValue }
+    get { slotOf[inode].map { self[slot: $0] } }
+    set {
+      if let newValue {
+        if let slot = slotOf[inode] {
+          self[slot: slot] = newValue
+        } else if let slot = vacant.popLast() {
+          self[slot: slot] = newValue
+          slotOf[inode] = slot
+        } else {
+          if chunks.last.map({ $0.count == Self.chunkSize }) ?? true {
+            var chunk = ContiguousArray<Node>()
+            chunk.reserveCapacity(Self.chunkSize)
+            chunks.append(chunk)
+          }
+          slotOf[inode] = Int32((chunks.count - 1) * Self.chunkSize + chunks[chunks.count - 1].count)
+          chunks[chunks.count - 1].append(newValue)
+        }
+      } else if let slot = slotOf.removeValue(forKey: inode) {
+        self[slot: slot] = Node(
+          key: "", kind: .file, lookups: 0, facts: nil, fetchedAt: 0, openedGeneration: nil)
+        vacant.append(slot)
+      }
+    }
+  }
+
+  private subscript(slot slot: Int32) -> Node {
+    get { chunks[Int(slot) / Self.chunkSize][Int(slot) % Self.chunkSize] }
+    set { chunks[Int(slot) / Self.chunkSize][Int(slot) % Self.chunkSize] = newValue }
   }
 
   /// The inode a key has now, if the kernel holds it.
   func inode(of key: String) -> UInt64? {
     if let inode = collisions[key] { return inode }
     let inode = Self.hash(key)
-    return nodes[inode]?.key == key ? inode : nil
+    return self[inode]?.key == key ? inode : nil
   }
 
   /// Records one more kernel reference to `key`, creating the node if needed,
@@ -65,7 +114,7 @@ struct InodeTable: Sendable {
   ) -> UInt64 {
     let inode = inode(of: key) ?? allocate(key)
     var node =
-      nodes[inode].flatMap { $0.kind == kind ? $0 : nil }
+      self[inode].flatMap { $0.kind == kind ? $0 : nil }
       ?? Node(key: key, kind: kind, lookups: 0, facts: nil, fetchedAt: 0, openedGeneration: nil)
     node.lookups += 1
     if kind == .file, let metadata {
@@ -75,54 +124,78 @@ struct InodeTable: Sendable {
     } else if kind == .directory {
       node.fetchedAt = now
     }
-    nodes[inode] = node
+    self[inode] = node
     return inode
   }
 
   /// Refreshes cached metadata of a node the kernel already holds, if any.
   mutating func refresh(_ metadata: ObjectMetadata, at now: Double) {
-    guard let inode = inode(of: metadata.name), nodes[inode]?.kind == .file else { return }
-    nodes[inode]?.facts = FileFacts(metadata)
-    nodes[inode]?.fetchedAt = now
+    guard let inode = inode(of: metadata.name), var node = self[inode], node.kind == .file else { return }
+    node.facts = FileFacts(metadata)
+    node.fetchedAt = now
+    self[inode] = node
     self.metadata.insert(metadata)
   }
 
   mutating func forget(_ inode: UInt64, count: UInt64) {
-    guard inode != Self.rootInode, var node = nodes[inode] else { return }
+    guard inode != Self.rootInode, var node = self[inode] else { return }
     node.lookups = node.lookups > count ? node.lookups - count : 0
     if node.lookups == 0 {
-      nodes[inode] = nil
+      self[inode] = nil
       collisions[node.key] = nil
       metadata.remove(node.key)
     } else {
-      nodes[inode] = node
+      self[inode] = node
     }
   }
 
   private mutating func allocate(_ key: String) -> UInt64 {
     let inode = Self.hash(key)
-    guard nodes[inode] != nil else { return inode }
+    guard slotOf[inode] == nil else { return inode }
     nextCollisionInode += 1
     collisions[key] = nextCollisionInode
     return nextCollisionInode
   }
 }
 
-/// The little of a file's metadata that stat needs, parsed once.
+/// The little of a file's metadata that stat needs, parsed once. Times are
+/// kept as nanoseconds (40 bytes in all): one is held for every inode.
 struct FileFacts: Sendable, Equatable {
   let size: UInt64
   let generation: Int64
-  let created: Timestamp?
+  private let createdNanoseconds: Int64
+  private let modifiedNanoseconds: Int64
+  private let changedNanoseconds: Int64
+
+  var created: Timestamp? { Self.timestamp(createdNanoseconds) }
   /// `goog-reserved-file-mtime` if the object has it.
-  let modified: Timestamp?
-  let changed: Timestamp?
+  var modified: Timestamp? { Self.timestamp(modifiedNanoseconds) }
+  var changed: Timestamp? { Self.timestamp(changedNanoseconds) }
 
   init(_ metadata: ObjectMetadata) {
     size = UInt64(max(metadata.size, 0))
     generation = metadata.generation
-    created = RFC3339.parse(metadata.timeCreated)
-    modified = metadata.custom["goog-reserved-file-mtime"].flatMap(RFC3339.parseMtime)
-    changed = RFC3339.parse(metadata.updated)
+    createdNanoseconds = Self.nanoseconds(RFC3339.parse(metadata.timeCreated))
+    modifiedNanoseconds = Self.nanoseconds(
+      metadata.custom["goog-reserved-file-mtime"].flatMap(RFC3339.parseMtime))
+    changedNanoseconds = Self.nanoseconds(RFC3339.parse(metadata.updated))
+  }
+
+  private static let absent = Int64.min
+
+  private static func nanoseconds(_ time: Timestamp?) -> Int64 {
+    guard let time else { return absent }
+    let (seconds, overflow) = Int64(time.seconds).multipliedReportingOverflow(by: 1_000_000_000)
+    guard !overflow, seconds > absent + 1_000_000_000 else { return absent }
+    return seconds + Int64(time.nanoseconds)
+  }
+
+  private static func timestamp(_ nanoseconds: Int64) -> Timestamp? {
+    guard nanoseconds != absent else { return nil }
+    let (seconds, remainder) = nanoseconds.quotientAndRemainder(dividingBy: 1_000_000_000)
+    return remainder < 0
+      ? Timestamp(seconds: Int(seconds - 1), nanoseconds: Int(remainder + 1_000_000_000))
+      : Timestamp(seconds: Int(seconds), nanoseconds: Int(remainder))
   }
 }
 

@@ -281,6 +281,33 @@ final class ListingTests: XCTestCase {
     await XCTAssertEqualAsync(try await again.lookup(parent: 1, name: "plain").attributes?.inode, plain.inode)
   }
 
+  func testInodeTableReusesSlotsAcrossChunks() {
+    var table = InodeTable(rootKey: "", metadataCapacity: 10)
+    var inodes: [String: UInt64] = [:]
+    for i in 0..<3000 {
+      let key = "d/f\(i)"
+      inodes[key] = table.remember(key: key, kind: .directory, metadata: nil, at: 0)
+    }
+    XCTAssertEqual(table.count, 3001)
+    for i in stride(from: 0, to: 3000, by: 2) { table.forget(inodes["d/f\(i)"]!, count: 1) }
+    XCTAssertEqual(table.count, 1501)
+    for i in 3000..<4000 {
+      let key = "d/f\(i)"
+      inodes[key] = table.remember(key: key, kind: .directory, metadata: nil, at: 0)
+    }
+    XCTAssertEqual(table.count, 2501)
+    for (key, inode) in inodes {
+      let index = Int(key.dropFirst(3))!
+      if index < 3000 && index % 2 == 0 {
+        XCTAssertNil(table.inode(of: key))
+      } else {
+        XCTAssertEqual(table.inode(of: key), inode)
+        XCTAssertEqual(table[inode]?.key, key)
+        XCTAssertEqual(table[inode]?.lookups, 1)
+      }
+    }
+  }
+
   func testForgottenInodesAreDropped() async throws {
     let store = InMemoryObjectStore(bucket: "demo")
     store.put("f", data: [1])

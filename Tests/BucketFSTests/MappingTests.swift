@@ -9,6 +9,27 @@ import XCTest
 #endif
 
 final class ErrnoMappingTests: XCTestCase {
+  func testFileFactsKeepTimesExactlyInTheirCompactForm() {
+    func facts(created: String, updated: String, mtime: String?) -> FileFacts {
+      FileFacts(
+        ObjectMetadata(
+          bucket: "b", name: "f", size: 7, generation: 42, metageneration: 1, timeCreated: created,
+          updated: updated, custom: mtime.map { ["goog-reserved-file-mtime": $0] } ?? [:]))
+    }
+    let recent = facts(
+      created: "2024-05-01T10:20:30.123456789Z", updated: "2024-05-02T00:00:00Z", mtime: "1700000000")
+    XCTAssertEqual(recent.created, Timestamp(seconds: 1_714_558_830, nanoseconds: 123_456_789))
+    XCTAssertEqual(recent.changed, Timestamp(seconds: 1_714_608_000))
+    XCTAssertEqual(recent.modified, Timestamp(seconds: 1_700_000_000))
+    XCTAssertEqual(recent.size, 7)
+    XCTAssertEqual(recent.generation, 42)
+
+    let old = facts(created: "1969-12-31T23:59:59.5Z", updated: "", mtime: nil)
+    XCTAssertEqual(old.created, Timestamp(seconds: -1, nanoseconds: 500_000_000))
+    XCTAssertNil(old.changed)
+    XCTAssertNil(old.modified)
+  }
+
   func testStorageErrorsMapToErrno() {
     let table: [(StorageError, ErrorMapping.Context, Int32)] = [
       (.notFound, .metadata, ENOENT),
