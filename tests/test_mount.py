@@ -277,6 +277,36 @@ def test_missing_names_give_enoent(client, bucket, mount):
     assert p.returncode != 0 and "No such file or directory" in p.stderr
 
 
+def test_parallel_cold_stats_share_one_list_call(client, bucket, mount):
+    """50 threads stat 50 different cold files of one directory at once (the
+    kernel sends the lookups in parallel): a burst shares one list call."""
+    import threading
+    client.upload_many(bucket, [F.Obj(f"burst/f{i:02d}", b"x" * i) for i in range(50)] + [F.Obj("burst/sub/x", b"")])
+    m = mount(bucket)
+    run(["stat", m.p("burst")])
+    m.proxy.settle()
+    m.proxy.reset()
+    barrier = threading.Barrier(51)
+    sizes: dict[int, int] = {}
+
+    def one(i: int) -> None:
+        barrier.wait()
+        sizes[i] = os.stat(m.p("burst", f"f{i:02d}")).st_size
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(50)]
+    for t in threads:
+        t.start()
+    barrier.wait()
+    for t in threads:
+        t.join(30)
+    m.proxy.settle()
+    assert sizes == {i: i for i in range(50)}
+    c = m.proxy.counts()
+    # Without sharing: 50 metadata GETs and 50 one-item lists.
+    assert c["metadata"] + c["list"] <= 20, m.describe()
+    assert os.path.isdir(m.p("burst", "sub")) and not os.path.exists(m.p("burst", "nope"))
+
+
 def _rfc3339(s: str) -> float:
     from datetime import datetime
     return datetime.fromisoformat(s.replace("Z", "+00:00")).timestamp()

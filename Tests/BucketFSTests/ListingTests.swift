@@ -232,6 +232,54 @@ final class ListingTests: XCTestCase {
     await XCTAssertNilAsync(try await fs.kind(at: "other"))
   }
 
+  func testABurstOfLookupsInOneDirectorySharesOneListCall() async throws {
+    let store = InMemoryObjectStore(bucket: "demo")
+    for i in 0..<30 { store.put(String(format: "d/f%02d", i), data: Array(repeating: 1, count: i)) }
+    store.put("d/sub/x", data: [])
+    store.put("d/both", data: [9])
+    store.put("d/both/y", data: [])
+    let fs = makeFileSystem(store)
+    let dir = try await fs.inode(at: "d")
+    store.resetCalls()
+    store.latency = .milliseconds(50)
+    let names = (0..<30).map { String(format: "f%02d", $0) } + ["sub", "both", "missing"]
+    let answers = try await withThrowingTaskGroup(of: (String, Entry).self) { group in
+      for name in names { group.addTask { (name, try await fs.lookup(parent: dir, name: name)) } }
+      return try await group.reduce(into: [String: Entry]()) { $0[$1.0] = $1.1 }
+    }
+    for i in 0..<30 {
+      let attributes = answers[String(format: "f%02d", i)]?.attributes
+      XCTAssertEqual(attributes?.kind, .file)
+      XCTAssertEqual(attributes?.size, UInt64(i))
+    }
+    XCTAssertEqual(answers["sub"]?.attributes?.kind, .directory)
+    XCTAssertEqual(answers["both"]?.attributes?.kind, .directory, "the directory wins")
+    XCTAssertNil(answers["missing"]?.attributes)
+    // Two lookups on their own (a metadata GET and a one-item list each), the rest on one list call.
+    XCTAssertEqual(store.calls(.metadata).count, Self.burstOwnLookups)
+    XCTAssertEqual(store.calls(.list).count, Self.burstOwnLookups + 1)
+  }
+
+  static let burstOwnLookups = BucketFileSystem.burstSize - 1
+
+  func testLookupsBeyondTheFirstPageOfABurstAskForThemselves() async throws {
+    let store = InMemoryObjectStore(bucket: "demo")
+    for i in 0..<12 { store.put(String(format: "d/f%02d", i), data: []) }
+    let fs = makeFileSystem(store, pageSize: 4)
+    let dir = try await fs.inode(at: "d")
+    store.latency = .milliseconds(30)
+    let names = (0..<12).map { String(format: "f%02d", $0) } + ["a-missing", "z-missing"]
+    let kinds = try await withThrowingTaskGroup(of: (String, FileAttributes.Kind?).self) { group in
+      for name in names {
+        group.addTask { (name, try await fs.lookup(parent: dir, name: name).attributes?.kind) }
+      }
+      return try await group.reduce(into: [String: FileAttributes.Kind?]()) { $0[$1.0] = $1.1 }
+    }
+    for i in 0..<12 { XCTAssertEqual(kinds[String(format: "f%02d", i)], .file) }
+    XCTAssertEqual(kinds["a-missing"], .some(nil))
+    XCTAssertEqual(kinds["z-missing"], .some(nil))
+  }
+
   func testLookupResolvesFileAndDirectoryTogetherAndCachesNegatives() async throws {
     let store = InMemoryObjectStore(bucket: "demo")
     store.put("file", data: [1])
