@@ -15,7 +15,8 @@ let package = Package(
     .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
   ],
   targets: [
-    // The only C: what Swift cannot import from libfuse3 (macros, the INIT reply flag fix).
+    // The only C: what Swift cannot import from libfuse3 (macros, the INIT reply flag fix)
+    // and from glibc (mallopt's parameter macros).
     .target(
       name: "CFuse",
       linkerSettings: [.linkedLibrary("fuse3")]
@@ -66,7 +67,7 @@ let package = Package(
     .executableTarget(
       name: "bucketfs",
       dependencies: [
-        "BucketFS", "CloudStorage", "Credentials", "FUSE", "ObjectStore",
+        "BucketFS", "CFuse", "CloudStorage", "Credentials", "FUSE", "ObjectStore",
         .product(name: "ArgumentParser", package: "swift-argument-parser"),
         .product(name: "Logging", package: "swift-log"),
       ]

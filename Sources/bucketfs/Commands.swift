@@ -1,6 +1,7 @@
 import ArgumentParser
 import AsyncHTTPClient
 import BucketFS
+import CFuse
 import CloudStorage
 import Credentials
 import Dispatch
@@ -68,6 +69,11 @@ struct Mount: ParsableCommand {
     if !foreground {
       throw ExitCode(daemonize(arguments: CommandLine.arguments + ["--foreground"], logFile: logFile))
     }
+    // List pages (~1 MB of JSON each) and read segments are large and
+    // short-lived. glibc's adaptive threshold soon serves them from the heap,
+    // where they fragment it; kept as mappings they go back to the system
+    // when freed (peak RSS after `ls -l` of 100,000 files: 63 -> 55 MB).
+    _ = cfuse_mmap_threshold(256 << 10)
     let outcome = Outcome(readyDescriptor: readyFd)
     do {
       try mount(outcome: outcome)

@@ -8,6 +8,7 @@
 #include <sys/xattr.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <malloc.h>
 
 static const int cfuse_xattr_create = XATTR_CREATE;
 static const int cfuse_xattr_replace = XATTR_REPLACE;
@@ -26,5 +27,9 @@ int cfuse_enable_parallel_dirops(struct fuse_session *se);
 // libfuse logs through a variadic function; this forwards each formatted line.
 typedef void (*cfuse_log_sink)(int level, const char *line);
 void cfuse_set_log_sink(cfuse_log_sink sink);
+
+// mallopt's parameter names are macros Swift does not import: a daemon
+// serving large short-lived buffers wants them as mappings, not heap.
+static inline int cfuse_mmap_threshold(int bytes) { return mallopt(M_MMAP_THRESHOLD, bytes); }
 
 #endif
