@@ -316,6 +316,7 @@ public final class BucketFileSystem: FileSystem, Sendable {
   // MARK: - Extended attributes (SPEC §4)
 
   public func getxattr(inode: UInt64, name: String) async throws -> [UInt8] {
+    if let answer = getxattrAtHand(inode: inode, name: name) { return try answer.get() }
     guard let property = XattrName(name) else { throw Errno.notSupported }
     let node = try node(inode)
     guard node.kind == .file else { throw Errno.noData }
@@ -325,9 +326,36 @@ public final class BucketFileSystem: FileSystem, Sendable {
   }
 
   public func listxattr(inode: UInt64) async throws -> [String] {
+    if let answer = listxattrAtHand(inode: inode) { return try answer.get() }
     let node = try node(inode)
     guard node.kind == .file else { return [] }
     return XattrName.names(of: try await currentMetadata(inode: inode, node: node))
+  }
+
+  public func getxattrAtHand(inode: UInt64, name: String) -> Result<[UInt8], Errno>? {
+    guard let property = XattrName(name) else { return .failure(.notSupported) }
+    guard let (node, metadata) = metadataAtHand(inode) else { return nil }
+    guard node.kind == .file else { return .failure(.noData) }
+    guard let metadata, let value = property.value(in: metadata) else {
+      return metadata == nil ? nil : .failure(.noData)
+    }
+    return .success(Array(value.utf8))
+  }
+
+  public func listxattrAtHand(inode: UInt64) -> Result<[String], Errno>? {
+    guard let (node, metadata) = metadataAtHand(inode) else { return nil }
+    guard node.kind == .file else { return .success([]) }
+    return metadata.map { .success(XattrName.names(of: $0)) }
+  }
+
+  /// A node the kernel holds, with its full metadata if cached and fresh.
+  private func metadataAtHand(_ inode: UInt64) -> (Node, ObjectMetadata?)? {
+    let now = clock()
+    let ttl = configuration.metadataTTL
+    return state.withLock { state in
+      guard let node = state.inodes[inode] else { return nil }
+      return (node, now - node.fetchedAt < ttl ? state.inodes.metadata[node.key] : nil)
+    }
   }
 
   public func setxattr(inode: UInt64, name: String, value: [UInt8], flags: XattrFlags) async throws {

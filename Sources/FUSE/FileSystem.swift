@@ -33,6 +33,10 @@ public protocol FileSystem: AnyObject, Sendable {
   /// The whole value; the session answers size probes and ERANGE itself.
   func getxattr(inode: UInt64, name: String) async throws -> [UInt8]
   func listxattr(inode: UInt64) async throws -> [String]
+  /// The same answers when they need no waiting, else nil; answered inline
+  /// like ``readAtHand(inode:handle:offset:size:)``.
+  func getxattrAtHand(inode: UInt64, name: String) -> Result<[UInt8], Errno>?
+  func listxattrAtHand(inode: UInt64) -> Result<[String], Errno>?
   func setxattr(inode: UInt64, name: String, value: [UInt8], flags: XattrFlags) async throws
   func removexattr(inode: UInt64, name: String) async throws
 }

@@ -108,16 +108,22 @@ extension FUSESession {
     ops.getxattr = { req, inode, name, size in
       let name = String(cString: name!)
       let fs = session(req).fileSystem
+      if let answer = fs.getxattrAtHand(inode: inode, name: name) {
+        replyXattr(req!, answer, size: size)
+        return
+      }
       session(req).serve(req, { try await fs.getxattr(inode: inode, name: name) }) { request, value in
-        replyXattr(request, value, size: size)
+        replyXattr(request.raw, .success(value), size: size)
       }
     }
     ops.listxattr = { req, inode, size in
       let fs = session(req).fileSystem
+      if let answer = fs.listxattrAtHand(inode: inode) {
+        replyXattr(req!, answer.map(packNames), size: size)
+        return
+      }
       session(req).serve(req, { try await fs.listxattr(inode: inode) }) { request, names in
-        var packed: [UInt8] = []
-        for name in names { packed += Array(name.utf8) + [0] }
-        replyXattr(request, packed, size: size)
+        replyXattr(request.raw, .success(packNames(names)), size: size)
       }
     }
     ops.setxattr = { req, inode, name, value, size, flags in
@@ -202,15 +208,29 @@ private struct SendableBuffer: @unchecked Sendable {
 }
 
 /// getxattr/listxattr protocol: size 0 asks for the length; too small is ERANGE.
-private func replyXattr(_ request: Request, _ value: [UInt8], size: Int) {
+private func replyXattr(_ req: fuse_req_t, _ answer: Result<[UInt8], Errno>, size: Int) {
+  let value: [UInt8]
+  switch answer {
+  case .success(let bytes): value = bytes
+  case .failure(let errno):
+    fuse_reply_err(req, errno.code)
+    return
+  }
   switch XattrReply(value: value, bufferSize: size) {
-  case .size(let count): fuse_reply_xattr(request.raw, count)
-  case .error(let errno): fuse_reply_err(request.raw, errno.code)
+  case .size(let count): fuse_reply_xattr(req, count)
+  case .error(let errno): fuse_reply_err(req, errno.code)
   case .value:
     value.withUnsafeBufferPointer { buffer in
-      buffer.withMemoryRebound(to: CChar.self) { _ = fuse_reply_buf(request.raw, $0.baseAddress, $0.count) }
+      buffer.withMemoryRebound(to: CChar.self) { _ = fuse_reply_buf(req, $0.baseAddress, $0.count) }
     }
   }
+}
+
+/// listxattr's format: each name followed by a NUL.
+private func packNames(_ names: [String]) -> [UInt8] {
+  var packed: [UInt8] = []
+  for name in names { packed += Array(name.utf8) + [0] }
+  return packed
 }
 
 /// How an xattr value answers a caller's buffer of `bufferSize` bytes.
