@@ -63,10 +63,10 @@ public final class CloudStorageClient: ObjectStore {
     if let pageToken { query.append(("pageToken", pageToken)) }
     let body = try await send(
       .GET, url: objectsPath + queryString(query), operation: "list \(prefix)", maxBody: 64 << 20)
-    let list: ObjectList = try decode(body, what: "list of \(prefix)")
+    let list = try read(body, what: "list of \(prefix)", as: ObjectList.init(reading:))
     return ListPage(
-      items: try (list.items ?? []).map { try $0.metadata(defaultBucket: bucket) },
-      prefixes: list.prefixes ?? [],
+      items: try list.items.map { try $0.metadata(defaultBucket: bucket) },
+      prefixes: list.prefixes,
       nextPageToken: list.nextPageToken.flatMap { $0.isEmpty ? nil : $0 })
   }
 
@@ -74,7 +74,7 @@ public final class CloudStorageClient: ObjectStore {
     let body = try await send(
       .GET, url: "\(objectsPath)/\(name.percentEncoded)" + queryString([("fields", Fields.object)]),
       operation: "get \(name)", maxBody: 4 << 20)
-    let resource: ObjectResource = try decode(body, what: "metadata of \(name)")
+    let resource = try read(body, what: "metadata of \(name)", as: ObjectResource.init(reading:))
     return try resource.metadata(defaultBucket: bucket)
   }
 
@@ -117,7 +117,7 @@ public final class CloudStorageClient: ObjectStore {
       maxBody: 4 << 20,
       // Safe to repeat only when the precondition makes a repeat a no-op.
       idempotent: ifMetagenerationMatch != nil)
-    let resource: ObjectResource = try decode(body, what: "patched metadata of \(name)")
+    let resource = try read(body, what: "patched metadata of \(name)", as: ObjectResource.init(reading:))
     guard resource.isComplete else {
       logger.debug("patch \(name): incomplete answer; reading the metadata back")
       return try await metadata(of: name)
@@ -312,9 +312,10 @@ public final class CloudStorageClient: ObjectStore {
     return text.isEmpty ? "HTTP \(status)" : text
   }
 
-  private func decode<T: Decodable>(_ body: ByteBuffer, what: String) throws -> T {
+  private func read<T>(_ body: ByteBuffer, what: String, as make: (inout JSONReader) throws -> T) throws -> T
+  {
     do {
-      return try JSONDecoder().decode(T.self, from: Data(body.readableBytesView))
+      return try body.withUnsafeReadableBytes { try JSONReader.read($0, make) }
     } catch {
       logger.error("unparseable \(what): \(error)")
       throw StorageError.invalidResponse("unparseable \(what)")

@@ -6,18 +6,19 @@ import ObjectStore
   import Foundation
 #endif
 
-/// The JSON API's object resource, decoded leniently where the service is
-/// strict: int64 fields arrive as strings, but numbers are accepted too.
-struct ObjectResource: Decodable {
+/// The JSON API's object resource, read leniently where the service is
+/// strict: int64 fields arrive as strings, but numbers are accepted too, and
+/// `null` counts as absent.
+struct ObjectResource {
   /// Whether this resource carries everything a cache entry needs; a PATCH
   /// answer that does not is followed by a GET.
   var isComplete: Bool { generation != nil && metageneration != nil && timeCreated != nil && size != nil }
 
   var bucket: String?
-  var name: String
-  var size: FlexibleInt64?
-  var generation: FlexibleInt64?
-  var metageneration: FlexibleInt64?
+  var name = ""
+  var size: Int64?
+  var generation: Int64?
+  var metageneration: Int64?
   var timeCreated: String?
   var updated: String?
   var md5Hash: String?
@@ -29,50 +30,82 @@ struct ObjectResource: Decodable {
   var contentEncoding: String?
   var contentLanguage: String?
   var contentType: String?
-  var metadata: [String: String?]?
+  var metadata: [String: String]?
+
+  init(reading reader: inout JSONReader) throws {
+    var named: String?
+    try reader.readObject { key, reader in
+      switch key {
+      case "bucket": bucket = try reader.readOptionalString()
+      case "name": named = try reader.readOptionalString()
+      case "size": size = try reader.readOptionalInt64()
+      case "generation": generation = try reader.readOptionalInt64()
+      case "metageneration": metageneration = try reader.readOptionalInt64()
+      case "timeCreated": timeCreated = try reader.readOptionalString()
+      case "updated": updated = try reader.readOptionalString()
+      case "md5Hash": md5Hash = try reader.readOptionalString()
+      case "crc32c": crc32c = try reader.readOptionalString()
+      case "etag": etag = try reader.readOptionalString()
+      case "storageClass": storageClass = try reader.readOptionalString()
+      case "cacheControl": cacheControl = try reader.readOptionalString()
+      case "contentDisposition": contentDisposition = try reader.readOptionalString()
+      case "contentEncoding": contentEncoding = try reader.readOptionalString()
+      case "contentLanguage": contentLanguage = try reader.readOptionalString()
+      case "contentType": contentType = try reader.readOptionalString()
+      case "metadata":
+        if try reader.readNull() { break }
+        var custom: [String: String] = [:]
+        try reader.readObject { key, reader in custom[key] = try reader.readOptionalString() }
+        metadata = custom
+      default: try reader.skipValue()
+      }
+    }
+    guard let named else { throw JSONReader.Failure(offset: reader.offset, reason: "object without a name") }
+    name = named
+  }
 
   func metadata(defaultBucket: String) throws(StorageError) -> ObjectMetadata {
-    guard let generation = generation?.value else {
+    guard let generation else {
       throw .invalidResponse("object \(name) has no generation")
     }
-    guard let metageneration = metageneration?.value else {
+    guard let metageneration else {
       throw .invalidResponse("object \(name) has no metageneration")
     }
     // The service omits unset properties; an empty one is unset too.
     func present(_ value: String?) -> String? { value?.isEmpty == false ? value : nil }
     return ObjectMetadata(
-      bucket: bucket ?? defaultBucket, name: name, size: size?.value ?? 0, generation: generation,
+      bucket: bucket ?? defaultBucket, name: name, size: size ?? 0, generation: generation,
       metageneration: metageneration, timeCreated: timeCreated ?? "", updated: updated ?? timeCreated ?? "",
       md5Hash: present(md5Hash), crc32c: present(crc32c), etag: present(etag),
       storageClass: present(storageClass),
       cacheControl: present(cacheControl), contentDisposition: present(contentDisposition),
       contentEncoding: present(contentEncoding), contentLanguage: present(contentLanguage),
-      contentType: present(contentType), custom: (metadata ?? [:]).compactMapValues { $0 })
+      contentType: present(contentType), custom: metadata ?? [:])
   }
 }
 
-struct FlexibleInt64: Decodable {
-  let value: Int64
+/// A page of a list answer.
+struct ObjectList {
+  var items: [ObjectResource] = []
+  var prefixes: [String] = []
+  var nextPageToken: String?
 
-  init(from decoder: any Decoder) throws {
-    let container = try decoder.singleValueContainer()
-    // The string form first: it is the service's, and a failed attempt costs
-    // a thrown error, which on a page of 1,000 objects adds up.
-    if let text = try? container.decode(String.self) {
-      guard let number = Int64(text) else {
-        throw DecodingError.dataCorruptedError(in: container, debugDescription: "not an int64: \(text)")
+  init(reading reader: inout JSONReader) throws {
+    try reader.readObject { key, reader in
+      switch key {
+      case "items":
+        if try reader.readNull() { break }
+        try reader.readArray { reader in items.append(try ObjectResource(reading: &reader)) }
+      case "prefixes":
+        if try reader.readNull() { break }
+        try reader.readArray { reader in
+          if let prefix = try reader.readOptionalString() { prefixes.append(prefix) }
+        }
+      case "nextPageToken": nextPageToken = try reader.readOptionalString()
+      default: try reader.skipValue()
       }
-      value = number
-    } else {
-      value = try container.decode(Int64.self)
     }
   }
-}
-
-struct ObjectList: Decodable {
-  var items: [ObjectResource]?
-  var prefixes: [String]?
-  var nextPageToken: String?
 }
 
 struct ErrorBody: Decodable {

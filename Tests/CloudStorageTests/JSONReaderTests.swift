@@ -1,0 +1,94 @@
+import Foundation
+import XCTest
+
+@testable import CloudStorage
+
+/// The list-page reader against Foundation's JSONSerialization, on text with
+/// every kind of escape and value it must read or skip.
+final class JSONReaderTests: XCTestCase {
+  private func read<T>(_ text: String, _ body: (inout JSONReader) throws -> T) throws -> T {
+    try Array(text.utf8).withUnsafeBytes { try JSONReader.read($0, body) }
+  }
+
+  /// Strings as JSONSerialization reads them.
+  private func oracle(_ text: String) throws -> Any {
+    try JSONSerialization.jsonObject(with: Data(text.utf8), options: [.fragmentsAllowed])
+  }
+
+  func testStringsMatchJSONSerialization() throws {
+    let literals = [
+      #""plain""#, #""""#, #""a\"b\\c\/d""#, #""\b\f\n\r\t""#, #""\u0041\u00e9\u4e2d""#,
+      #""\ud83d\ude00 emoji""#, #""ünïcødé 文字 🎉""#, #""\u0000 nul""#, #""tab\tend""#,
+      #""wrongPrefix\/\/sadItem""#,
+    ]
+    for literal in literals {
+      let expected = try XCTUnwrap(try oracle(literal) as? String, literal)
+      XCTAssertEqual(try read(literal) { try $0.readString() }, expected, literal)
+    }
+  }
+
+  func testRandomStringsRoundTripThroughJSONEncoder() throws {
+    var generator = SystemRandomNumberGenerator()
+    let pool: [Character] = Array("aZ09/_-. \"\\\n\t\u{1}\u{7f}éß中🎉\u{10FFFF}")
+    for _ in 0..<300 {
+      let original = String(
+        (0..<Int.random(in: 0...24, using: &generator)).map { _ in pool.randomElement()! })
+      let text = String(decoding: try JSONEncoder().encode([original]), as: UTF8.self)
+      let decoded = try read(text) { reader -> [String] in
+        var out: [String] = []
+        try reader.readArray { out.append(try $0.readString()) }
+        return out
+      }
+      XCTAssertEqual(decoded, [original])
+    }
+  }
+
+  func testMalformedTextThrowsInsteadOfGuessing() {
+    let bad = [
+      #""unterminated"#, #""bad \q escape""#, #""\ud83d alone""#, #""\udc00 low first""#, #""\u12 short""#,
+      #""\u+123""#,
+      "\"raw \u{1} control\"", #"{"a":1,}"#, #"[1,]"#, #"{"a" 1}"#, #"{"a":1} trailing"#, #"{"a":tru}"#,
+      #"{"a":-}"#, "", "[",
+    ]
+    for text in bad {
+      XCTAssertThrowsError(
+        try read(text) { reader -> Void in
+          if text.hasPrefix("\"") { _ = try reader.readString() } else { try reader.skipValue() }
+        }, text)
+    }
+    // Invalid UTF-8 inside a string.
+    let invalid: [UInt8] = Array(#""ab"#.utf8) + [0xFF, 0x22]
+    XCTAssertThrowsError(try invalid.withUnsafeBytes { try JSONReader.read($0) { try $0.readString() } })
+  }
+
+  func testListPageReadsWhatItNeedsAndSkipsTheRest() throws {
+    let text = #"""
+      {"kind": "storage#objects",
+       "items": [
+        {"kind":"storage#object","name":"dir/a\"q","bucket":"b","size":"12","generation":"1795268437723913",
+         "metageneration":3,"acl":[{"entity":"x","projectTeam":{},"n":1.5e3,"ok":true,"no":false,"z":null}],
+         "timeCreated":"2026-11-21T13:40:37.716874Z","updated":"2026-11-21T13:40:38Z","contentType":null,
+         "metadata":{"owner":"ana","gone":null,"ключ":"значение"}},
+        {"name":"dir/b","size":0,"generation":"7","metageneration":"1","metadata":null}
+       ],
+       "prefixes": ["dir/sub/", null],
+       "nextPageToken": "dir/b"
+      }
+      """#
+    let page = try read(text) { try ObjectList(reading: &$0) }
+    XCTAssertEqual(page.items.map(\.name), ["dir/a\"q", "dir/b"])
+    XCTAssertEqual(page.items[0].size, 12)
+    XCTAssertEqual(page.items[0].generation, 1_795_268_437_723_913)
+    XCTAssertEqual(page.items[0].metageneration, 3)
+    XCTAssertNil(page.items[0].contentType)
+    XCTAssertEqual(page.items[0].metadata, ["owner": "ana", "ключ": "значение"])
+    XCTAssertEqual(page.items[1].size, 0)
+    XCTAssertNil(page.items[1].metadata)
+    XCTAssertEqual(page.prefixes, ["dir/sub/"])
+    XCTAssertEqual(page.nextPageToken, "dir/b")
+
+    XCTAssertThrowsError(try read(#"{"items":[{"size":"1"}]}"#) { try ObjectList(reading: &$0) }, "no name")
+    XCTAssertThrowsError(try read(#"{"items":[{"name":"a","size":"x1"}]}"#) { try ObjectList(reading: &$0) })
+    XCTAssertEqual(try read("{}") { try ObjectList(reading: &$0) }.items.count, 0)
+  }
+}
