@@ -35,7 +35,11 @@ final class FileReader: Sendable {
     var streak = 0
     var lastEnd: UInt64 = 0
     var nextID = 0
+    /// Buffers of consumed segments, for the next segments to fill.
+    var spares: [ByteBuffer] = []
   }
+  /// Enough to cycle while a sequential reader consumes one segment at a time.
+  private static let maxSpares = 2
   private let state = Mutex(State())
 
   init(key: String, generation: Int64, size: UInt64, store: any ObjectStore, maxSegment: Int, maxAhead: Int) {
@@ -73,7 +77,7 @@ final class FileReader: Sendable {
       state.streak += 1
       state.lastEnd = end
       topUp(&state, from: offset)
-      state.segments.removeAll { $0.end <= end }
+      retire(&state, upTo: end)
       return pieces
     }
   }
@@ -130,8 +134,7 @@ final class FileReader: Sendable {
       }
       if UInt64(bytes.readableBytes) < segment.end - segment.start { break }  // object shorter than expected
     }
-    // Consumed segments are no longer needed.
-    state.withLock { state in state.segments.removeAll { $0.end <= end } }
+    state.withLock { state in retire(&state, upTo: end) }
     return pieces
   }
 
@@ -165,8 +168,10 @@ final class FileReader: Sendable {
     let id = state.nextID
     state.nextID += 1
     let (store, key, generation) = (self.store, self.key, self.generation)
+    let spare = SpareBuffer(state.spares.popLast())
     let task = Task { [weak self] in
-      let bytes = try await store.read(key, generation: generation, range: Int64(start)..<Int64(end))
+      let bytes = try await store.read(
+        key, generation: generation, range: Int64(start)..<Int64(end), reusing: spare)
       self?.arrived(id, bytes)
       return bytes
     }
@@ -176,6 +181,16 @@ final class FileReader: Sendable {
   private func arrived(_ id: Int, _ bytes: ByteBuffer) {
     state.withLock { state in
       if let index = state.segments.firstIndex(where: { $0.id == id }) { state.segments[index].bytes = bytes }
+    }
+  }
+
+  /// Drops the segments a read has consumed, keeping their memory for reuse.
+  /// The reply may still hold slices of it: a later write then copies
+  /// (ByteBuffer is copy-on-write), so reuse never touches bytes in use.
+  private func retire(_ state: inout State, upTo end: UInt64) {
+    while let first = state.segments.first, first.end <= end {
+      state.segments.removeFirst()
+      if let bytes = first.bytes, state.spares.count < Self.maxSpares { state.spares.append(bytes) }
     }
   }
 

@@ -79,13 +79,20 @@ public final class CloudStorageClient: ObjectStore {
   }
 
   public func read(_ name: String, generation: Int64, range: Range<Int64>) async throws -> ByteBuffer {
+    try await read(name, generation: generation, range: range, reusing: SpareBuffer(nil))
+  }
+
+  public func read(_ name: String, generation: Int64, range: Range<Int64>, reusing spare: SpareBuffer)
+    async throws -> ByteBuffer
+  {
     guard !range.isEmpty else { return ByteBuffer() }
     let url =
       "\(objectsPath)/\(name.percentEncoded)"
       + queryString([("alt", "media"), ("generation", String(generation))])
     let (status, headers, body) = try await exchange(
       .GET, url: url, headers: [("Range", "bytes=\(range.lowerBound)-\(range.upperBound - 1)")],
-      operation: "read \(name) \(range)", maxBody: Int(range.count) + (64 << 10), idempotent: true)
+      operation: "read \(name) \(range)", maxBody: Int(range.count) + (64 << 10), idempotent: true,
+      spare: spare)
     var bytes = body
     if status == 200 {
       // The whole object came back (a server that ignores Range): take the slice.
@@ -136,7 +143,7 @@ public final class CloudStorageClient: ObjectStore {
   /// One logical request: attempts, back-off and the overall deadline.
   private func exchange(
     _ method: HTTPMethod, url: String, headers: [(String, String)] = [], body: [UInt8]? = nil,
-    operation: String, maxBody: Int, idempotent: Bool
+    operation: String, maxBody: Int, idempotent: Bool, spare: SpareBuffer? = nil
   ) async throws -> (status: Int, headers: HTTPHeaders, body: ByteBuffer) {
     let start = NIODeadline.now()
     let deadline = start + .milliseconds(Int64(retry.deadline * 1000))
@@ -153,7 +160,7 @@ public final class CloudStorageClient: ObjectStore {
       do {
         outcome = try await attemptOnce(
           method, url: url, headers: headers, body: body, deadline: deadline, maxBody: maxBody,
-          refreshToken: refresh)
+          refreshToken: refresh, spare: spare)
       } catch let error as StorageError {
         throw error
       } catch {
@@ -200,7 +207,7 @@ public final class CloudStorageClient: ObjectStore {
 
   private func attemptOnce(
     _ method: HTTPMethod, url: String, headers: [(String, String)], body: [UInt8]?, deadline: NIODeadline,
-    maxBody: Int, refreshToken: Bool
+    maxBody: Int, refreshToken: Bool, spare: SpareBuffer?
   ) async throws -> Outcome {
     var request = HTTPClientRequest(url: url)
     request.method = method
@@ -226,7 +233,7 @@ public final class CloudStorageClient: ObjectStore {
     let prepared = request
     let (response, payload) = try await Self.racing(deadline) {
       let response = try await http.execute(prepared, deadline: deadline, logger: nil)
-      return (response, try await Self.collect(response, upTo: maxBody))
+      return (response, try await Self.collect(response, upTo: maxBody, into: spare?.take()))
     }
     let status = Int(response.status.code)
     switch status {
@@ -288,11 +295,19 @@ public final class CloudStorageClient: ObjectStore {
   }
 
   /// The whole body in one buffer sized from Content-Length up front, so a
-  /// large read is copied out of the socket's buffers once, never regrown.
-  private static func collect(_ response: HTTPClientResponse, upTo maxBody: Int) async throws -> ByteBuffer {
+  /// large read is copied out of the socket's buffers once, never regrown;
+  /// into `recycled` when that is large enough.
+  private static func collect(
+    _ response: HTTPClientResponse, upTo maxBody: Int, into recycled: consuming ByteBuffer?
+  ) async throws -> ByteBuffer {
     let expected = response.headers.first(name: "Content-Length").flatMap(Int.init) ?? 0
     if expected > maxBody { throw NIOTooManyBytesError(maxBytes: maxBody) }
-    var payload = ByteBufferAllocator().buffer(capacity: expected)
+    var payload = (consume recycled) ?? ByteBuffer()
+    if expected > 0 && payload.capacity >= expected {
+      payload.clear()
+    } else {
+      payload = ByteBufferAllocator().buffer(capacity: expected)
+    }
     for try await chunk in response.body {
       if payload.readableBytes + chunk.readableBytes > maxBody {
         throw NIOTooManyBytesError(maxBytes: maxBody)

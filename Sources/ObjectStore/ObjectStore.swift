@@ -1,4 +1,5 @@
 import NIOCore
+import Synchronization
 
 /// What the filesystem needs from a bucket. Implemented by the Cloud Storage
 /// client and, in tests, by an exact in-process model of the service.
@@ -18,10 +19,40 @@ public protocol ObjectStore: Sendable {
   /// Bytes `range` of generation `generation` of an object; fewer at its end.
   func read(_ name: String, generation: Int64, range: Range<Int64>) async throws -> ByteBuffer
 
+  /// As ``read(_:generation:range:)``, but the bytes may land in the buffer
+  /// `spare` holds (taken from it) instead of fresh memory.
+  func read(_ name: String, generation: Int64, range: Range<Int64>, reusing spare: SpareBuffer)
+    async throws -> ByteBuffer
+
   /// Patches metadata, only if the object's metageneration still matches.
   /// Throws ``StorageError/preconditionFailed`` when it does not.
   func patch(_ name: String, _ patch: MetadataPatch, ifMetagenerationMatch: Int64?) async throws
     -> ObjectMetadata
+}
+
+extension ObjectStore {
+  public func read(_ name: String, generation: Int64, range: Range<Int64>, reusing spare: SpareBuffer)
+    async throws -> ByteBuffer
+  {
+    try await read(name, generation: generation, range: range)
+  }
+}
+
+/// Memory a sequential reader has finished with, handed to its next read.
+/// Writing a segment into pages the process already has spares the kernel
+/// mapping, zeroing and unmapping fresh ones for every segment (measured: a
+/// sixth of the daemon's CPU in a 256 MiB read). Whoever takes the buffer
+/// holds it alone, so a write does not copy it.
+public final class SpareBuffer: Sendable {
+  private let buffer: Mutex<ByteBuffer?>
+
+  public init(_ buffer: consuming ByteBuffer?) {
+    self.buffer = Mutex(buffer)
+  }
+
+  public func take() -> ByteBuffer? {
+    buffer.withLock { $0.take() }
+  }
 }
 
 /// The small set of failures the filesystem distinguishes.

@@ -42,6 +42,32 @@ final class ReadTests: XCTestCase {
     XCTAssertGreaterThan(reads.count, 1)
   }
 
+  /// Segments of one size reuse the memory of consumed ones; the bytes stay exact.
+  func testSequentialReadRecyclesSegmentMemory() async throws {
+    let store = InMemoryObjectStore(bucket: "demo")
+    let data = randomBytes(6 << 20 + 777)
+    store.put("big", data: data)
+    let fs = makeFileSystem(store, readAheadMaxChunk: 256 << 10)
+    let inode = try await fs.inode(at: "big")
+    let opened = try await fs.open(inode: inode, flags: O_RDONLY)
+    var read: [UInt8] = []
+    var offset: UInt64 = 0
+    while true {
+      // As the session does: bytes at hand first, else wait for them.
+      var pieces = fs.readAtHand(inode: inode, handle: opened.handle, offset: offset, size: 128 << 10)
+      if pieces == nil {
+        pieces = try await fs.read(inode: inode, handle: opened.handle, offset: offset, size: 128 << 10)
+      }
+      let chunk = pieces!.array
+      if chunk.isEmpty { break }
+      read += chunk
+      offset += UInt64(chunk.count)
+    }
+    fs.release(inode: inode, handle: opened.handle)
+    XCTAssertTrue(read == data, "identical bytes over recycled buffers")
+    XCTAssertGreaterThan(store.spareReads, 5, "segments refilled consumed memory")
+  }
+
   func testBytesAlreadyReadAheadAreAnsweredWithoutWaiting() async throws {
     let store = InMemoryObjectStore(bucket: "demo")
     let data = randomBytes(4 << 20)

@@ -41,9 +41,10 @@ let quietLogger: Logger = {
 
 func makeFileSystem(
   _ store: any ObjectStore, pageSize: Int = 1000, root: String = "", readOnly: Bool = false,
-  clock: ManualClock = ManualClock()
+  clock: ManualClock = ManualClock(), readAheadMaxChunk: Int = Configuration().readAheadMaxChunk
 ) -> BucketFileSystem {
   var configuration = Configuration()
+  configuration.readAheadMaxChunk = readAheadMaxChunk
   configuration.pageSize = pageSize
   configuration.rootPrefix = root
   configuration.readOnly = readOnly

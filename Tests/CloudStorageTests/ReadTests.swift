@@ -1,5 +1,6 @@
 import CloudStorage
 import Foundation
+import NIOCore
 import ObjectStore
 import StorageFake
 import XCTest
@@ -21,6 +22,36 @@ final class ReadTests: XCTestCase {
       let sent = server.requests(.media).map { $0.header("Range") }
       XCTAssertEqual(
         sent, ranges.map { "bytes=\($0.lowerBound)-\($0.upperBound - 1)" }, "one Range header per read")
+    }
+  }
+
+  /// A sequential reader's spent segment is filled again in place: no fresh
+  /// memory per segment. A spare too small, or still shared, is not written over.
+  func testReadFillsASpareBufferInPlace() async throws {
+    let data = (0..<300_000).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ 3) }
+    try await withFakeServer { server, client in
+      let meta = server.store.put("blob", data: data)
+      let spent = ByteBufferAllocator().buffer(capacity: 200_000)
+      let address = spent.withVeryUnsafeBytes { UInt(bitPattern: $0.baseAddress) }
+      let bytes = try await client.read(
+        "blob", generation: meta.generation, range: 1000..<151_000, reusing: SpareBuffer(consume spent))
+      XCTAssertEqual(bytes.withVeryUnsafeBytes { UInt(bitPattern: $0.baseAddress) }, address, "same memory")
+      XCTAssertEqual(bytes.readableBytes, 150_000)
+      XCTAssertEqual(Array(bytes.readableBytesView), Array(data[1000..<151_000]))
+
+      let small = ByteBufferAllocator().buffer(capacity: 1000)
+      let grown = try await client.read(
+        "blob", generation: meta.generation, range: 0..<150_000, reusing: SpareBuffer(consume small))
+      XCTAssertEqual(Array(grown.readableBytesView), Array(data[0..<150_000]))
+
+      // A slice of the spare still on its way to the kernel keeps its bytes.
+      var shared = ByteBufferAllocator().buffer(capacity: 200_000)
+      shared.writeBytes(Array(repeating: 0xAB, count: 4096))
+      let inFlight = shared.getSlice(at: 0, length: 4096)!
+      let other = try await client.read(
+        "blob", generation: meta.generation, range: 0..<150_000, reusing: SpareBuffer(shared))
+      XCTAssertEqual(Array(other.readableBytesView), Array(data[0..<150_000]))
+      XCTAssertEqual(Array(inFlight.readableBytesView), Array(repeating: 0xAB, count: 4096))
     }
   }
 

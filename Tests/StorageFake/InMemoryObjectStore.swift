@@ -1,6 +1,7 @@
 import Foundation
 import NIOCore
 import ObjectStore
+import Synchronization
 
 /// An exact in-process model of one Cloud Storage bucket, for what ``ObjectStore`` covers.
 ///
@@ -83,6 +84,7 @@ public final class InMemoryObjectStore: ObjectStore, @unchecked Sendable {
 
   public let bucket: String
   private let state = Locked(State())
+  private let readsIntoSpares = Atomic<Int>(0)
 
   public init(bucket: String) {
     self.bucket = bucket
@@ -256,6 +258,26 @@ public final class InMemoryObjectStore: ObjectStore, @unchecked Sendable {
     guard let meta = object(name) else { throw StorageError.notFound }
     return meta
   }
+
+  /// Writes into the spare when it is large enough, as the real client does,
+  /// so tests of sequential readers run over recycled memory.
+  public func read(_ name: String, generation: Int64, range: Range<Int64>, reusing spare: SpareBuffer)
+    async throws -> ByteBuffer
+  {
+    let fresh = try await read(name, generation: generation, range: range)
+    guard var recycled = spare.take(), recycled.capacity >= fresh.readableBytes else { return fresh }
+    let before = recycled.withVeryUnsafeBytes { $0.baseAddress }
+    recycled.clear()
+    recycled.writeImmutableBuffer(fresh)
+    if recycled.withVeryUnsafeBytes({ $0.baseAddress }) == before {
+      readsIntoSpares.add(1, ordering: .relaxed)
+    }
+    return recycled
+  }
+
+  /// Reads that landed in the very memory of a recycled buffer (not a copy
+  /// made because someone else still held it).
+  public var spareReads: Int { readsIntoSpares.load(ordering: .relaxed) }
 
   public func read(_ name: String, generation: Int64, range: Range<Int64>) async throws -> ByteBuffer {
     try await enter(.read(name, range))
