@@ -316,8 +316,8 @@ def direct_list(url: str, bucket: str, prefix: str, page: int = 1000) -> float:
 
 def timed_and_counted(bench, reps: int, once) -> dict:
     """once(url, proxied) -> seconds (or (seconds, extra)). Wall times come from `reps` runs
-    against the emulator itself (the counting proxy adds ~44 ms to every keep-alive response:
-    it writes headers and body separately, so Nagle meets delayed ACK); requests are counted
+    against the emulator itself (the counting proxy is a Python process in the path, with a
+    latency of its own, ~0.3 ms a request); requests are counted
     in one more run through the proxy."""
     def norm(v):
         return v if isinstance(v, tuple) else (v, {})
@@ -626,7 +626,7 @@ def report(a, r: dict) -> str:
         f"{fmt_req(g('6','direct x50 parallel','req'))} | | | |")
     add("")
     add("Wall times: median of the runs against the emulator itself; requests: one more run through "
-        "the counting proxy (which adds ~44 ms to each keep-alive response, so it is not timed). "
+        "the counting proxy (a Python process with latency of its own, so it is not timed). "
         "Reads (4) go straight to the emulator, like curl.")
     return "\n".join(L)
 

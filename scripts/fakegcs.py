@@ -454,6 +454,9 @@ class CountingProxy:
 
         class Handler(http.server.BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            # Headers and body go out in separate sends: without TCP_NODELAY, Nagle holds
+            # the body until the client's delayed ACK, ~40 ms on every keep-alive response.
+            disable_nagle_algorithm = True
 
             def log_message(self, fmt, *args):  # quiet
                 pass
