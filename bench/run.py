@@ -491,7 +491,7 @@ class Bench:
             out[tool] = timed_and_counted(self, a.repeat, once)
 
         # the harness's own floor: the same 50 threads stat 50 files of a local tmpfs directory
-        def local(_url, _):
+        def local():
             d = tempfile.mkdtemp(prefix="bench-stat-", dir="/dev/shm")
             try:
                 for f in files:
@@ -499,29 +499,13 @@ class Bench:
                 return parallel(os.stat, [os.path.join(d, f) for f in files])
             finally:
                 shutil.rmtree(d, ignore_errors=True)
-        out["local"] = {"s": median_run(a.repeat, lambda: (local(None, None), {}))[0]}
+        out["local"] = {"s": median_run(a.repeat, lambda: (local(), {}))[0]}
 
-        # references: one metadata GET (fresh connection, as a cold stat has none warm... keep-alive
-        # session warmed first, so this is the service's latency) and 50 GETs in parallel
-        def one(url, _):
+        # references: one metadata GET and one list call of that directory, each the median of
+        # 5 on a keep-alive session warmed first (the service's own latency); a mount that lists
+        # the directory once for a burst of lookups (bucketfs, rclone) cannot beat the list
+        def warm_latency(u: str, params: dict | None = None) -> float:
             s = requests.Session()
-            u = f"{url}/storage/v1/b/{B_STAT}/o/{F.q(names(1)[0])}"
-            s.get(u, timeout=30)
-            lat = []
-            for _ in range(5):
-                t0 = time.perf_counter()
-                s.get(u, timeout=30).raise_for_status()
-                lat.append(time.perf_counter() - t0)
-            s.close()
-            return statistics.median(lat)
-        out["one request"] = {"s": median_run(a.repeat, lambda: (one(self.gcs.url, False), {}))[0]}
-
-        # one list call of that directory: what a mount that lists it once (as bucketfs and
-        # rclone do for a burst of lookups) cannot beat
-        def one_list(url, _):
-            s = requests.Session()
-            params = {"prefix": DIR + "/", "delimiter": "/", "maxResults": "1000"}
-            u = f"{url}/storage/v1/b/{B_STAT}/o"
             s.get(u, params=params, timeout=30)
             lat = []
             for _ in range(5):
@@ -530,7 +514,11 @@ class Bench:
                 lat.append(time.perf_counter() - t0)
             s.close()
             return statistics.median(lat)
-        out["one list"] = {"s": median_run(a.repeat, lambda: (one_list(self.gcs.url, False), {}))[0]}
+        objects = f"{self.gcs.url}/storage/v1/b/{B_STAT}/o"
+        out["one request"] = {"s": median_run(a.repeat, lambda: (
+            warm_latency(f"{objects}/{F.q(names(1)[0])}"), {}))[0]}
+        out["one list"] = {"s": median_run(a.repeat, lambda: (
+            warm_latency(objects, {"prefix": DIR + "/", "delimiter": "/", "maxResults": "1000"}), {}))[0]}
 
         def par(url, _):
             local = threading.local()
