@@ -12,8 +12,10 @@ struct ListedEntry: Sendable {
 /// Streams one directory from paged list calls (SPEC §2): the first page is
 /// fetched when the reader asks for it, so `ls -f | head` costs one call; a
 /// reader that gets past it is reading the whole directory, and from then on
-/// the next page is fetched while it consumes the current one. At most two
-/// pages are held, however large the directory is.
+/// the next page is fetched while it consumes the current one — asked for as
+/// soon as the current page's token is known, while the reader waits for that
+/// page to be decoded. At most two pages are held, however large the
+/// directory is.
 actor DirectoryStream {
   let prefix: String
   private let store: any ObjectStore
@@ -31,6 +33,12 @@ actor DirectoryStream {
   /// Pages fetched since the start, and the next one when already under way.
   private var pagesFetched = 0
   private var prefetch: Task<ListPage, any Error>?
+  /// The page token `prefetch` was asked for with.
+  private var prefetchToken: String?
+  /// The number of the page the reader is waiting for, if any.
+  private var awaited: Int?
+  /// Counts restarts, so that a token from an abandoned pass is ignored.
+  private var pass = 0
 
   init(
     prefix: String, store: any ObjectStore, pageSize: Int,
@@ -66,8 +74,8 @@ actor DirectoryStream {
   }
 
   private func restart() {
-    prefetch?.cancel()
-    prefetch = nil
+    cancelPrefetch()
+    pass += 1
     pagesFetched = 0
     entries = []
     base = 0
@@ -77,33 +85,75 @@ actor DirectoryStream {
   }
 
   private func fetchNextPage() async throws {
+    let number = pagesFetched + 1
+    awaited = number
+    defer { awaited = nil }
     let page: ListPage
-    if let ahead = prefetch {
-      prefetch = nil
-      page = try await withTaskCancellationHandler {
-        try await ahead.value
-      } onCancel: {
-        ahead.cancel()
+    do {
+      if let ahead = prefetch {
+        prefetch = nil
+        prefetchToken = nil
+        page = try await withTaskCancellationHandler {
+          try await ahead.value
+        } onCancel: {
+          ahead.cancel()
+        }
+      } else {
+        page = try await list(started ? nextPageToken : nil, number: number)
       }
-    } else {
-      page = try await list(started ? nextPageToken : nil)
+    } catch {
+      // A page started early from this one's token must not stand in for it.
+      cancelPrefetch()
+      throw error
     }
     base += entries.count
     entries = absorb(page)
     nextPageToken = page.nextPageToken
     started = true
     pagesFetched += 1
-    if pagesFetched >= 2, let token = nextPageToken {
-      let list = self.list
-      prefetch = Task { try await list(token) }
+    if let token = nextPageToken, prefetchToken != token {
+      cancelPrefetch()
+      if pagesFetched >= 2 { startPrefetch(token, number: number + 1) }
     }
   }
 
-  /// Not capturing the stream, so that dropping it cancels the prefetch.
-  private nonisolated var list: @Sendable (String?) async throws -> ListPage {
-    { [store, prefix, pageSize] token in
-      try await store.list(prefix: prefix, delimiter: "/", pageSize: pageSize, pageToken: token)
+  /// A page's token is known: if the reader is waiting for that page and is
+  /// past the first, the next page is asked for now.
+  private func tokenArrived(_ token: String, page number: Int, pass: Int) {
+    guard pass == self.pass, awaited == number, number >= 2, prefetch == nil else { return }
+    startPrefetch(token, number: number + 1)
+  }
+
+  private func startPrefetch(_ token: String, number: Int) {
+    let list = lister()
+    prefetchToken = token
+    prefetch = Task { try await list(token, number) }
+  }
+
+  private func cancelPrefetch() {
+    prefetch?.cancel()
+    prefetch = nil
+    prefetchToken = nil
+  }
+
+  private func list(_ token: String?, number: Int) async throws -> ListPage {
+    try await lister()(token, number)
+  }
+
+  /// Holds the stream weakly, so that dropping it cancels the prefetch.
+  private func lister() -> @Sendable (String?, Int) async throws -> ListPage {
+    let (store, prefix, pageSize, pass) = (self.store, self.prefix, self.pageSize, self.pass)
+    let stream = WeakStream(self)
+    return { token, number in
+      try await store.list(prefix: prefix, delimiter: "/", pageSize: pageSize, pageToken: token) { next in
+        Task { await stream.value?.tokenArrived(next, page: number, pass: pass) }
+      }
     }
+  }
+
+  private final class WeakStream: Sendable {
+    weak let value: DirectoryStream?
+    init(_ value: DirectoryStream) { self.value = value }
   }
 
   /// Turns a page into entries in the service's order: invalid names and the

@@ -58,11 +58,22 @@ public final class CloudStorageClient: ObjectStore {
   public func list(prefix: String, delimiter: String?, pageSize: Int, pageToken: String?) async throws
     -> ListPage
   {
+    try await list(prefix: prefix, delimiter: delimiter, pageSize: pageSize, pageToken: pageToken) { _ in }
+  }
+
+  /// The token is picked out of the body before the page is decoded (a scan
+  /// that skips the items, a fraction of the decode): a reader paging through
+  /// a directory has its next request on the wire while this page is decoded.
+  public func list(
+    prefix: String, delimiter: String?, pageSize: Int, pageToken: String?,
+    nextPageToken: @escaping @Sendable (String) -> Void
+  ) async throws -> ListPage {
     var query = [("prefix", prefix), ("maxResults", String(pageSize)), ("fields", Fields.list)]
     if let delimiter { query.append(("delimiter", delimiter)) }
     if let pageToken { query.append(("pageToken", pageToken)) }
     let body = try await send(
       .GET, url: objectsPath + queryString(query), operation: "list \(prefix)", maxBody: 64 << 20)
+    if let token = ObjectList.nextPageToken(in: body), !token.isEmpty { nextPageToken(token) }
     let list = try read(body, what: "list of \(prefix)", as: ObjectList.init(reading:))
     return ListPage(
       items: try list.items.map { try $0.metadata(defaultBucket: bucket) },

@@ -1,3 +1,4 @@
+import NIOCore
 import ObjectStore
 
 #if canImport(FoundationEssentials)
@@ -106,6 +107,30 @@ struct ObjectList {
       }
     }
   }
+
+  /// The top-level `nextPageToken` of a list answer, found without decoding
+  /// the rest; nil when absent, null or the text is not a JSON object.
+  static func nextPageToken(in body: ByteBuffer) -> String? {
+    body.withUnsafeReadableBytes { bytes in
+      var reader = JSONReader(bytes)
+      var token: String?
+      do {
+        try reader.readObject { key, reader in
+          if key == "nextPageToken" {
+            token = try reader.readOptionalString()
+            throw Found()
+          }
+          try reader.skipValue()
+        }
+      } catch is Found {
+        return token
+      } catch {
+        return nil
+      }
+      return nil
+    }
+  }
+  private struct Found: Error {}
 }
 
 struct ErrorBody: Decodable {

@@ -13,6 +13,15 @@ public protocol ObjectStore: Sendable {
   func list(prefix: String, delimiter: String?, pageSize: Int, pageToken: String?) async throws
     -> ListPage
 
+  /// As ``list(prefix:delimiter:pageSize:pageToken:)``, and hands the page's
+  /// `nextPageToken` (when there is one) to `nextPageToken` as soon as it is
+  /// known, which may be before the page is decoded and returned: a reader
+  /// that wants the next page can ask for it without waiting for this one.
+  func list(
+    prefix: String, delimiter: String?, pageSize: Int, pageToken: String?,
+    nextPageToken: @escaping @Sendable (String) -> Void
+  ) async throws -> ListPage
+
   /// The current metadata of one object.
   func metadata(of name: String) async throws -> ObjectMetadata
 
@@ -31,6 +40,15 @@ public protocol ObjectStore: Sendable {
 }
 
 extension ObjectStore {
+  public func list(
+    prefix: String, delimiter: String?, pageSize: Int, pageToken: String?,
+    nextPageToken: @escaping @Sendable (String) -> Void
+  ) async throws -> ListPage {
+    let page = try await list(prefix: prefix, delimiter: delimiter, pageSize: pageSize, pageToken: pageToken)
+    if let token = page.nextPageToken { nextPageToken(token) }
+    return page
+  }
+
   public func read(_ name: String, generation: Int64, range: Range<Int64>, reusing spare: SpareBuffer)
     async throws -> ByteBuffer
   {

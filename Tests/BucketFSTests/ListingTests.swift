@@ -68,8 +68,19 @@ final class ListingTests: XCTestCase {
   }
 
   func testAReaderPastTheFirstPageGetsTheNextPageFetchedAhead() async throws {
+    try await checkPagingAhead(tokenLead: nil)
+  }
+
+  /// The client hands over a page's token before it has decoded the page: the
+  /// next page is on its way while the reader still waits for this one.
+  func testTheNextPageIsAskedForWhileTheCurrentOneIsDecoded() async throws {
+    try await checkPagingAhead(tokenLead: .milliseconds(400))
+  }
+
+  private func checkPagingAhead(tokenLead: Duration?) async throws {
     let store = InMemoryObjectStore(bucket: "demo")
     for i in 0..<10 { store.put(String(format: "dir/f%02d", i), data: []) }
+    store.tokenLead = tokenLead
     let fs = makeFileSystem(store, pageSize: 3)
     let dir = try await fs.inode(at: "dir")
     let handle = try await fs.opendir(inode: dir)
@@ -88,21 +99,39 @@ final class ListingTests: XCTestCase {
     let second = CollectingBuffer(capacity: 1)
     try await fs.readdir(inode: dir, handle: handle, offset: first.entries.last!.nextOffset, into: second)
     XCTAssertEqual(second.entries.map(\.name), ["f02"])
-    for _ in 0..<200 where store.calls(.list).count < 3 { try await Task.sleep(for: .milliseconds(10)) }
+    if tokenLead == nil {
+      for _ in 0..<200 where store.calls(.list).count < 3 { try await Task.sleep(for: .milliseconds(10)) }
+    }
+    // With a lead, page 2 came back 400 ms after its token: page 3 was asked for in between.
     XCTAssertEqual(store.calls(.list).count, 3)
 
     // The rest, in order, with no call beyond ceil(10 / 3).
-    var offset = second.entries.last!.nextOffset
-    var names = ["f02"]
-    while true {
-      let more = CollectingBuffer(capacity: 2)
-      try await fs.readdir(inode: dir, handle: handle, offset: offset, into: more)
-      guard let last = more.entries.last else { break }
-      names += more.entries.map(\.name)
-      offset = last.nextOffset
-    }
-    XCTAssertEqual(names, (2..<10).map { String(format: "f%02d", $0) })
+    let rest = try await fs.names(of: dir, handle: handle, from: second.entries.last!.nextOffset)
+    XCTAssertEqual(["f02"] + rest, (2..<10).map { String(format: "f%02d", $0) })
     XCTAssertEqual(store.calls(.list).count, 4)
+  }
+
+  /// A page that fails after its token went out: the page asked for early
+  /// must not stand in for it; the retry lists it again, nothing is skipped.
+  func testAPageThatFailsAfterItsTokenIsNotSkipped() async throws {
+    let store = InMemoryObjectStore(bucket: "demo")
+    for i in 0..<10 { store.put(String(format: "dir/f%02d", i), data: []) }
+    store.tokenLead = .milliseconds(100)
+    let fs = makeFileSystem(store, pageSize: 3)
+    let dir = try await fs.inode(at: "dir")
+    let handle = try await fs.opendir(inode: dir)
+    defer { fs.releasedir(inode: dir, handle: handle) }
+
+    let first = CollectingBuffer(capacity: 10)
+    try await fs.readdir(inode: dir, handle: handle, offset: 0, into: first)
+    let after = first.entries.last!.nextOffset
+    store.injectDecodeFaults([.invalidResponse("unparseable page 2")])
+    let failed = CollectingBuffer(capacity: 10)
+    await XCTAssertErrno(.io) {
+      try await fs.readdir(inode: dir, handle: handle, offset: after, into: failed)
+    }
+    let names = try await first.entries.map(\.name) + fs.names(of: dir, handle: handle, from: after)
+    XCTAssertEqual(names, [".", ".."] + (0..<10).map { String(format: "f%02d", $0) })
   }
 
   func testAFailedPrefetchIsRetriedWhenTheReaderGetsThere() async throws {

@@ -73,6 +73,19 @@ extension BucketFileSystem {
     return all.filter { $0.name != "." && $0.name != ".." }
   }
 
+  /// The names an open directory handle gives from `offset` to its end, two per call.
+  func names(of inode: UInt64, handle: UInt64, from offset: UInt64) async throws -> [String] {
+    var offset = offset
+    var names: [String] = []
+    while true {
+      let buffer = CollectingBuffer(capacity: 2)
+      try await readdir(inode: inode, handle: handle, offset: offset, into: buffer)
+      guard let last = buffer.entries.last else { return names }
+      names += buffer.entries.map(\.name)
+      offset = last.nextOffset
+    }
+  }
+
   func names(of inode: UInt64, perCall: Int = 50) async throws -> [String] {
     try await entries(of: inode, perCall: perCall).map(\.name)
   }

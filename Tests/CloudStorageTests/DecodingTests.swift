@@ -2,6 +2,7 @@ import CloudStorage
 import Foundation
 import ObjectStore
 import StorageFake
+import Synchronization
 import XCTest
 
 /// How object resources and list pages are decoded.
@@ -93,10 +94,67 @@ final class DecodingTests: XCTestCase {
     }
   }
 
+  /// The token goes to the caller before the page is decoded, and only the
+  /// top-level one: keys of that name inside items are not it.
+  func testNextPageTokenIsHandedOverBeforeThePageIsDecoded() async throws {
+    let item =
+      #"{"name":"p/a","bucket":"bkt","generation":"1","metageneration":"1","size":"1","#
+      + #""metadata":{"nextPageToken":"inside","odd \"key\" {":"}"}}"#
+    let tokenLast = #"{"kind":"storage#objects","items":["# + item + #"],"nextPageToken":"real-token"}"#
+    let tokenFirst = #"{"nextPageToken":"first-token", "items":["# + item + "]}"
+    for (body, token) in [(tokenLast, "real-token"), (tokenFirst, "first-token")] {
+      try await withCannedServer(handler: { _ in .json(200, body) }) { _, client in
+        let events = Events()
+        let page = try await client.list(prefix: "p/", delimiter: "/", pageSize: 10, pageToken: nil) {
+          events.add("token \($0)")
+        }
+        events.add("page \(page.nextPageToken ?? "-") \(page.items.map(\.name))")
+        XCTAssertEqual(events.all, ["token \(token)", "page \(token) [\"p/a\"]"])
+      }
+    }
+  }
+
+  func testNoTokenIsHandedOverForALastOrBrokenPage() async throws {
+    let bodies = [
+      #"{"kind":"storage#objects","prefixes":["p/a/"]}"#,
+      #"{"kind":"storage#objects","prefixes":["p/a/"],"nextPageToken":""}"#,
+      #"{"kind":"storage#objects","nextPageToken":null}"#,
+    ]
+    for body in bodies {
+      try await withCannedServer(handler: { _ in .json(200, body) }) { _, client in
+        let events = Events()
+        let page = try await client.list(prefix: "p/", delimiter: "/", pageSize: 10, pageToken: nil) {
+          events.add($0)
+        }
+        XCTAssertNil(page.nextPageToken)
+        XCTAssertEqual(events.all, [], body)
+      }
+    }
+    // Truncated before the token: nothing handed over, and the page fails.
+    let broken = #"{"kind":"storage#objects","items":[{"name":"p/a"#
+    try await withCannedServer(handler: { _ in .json(200, broken) }) { _, client in
+      let events = Events()
+      let error = await storageError {
+        try await client.list(prefix: "p/", delimiter: "/", pageSize: 10, pageToken: nil) { events.add($0) }
+      }
+      guard case .invalidResponse = error else {
+        return XCTFail("expected invalidResponse, got \(String(describing: error))")
+      }
+      XCTAssertEqual(events.all, [])
+    }
+  }
+
   func testEmptyListPage() async throws {
     try await withFakeServer { _, client in
       let page = try await client.list(prefix: "nothing/", delimiter: "/", pageSize: 10, pageToken: nil)
       XCTAssertEqual(page, ListPage(items: [], prefixes: [], nextPageToken: nil))
     }
   }
+}
+
+/// What a callback saw, in order.
+final class Events: Sendable {
+  private let seen = Mutex<[String]>([])
+  func add(_ event: String) { seen.withLock { $0.append(event) } }
+  var all: [String] { seen.withLock { $0 } }
 }

@@ -1,4 +1,5 @@
 import Foundation
+import NIOCore
 import XCTest
 
 @testable import CloudStorage
@@ -40,6 +41,29 @@ final class JSONReaderTests: XCTestCase {
         return out
       }
       XCTAssertEqual(decoded, [original])
+    }
+  }
+
+  /// Skipping finds the end of any string, escaped quotes and backslash runs
+  /// included, so the value after it reads whole.
+  func testSkippedStringsEndWhereTheyEnd() throws {
+    var generator = SystemRandomNumberGenerator()
+    let pool: [Character] = Array("a\"\\\\/{}[],:é🎉")
+    for _ in 0..<500 {
+      let skipped = String((0..<Int.random(in: 0...16, using: &generator)).map { _ in pool.randomElement()! })
+      let kept = String((0..<Int.random(in: 0...8, using: &generator)).map { _ in pool.randomElement()! })
+      let text = String(decoding: try JSONEncoder().encode(["a": skipped, "b": kept]), as: UTF8.self)
+      let read = try read(text) { reader -> String? in
+        var value: String?
+        try reader.readObject { key, reader in
+          if key == "b" { value = try reader.readString() } else { try reader.skipValue() }
+        }
+        return value
+      }
+      XCTAssertEqual(read, kept, text)
+      let token = ObjectList.nextPageToken(
+        in: ByteBuffer(string: #"{"x":{"# + text.dropFirst() + #","nextPageToken":"t"}"#))
+      XCTAssertEqual(token, "t", text)
     }
   }
 

@@ -71,6 +71,8 @@ public final class InMemoryObjectStore: ObjectStore, @unchecked Sendable {
     var calls: [Call] = []
     var faults: [CallKind: [StorageError]] = [:]
     var latency: Duration = .zero
+    var tokenLead: Duration?
+    var decodeFaults: [StorageError] = []
     var patchHooks: [@Sendable (InMemoryObjectStore) -> Void] = []
 
     mutating func sortedKeys() -> [Key] {
@@ -201,6 +203,19 @@ public final class InMemoryObjectStore: ObjectStore, @unchecked Sendable {
     set { state.withLock { $0.latency = newValue } }
   }
 
+  /// When set, a list call announces its page's token this long before it
+  /// returns the page, as the Cloud Storage client does while it decodes one.
+  public var tokenLead: Duration? {
+    get { state.withLock { $0.tokenLead } }
+    set { state.withLock { $0.tokenLead = newValue } }
+  }
+
+  /// Queues errors thrown by the next list calls to start, after their token
+  /// has been announced (a page that fails to decode); only with ``tokenLead``.
+  public func injectDecodeFaults(_ faults: [StorageError]) {
+    state.withLock { $0.decodeFaults.append(contentsOf: faults) }
+  }
+
   /// Runs `action` inside the next `patch`, after its fault check and before the
   /// metageneration precondition is evaluated: a concurrent writer at the worst moment.
   public func beforeNextPatch(_ action: @escaping @Sendable (InMemoryObjectStore) -> Void) {
@@ -251,6 +266,22 @@ public final class InMemoryObjectStore: ObjectStore, @unchecked Sendable {
       let next = i < end ? last?.encoded : nil
       return ListPage(items: items, prefixes: prefixes, nextPageToken: next)
     }
+  }
+
+  public func list(
+    prefix: String, delimiter: String?, pageSize: Int, pageToken: String?,
+    nextPageToken: @escaping @Sendable (String) -> Void
+  ) async throws -> ListPage {
+    // Taken in the order calls start: with several under way, which one wakes first is not fixed.
+    let (lead, fault) = state.withLock { s in
+      (s.tokenLead, s.tokenLead == nil || s.decodeFaults.isEmpty ? nil : s.decodeFaults.removeFirst())
+    }
+    let page = try await list(prefix: prefix, delimiter: delimiter, pageSize: pageSize, pageToken: pageToken)
+    if let token = page.nextPageToken { nextPageToken(token) }
+    guard let lead else { return page }
+    do { try await Task.sleep(for: lead) } catch { throw StorageError.cancelled }
+    if let fault { throw fault }
+    return page
   }
 
   public func metadata(of name: String) async throws -> ObjectMetadata {
