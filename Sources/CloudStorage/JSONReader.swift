@@ -34,6 +34,52 @@ struct JSONReader {
     return value
   }
 
+  /// The string value of the last member of the top-level object, if that
+  /// member is named `name`, read backwards from the end without passing
+  /// through the rest; nil otherwise (the caller then reads forwards). Only
+  /// the top level can end in `"…" }`: a nested member needs another brace.
+  static func trailingString(named name: StaticString, in bytes: UnsafeRawBufferPointer) -> String? {
+    var end = bytes.count
+    func skipWhitespaceBack() {
+      while end > 0, [0x20, 0x09, 0x0A, 0x0D].contains(bytes[end - 1]) { end -= 1 }
+    }
+    func unescapedQuote(at index: Int) -> Bool {
+      guard bytes[index] == UInt8(ascii: "\"") else { return false }
+      var backslashes = 0
+      while index - backslashes - 1 >= 0, bytes[index - backslashes - 1] == UInt8(ascii: "\\") {
+        backslashes += 1
+      }
+      return backslashes % 2 == 0
+    }
+    skipWhitespaceBack()
+    guard end > 0, bytes[end - 1] == UInt8(ascii: "}") else { return nil }
+    end -= 1
+    skipWhitespaceBack()
+    guard end > 1, unescapedQuote(at: end - 1) else { return nil }
+    let valueEnd = end
+    end -= 1
+    while end > 0, !unescapedQuote(at: end - 1) { end -= 1 }
+    guard end > 0 else { return nil }
+    end -= 1
+    let valueStart = end
+    skipWhitespaceBack()
+    guard end > 0, bytes[end - 1] == UInt8(ascii: ":") else { return nil }
+    end -= 1
+    skipWhitespaceBack()
+    let key = UnsafeRawBufferPointer(start: name.utf8Start, count: name.utf8CodeUnitCount)
+    guard end >= key.count + 2, unescapedQuote(at: end - 1), unescapedQuote(at: end - key.count - 2),
+      bytes[(end - key.count - 1)..<(end - 1)].elementsEqual(key)
+    else { return nil }
+    end -= key.count + 2
+    skipWhitespaceBack()
+    guard end > 0, bytes[end - 1] == UInt8(ascii: ",") || bytes[end - 1] == UInt8(ascii: "{") else {
+      return nil
+    }
+    var reader = JSONReader(UnsafeRawBufferPointer(rebasing: bytes[valueStart..<valueEnd]))
+    return try? reader.readString()
+  }
+
+  // MARK: Structure
   // MARK: Structure
 
   /// Calls `body` with each key of an object, positioned at its value, which

@@ -109,9 +109,12 @@ struct ObjectList {
   }
 
   /// The top-level `nextPageToken` of a list answer, found without decoding
-  /// the rest; nil when absent, null or the text is not a JSON object.
+  /// the rest; nil when absent, null or the text is not a JSON object. At
+  /// the end (where the emulator puts it) it is read from there; otherwise
+  /// the top level is scanned from the start, skipping values.
   static func nextPageToken(in body: ByteBuffer) -> String? {
     body.withUnsafeReadableBytes { bytes in
+      if let token = JSONReader.trailingString(named: "nextPageToken", in: bytes) { return token }
       var reader = JSONReader(bytes)
       var token: String?
       do {

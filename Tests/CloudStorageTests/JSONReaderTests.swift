@@ -67,6 +67,42 @@ final class JSONReaderTests: XCTestCase {
     }
   }
 
+  /// The token read from the end or by a scan from the start is always the
+  /// one a full read finds, wherever the members stand and whatever nested
+  /// keys or string contents look like it.
+  func testNextPageTokenMatchesTheFullRead() throws {
+    var generator = SystemRandomNumberGenerator()
+    func encoded(_ text: String) throws -> String {
+      String(decoding: try JSONEncoder().encode(text), as: UTF8.self)
+    }
+    let pool: [Character] = Array("aZ/\"\\{}:, é🎉")
+    func random() -> String {
+      String((0..<Int.random(in: 0...10, using: &generator)).map { _ in pool.randomElement()! })
+    }
+    let decoys = [#","nextPageToken":"x"}"#, #"nextPageToken"#, #"\"nextPageToken\":\"y\"}"#]
+    for _ in 0..<400 {
+      let item =
+        #"{"name":"p/a","metadata":{"nextPageToken":"#
+        + (try encoded(decoys.randomElement()! + random())) + "}}"
+      var members = [
+        #""kind":"storage#objects""#, #""items":["# + item + "]",
+        #""prefixes":[ "# + (try encoded(random())) + " ]",
+        #""note":"# + (try encoded(decoys.randomElement()! + random())),
+      ]
+      if Bool.random(using: &generator) { members.append(#""nextPageToken" : "# + (try encoded(random()))) }
+      members.shuffle(using: &generator)
+      let space = [" ", "", "\n"].randomElement()!
+      let text = "{" + space + members.joined(separator: "," + space) + space + "}" + space
+      let full = try read(text) { try ObjectList(reading: &$0) }.nextPageToken
+      XCTAssertEqual(ObjectList.nextPageToken(in: ByteBuffer(string: text)), full, text)
+      // Last, it is read from the end; anywhere else, not.
+      let trailing = try Array(text.utf8).withUnsafeBytes {
+        JSONReader.trailingString(named: "nextPageToken", in: $0)
+      }
+      XCTAssertEqual(trailing, members.last!.hasPrefix(#""nextPageToken""#) ? full : nil, text)
+    }
+  }
+
   func testMalformedTextThrowsInsteadOfGuessing() {
     let bad = [
       #""unterminated"#, #""bad \q escape""#, #""\ud83d alone""#, #""\udc00 low first""#, #""\u12 short""#,
