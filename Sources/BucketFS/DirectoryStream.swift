@@ -117,10 +117,10 @@ actor DirectoryStream {
     }
   }
 
-  /// A page's token is known: if the reader is waiting for that page and is
-  /// past the first, the next page is asked for now.
+  /// A page's token is known (only past the first page): if the reader is
+  /// waiting for that page, the next page is asked for now.
   private func tokenArrived(_ token: String, page number: Int, pass: Int) {
-    guard pass == self.pass, awaited == number, number >= 2, prefetch == nil else { return }
+    guard pass == self.pass, awaited == number, prefetch == nil else { return }
     startPrefetch(token, number: number + 1)
   }
 
@@ -145,7 +145,12 @@ actor DirectoryStream {
     let (store, prefix, pageSize, pass) = (self.store, self.prefix, self.pageSize, self.pass)
     let stream = WeakStream(self)
     return { token, number in
-      try await store.list(prefix: prefix, delimiter: "/", pageSize: pageSize, pageToken: token) { next in
+      // The first page's token is never used early (goal: one call for a reader that stops there).
+      guard number >= 2 else {
+        return try await store.list(prefix: prefix, delimiter: "/", pageSize: pageSize, pageToken: token)
+      }
+      return try await store.list(prefix: prefix, delimiter: "/", pageSize: pageSize, pageToken: token) {
+        next in
         Task { await stream.value?.tokenArrived(next, page: number, pass: pass) }
       }
     }

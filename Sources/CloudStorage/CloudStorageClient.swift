@@ -58,7 +58,7 @@ public final class CloudStorageClient: ObjectStore {
   public func list(prefix: String, delimiter: String?, pageSize: Int, pageToken: String?) async throws
     -> ListPage
   {
-    try await list(prefix: prefix, delimiter: delimiter, pageSize: pageSize, pageToken: pageToken) { _ in }
+    try await list(prefix, delimiter, pageSize, pageToken, nextPageToken: nil)
   }
 
   /// The token is picked out of the body before the page is decoded (a scan
@@ -68,12 +68,22 @@ public final class CloudStorageClient: ObjectStore {
     prefix: String, delimiter: String?, pageSize: Int, pageToken: String?,
     nextPageToken: @escaping @Sendable (String) -> Void
   ) async throws -> ListPage {
+    try await list(prefix, delimiter, pageSize, pageToken, nextPageToken: nextPageToken)
+  }
+
+  /// Without a taker for the token, no scan for it.
+  private func list(
+    _ prefix: String, _ delimiter: String?, _ pageSize: Int, _ pageToken: String?,
+    nextPageToken: (@Sendable (String) -> Void)?
+  ) async throws -> ListPage {
     var query = [("prefix", prefix), ("maxResults", String(pageSize)), ("fields", Fields.list)]
     if let delimiter { query.append(("delimiter", delimiter)) }
     if let pageToken { query.append(("pageToken", pageToken)) }
     let body = try await send(
       .GET, url: objectsPath + queryString(query), operation: "list \(prefix)", maxBody: 64 << 20)
-    if let token = ObjectList.nextPageToken(in: body), !token.isEmpty { nextPageToken(token) }
+    if let nextPageToken, let token = ObjectList.nextPageToken(in: body), !token.isEmpty {
+      nextPageToken(token)
+    }
     let list = try read(body, what: "list of \(prefix)", as: ObjectList.init(reading:))
     return ListPage(
       items: try list.items.map { try $0.metadata(defaultBucket: bucket) },

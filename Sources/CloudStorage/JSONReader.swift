@@ -41,15 +41,10 @@ struct JSONReader {
   static func trailingString(named name: StaticString, in bytes: UnsafeRawBufferPointer) -> String? {
     var end = bytes.count
     func skipWhitespaceBack() {
-      while end > 0, [0x20, 0x09, 0x0A, 0x0D].contains(bytes[end - 1]) { end -= 1 }
+      while end > 0, isWhitespace(bytes[end - 1]) { end -= 1 }
     }
     func unescapedQuote(at index: Int) -> Bool {
-      guard bytes[index] == UInt8(ascii: "\"") else { return false }
-      var backslashes = 0
-      while index - backslashes - 1 >= 0, bytes[index - backslashes - 1] == UInt8(ascii: "\\") {
-        backslashes += 1
-      }
-      return backslashes % 2 == 0
+      bytes[index] == UInt8(ascii: "\"") && !escaped(index, in: bytes, after: 0)
     }
     skipWhitespaceBack()
     guard end > 0, bytes[end - 1] == UInt8(ascii: "}") else { return nil }
@@ -79,7 +74,6 @@ struct JSONReader {
     return try? reader.readString()
   }
 
-  // MARK: Structure
   // MARK: Structure
 
   /// Calls `body` with each key of an object, positioned at its value, which
@@ -223,13 +217,9 @@ struct JSONReader {
     while offset < bytes.count, let base = bytes.baseAddress {
       guard let found = memchr(base + offset, Int32(UInt8(ascii: "\"")), bytes.count - offset) else { break }
       let quote = base.distance(to: UnsafeRawPointer(found))
-      // Escaped if an odd number of backslashes precedes it.
-      var backslashes = 0
-      while quote - backslashes - 1 >= offset, bytes[quote - backslashes - 1] == UInt8(ascii: "\\") {
-        backslashes += 1
-      }
+      let inside = Self.escaped(quote, in: bytes, after: offset)
       offset = quote + 1
-      if backslashes % 2 == 0 { return }
+      if !inside { return }
     }
     offset = bytes.count
     throw failure("unterminated string")
@@ -309,12 +299,21 @@ struct JSONReader {
   }
 
   mutating func skipWhitespace() {
-    while offset < bytes.count {
-      switch bytes[offset] {
-      case 0x20, 0x09, 0x0A, 0x0D: offset += 1
-      default: return
-      }
+    while offset < bytes.count, Self.isWhitespace(bytes[offset]) { offset += 1 }
+  }
+
+  private static func isWhitespace(_ byte: UInt8) -> Bool {
+    byte == 0x20 || byte == 0x09 || byte == 0x0A || byte == 0x0D
+  }
+
+  /// Whether the byte at `index` is escaped: an odd run of backslashes
+  /// (from `lower` on) precedes it.
+  private static func escaped(_ index: Int, in bytes: UnsafeRawBufferPointer, after lower: Int) -> Bool {
+    var backslashes = 0
+    while index - backslashes - 1 >= lower, bytes[index - backslashes - 1] == UInt8(ascii: "\\") {
+      backslashes += 1
     }
+    return backslashes % 2 == 1
   }
 
   private mutating func expect(_ byte: UInt8) throws {
