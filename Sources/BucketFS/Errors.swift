@@ -24,6 +24,7 @@ enum ErrorMapping {
     case .badRequest: .invalid
     case .unavailable, .invalidResponse: .io
     case .cancelled: .interrupted
+    case .unsupported: .notSupported
     }
   }
 

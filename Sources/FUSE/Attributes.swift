@@ -123,3 +123,35 @@ public struct XattrFlags: OptionSet, Sendable {
   /// Fail with ENODATA if the attribute does not exist.
   public static let replace = XattrFlags(rawValue: cfuse_xattr_replace)
 }
+
+/// What a setattr call changes; nil fields stay as they are.
+public struct AttributeChanges: Sendable, Equatable {
+  public var size: UInt64?
+  public var mode: UInt32?
+  public var uid: UInt32?
+  public var gid: UInt32?
+  public var accessTime: Timestamp?
+  public var modificationTime: Timestamp?
+
+  public init(
+    size: UInt64? = nil, mode: UInt32? = nil, uid: UInt32? = nil, gid: UInt32? = nil,
+    accessTime: Timestamp? = nil, modificationTime: Timestamp? = nil
+  ) {
+    self.size = size
+    self.mode = mode
+    self.uid = uid
+    self.gid = gid
+    self.accessTime = accessTime
+    self.modificationTime = modificationTime
+  }
+}
+
+/// Flags of a rename call (renameat2).
+public struct RenameFlags: OptionSet, Sendable {
+  public let rawValue: UInt32
+  public init(rawValue: UInt32) { self.rawValue = rawValue }
+  /// Fail with EEXIST if the destination exists.
+  public static let noReplace = RenameFlags(rawValue: 1)
+  /// Swap source and destination.
+  public static let exchange = RenameFlags(rawValue: 2)
+}

@@ -23,6 +23,8 @@ final class FUSEDirectoryBuffer: DirectoryBuffer {
   private let capacity: Int
   private(set) var bytes: UnsafeMutablePointer<CChar>
   private(set) var used = 0
+  /// Inodes of the entries packed that count as lookups (readdirplus, not `.`/`..`).
+  private(set) var counted: [UInt64] = []
 
   init(request: fuse_req_t, capacity: Int, plus: Bool) {
     self.request = request
@@ -47,6 +49,7 @@ final class FUSEDirectoryBuffer: DirectoryBuffer {
     }
     guard needed <= remaining else { return false }
     used += needed
+    if isPlus, name != ".", name != "..", let inode = entry.attributes?.inode { counted.append(inode) }
     return true
   }
 }

@@ -7,8 +7,13 @@ import NIOCore
 /// They throw ``Errno``; any other error is answered with EIO. Synchronous
 /// methods are answered inline on the session thread and must not block.
 public protocol FileSystem: AnyObject, Sendable {
-  /// The kernel has finished INIT: the mount is live.
-  func mounted()
+  /// The kernel has finished INIT: the mount is live. `kernel` drops what
+  /// the kernel caches of an inode or a name when the bucket changed under it.
+  func mounted(kernel: KernelCache)
+
+  /// A reply the kernel did not take (the caller was killed): undo what the
+  /// request created, or it would never be forgotten or released.
+  func replyFailed(_ reply: FailedReply)
 
   func lookup(parent: UInt64, name: String) async throws -> Entry
   /// The kernel drops `count` references to `inode`.
@@ -39,4 +44,37 @@ public protocol FileSystem: AnyObject, Sendable {
   func listxattrAtHand(inode: UInt64) -> Result<[String], Errno>?
   func setxattr(inode: UInt64, name: String, value: [UInt8], flags: XattrFlags) async throws
   func removexattr(inode: UInt64, name: String) async throws
+
+  // Writes and namespace changes. A read-only mount never sees them: the
+  // kernel answers EROFS itself for an `ro` mount.
+
+  /// Creates and opens a regular file `name` in `parent`.
+  func create(parent: UInt64, name: String, mode: UInt32, flags: Int32) async throws -> (Entry, OpenResult)
+  /// Bytes written at `offset`; answered inline when it needs no waiting
+  /// (nil: ``write(inode:handle:offset:data:)`` is called in a task).
+  func writeAtHand(inode: UInt64, handle: UInt64, offset: UInt64, data: UnsafeRawBufferPointer) -> Result<
+    Int, Errno
+  >?
+  func write(inode: UInt64, handle: UInt64, offset: UInt64, data: [UInt8]) async throws -> Int
+  /// A close(2) of a descriptor on `handle` (one per dup); errors reach close.
+  func flush(inode: UInt64, handle: UInt64) async throws
+  func fsync(inode: UInt64, handle: UInt64, dataOnly: Bool) async throws
+  /// truncate, utimens, chmod, chown; `handle` when the caller has the file open.
+  func setattr(inode: UInt64, handle: UInt64?, changes: AttributeChanges) async throws
+    -> (FileAttributes, timeout: Double)
+  func mkdir(parent: UInt64, name: String, mode: UInt32) async throws -> Entry
+  func unlink(parent: UInt64, name: String) async throws
+  func rmdir(parent: UInt64, name: String) async throws
+  func rename(parent: UInt64, name: String, newParent: UInt64, newName: String, flags: RenameFlags)
+    async throws
+}
+
+/// What a request whose reply failed had created.
+public enum FailedReply: Sendable, Equatable {
+  /// One lookup count of `inode` (0: a negative entry, nothing to undo).
+  case lookup(inode: UInt64)
+  case open(inode: UInt64, handle: UInt64)
+  case opendir(inode: UInt64, handle: UInt64)
+  /// A created file: its lookup count and its open handle.
+  case create(inode: UInt64, handle: UInt64)
 }

@@ -19,14 +19,19 @@ extension FUSESession {
       }
       conn.pointee.want &= ~UInt32(FUSE_CAP_READDIRPLUS_AUTO)
       conn.pointee.want |= UInt32(FUSE_CAP_ASYNC_READ)
-      Unmanaged<FUSESession>.fromOpaque(userdata).takeUnretainedValue().fileSystem.mounted()
+      // open(O_TRUNC) arrives as one open with the flag, not open plus a truncate.
+      if conn.pointee.capable & UInt32(FUSE_CAP_ATOMIC_O_TRUNC) != 0 {
+        conn.pointee.want |= UInt32(FUSE_CAP_ATOMIC_O_TRUNC)
+      }
+      let session = Unmanaged<FUSESession>.fromOpaque(userdata).takeUnretainedValue()
+      session.fileSystem.mounted(kernel: KernelCache(session: session))
     }
     ops.lookup = { req, parent, name in
       let name = String(cString: name!)
       let fs = session(req).fileSystem
       session(req).serve(req, { try await fs.lookup(parent: parent, name: name) }) { request, entry in
         var param = entry.parameters
-        fuse_reply_entry(request.raw, &param)
+        if fuse_reply_entry(request.raw, &param) != 0 { fs.replyFailed(.lookup(inode: param.ino)) }
       }
     }
     ops.forget = { req, inode, count in
@@ -52,7 +57,7 @@ extension FUSESession {
       session(req).serve(req, { try await fs.opendir(inode: inode) }) { request, handle in
         var info = fuse_file_info()
         info.fh = handle
-        fuse_reply_open(request.raw, &info)
+        if fuse_reply_open(request.raw, &info) != 0 { fs.replyFailed(.opendir(inode: inode, handle: handle)) }
       }
     }
     ops.readdir = { req, inode, size, offset, info in
@@ -72,7 +77,9 @@ extension FUSESession {
         var reply = fuse_file_info()
         reply.fh = result.handle
         reply.keep_cache = result.keepCache ? 1 : 0
-        fuse_reply_open(request.raw, &reply)
+        if fuse_reply_open(request.raw, &reply) != 0 {
+          fs.replyFailed(.open(inode: inode, handle: result.handle))
+        }
       }
     }
     ops.read = { req, inode, size, offset, info in
@@ -146,18 +153,108 @@ extension FUSESession {
         fuse_reply_err(request.raw, 0)
       }
     }
-    // Writes are not supported yet: say so plainly rather than ENOSYS, which
-    // some kernels remember for the whole mount.
-    ops.setattr = { req, _, _, _, _ in fuse_reply_err(req, EROFS) }
-    ops.mknod = { req, _, _, _, _ in fuse_reply_err(req, EROFS) }
-    ops.mkdir = { req, _, _, _ in fuse_reply_err(req, EROFS) }
-    ops.unlink = { req, _, _ in fuse_reply_err(req, EROFS) }
-    ops.rmdir = { req, _, _ in fuse_reply_err(req, EROFS) }
-    ops.symlink = { req, _, _, _ in fuse_reply_err(req, EROFS) }
-    ops.rename = { req, _, _, _, _, _ in fuse_reply_err(req, EROFS) }
-    ops.link = { req, _, _, _ in fuse_reply_err(req, EROFS) }
-    ops.create = { req, _, _, _, _ in fuse_reply_err(req, EROFS) }
-    ops.write = { req, _, _, _, _, _ in fuse_reply_err(req, EROFS) }
+    ops.create = { req, parent, name, mode, info in
+      let name = String(cString: name!)
+      let flags = info!.pointee.flags
+      let fs = session(req).fileSystem
+      session(req).serve(
+        req, { try await fs.create(parent: parent, name: name, mode: UInt32(mode), flags: flags) }
+      ) { request, answer in
+        var param = answer.0.parameters
+        var reply = fuse_file_info()
+        reply.fh = answer.1.handle
+        reply.keep_cache = answer.1.keepCache ? 1 : 0
+        if fuse_reply_create(request.raw, &param, &reply) != 0 {
+          fs.replyFailed(.create(inode: param.ino, handle: answer.1.handle))
+        }
+      }
+    }
+    ops.write = { req, inode, buf, size, offset, info in
+      let handle = info!.pointee.fh
+      let fs = session(req).fileSystem
+      let bytes = UnsafeRawBufferPointer(start: buf, count: size)
+      if let answer = fs.writeAtHand(inode: inode, handle: handle, offset: UInt64(offset), data: bytes) {
+        switch answer {
+        case .success(let count): fuse_reply_write(req, count)
+        case .failure(let errno): fuse_reply_err(req, errno.code)
+        }
+        return
+      }
+      let data = Array(bytes.bindMemory(to: UInt8.self))
+      session(req).serve(
+        req, { try await fs.write(inode: inode, handle: handle, offset: UInt64(offset), data: data) }
+      ) { request, count in
+        fuse_reply_write(request.raw, count)
+      }
+    }
+    ops.flush = { req, inode, info in
+      let handle = info!.pointee.fh
+      let fs = session(req).fileSystem
+      session(req).serve(req, { try await fs.flush(inode: inode, handle: handle) }) { request, _ in
+        fuse_reply_err(request.raw, 0)
+      }
+    }
+    ops.fsync = { req, inode, dataOnly, info in
+      let handle = info!.pointee.fh
+      let fs = session(req).fileSystem
+      session(req).serve(req, { try await fs.fsync(inode: inode, handle: handle, dataOnly: dataOnly != 0) }) {
+        request, _ in
+        fuse_reply_err(request.raw, 0)
+      }
+    }
+    ops.setattr = { req, inode, attr, toSet, info in
+      let changes = AttributeChanges(attr!.pointee, toSet: toSet)
+      let handle = info.map { $0.pointee.fh }
+      let fs = session(req).fileSystem
+      session(req).serve(req, { try await fs.setattr(inode: inode, handle: handle, changes: changes) }) {
+        request, answer in
+        var st = answer.0.stat
+        fuse_reply_attr(request.raw, &st, answer.timeout)
+      }
+    }
+    ops.mkdir = { req, parent, name, mode in
+      let name = String(cString: name!)
+      let fs = session(req).fileSystem
+      session(req).serve(req, { try await fs.mkdir(parent: parent, name: name, mode: UInt32(mode)) }) {
+        request, entry in
+        var param = entry.parameters
+        if fuse_reply_entry(request.raw, &param) != 0 { fs.replyFailed(.lookup(inode: param.ino)) }
+      }
+    }
+    ops.unlink = { req, parent, name in
+      let name = String(cString: name!)
+      let fs = session(req).fileSystem
+      session(req).serve(req, { try await fs.unlink(parent: parent, name: name) }) { request, _ in
+        fuse_reply_err(request.raw, 0)
+      }
+    }
+    ops.rmdir = { req, parent, name in
+      let name = String(cString: name!)
+      let fs = session(req).fileSystem
+      session(req).serve(req, { try await fs.rmdir(parent: parent, name: name) }) { request, _ in
+        fuse_reply_err(request.raw, 0)
+      }
+    }
+    ops.rename = { req, parent, name, newParent, newName, flags in
+      let name = String(cString: name!)
+      let newName = String(cString: newName!)
+      let fs = session(req).fileSystem
+      session(req).serve(
+        req,
+        {
+          try await fs.rename(
+            parent: parent, name: name, newParent: newParent, newName: newName,
+            flags: RenameFlags(rawValue: flags))
+        }
+      ) { request, _ in
+        fuse_reply_err(request.raw, 0)
+      }
+    }
+    // Objects have no links and no special files (docs/SEMANTICS.md): say so
+    // plainly rather than ENOSYS, which some kernels remember for the mount.
+    ops.symlink = { req, _, _, _ in fuse_reply_err(req, EPERM) }
+    ops.link = { req, _, _, _ in fuse_reply_err(req, EPERM) }
+    ops.mknod = { req, _, _, mode, _ in fuse_reply_err(req, mode & S_IFMT == S_IFREG ? EOPNOTSUPP : EPERM) }
     return ops
   }
 }
@@ -178,7 +275,9 @@ private func serveReaddir(
       return buffer
     }
   ) { (request: Request, filled: SendableBuffer) in
-    fuse_reply_buf(request.raw, filled.value.bytes, filled.value.used)
+    if fuse_reply_buf(request.raw, filled.value.bytes, filled.value.used) != 0 {
+      for inode in filled.value.counted { fs.forget(inode: inode, count: 1) }
+    }
   }
 }
 
@@ -246,6 +345,27 @@ public enum XattrReply: Equatable {
       self = .error(.range)
     } else {
       self = .value
+    }
+  }
+}
+
+extension AttributeChanges {
+  init(_ attr: stat, toSet: Int32) {
+    func has(_ bit: Int32) -> Bool { toSet & bit != 0 }
+    self.init()
+    if has(FUSE_SET_ATTR_SIZE) { size = UInt64(max(attr.st_size, 0)) }
+    if has(FUSE_SET_ATTR_MODE) { mode = attr.st_mode & 0o7777 }
+    if has(FUSE_SET_ATTR_UID) { uid = attr.st_uid }
+    if has(FUSE_SET_ATTR_GID) { gid = attr.st_gid }
+    if has(FUSE_SET_ATTR_ATIME_NOW) {
+      accessTime = .now()
+    } else if has(FUSE_SET_ATTR_ATIME) {
+      accessTime = Timestamp(seconds: attr.st_atim.tv_sec, nanoseconds: attr.st_atim.tv_nsec)
+    }
+    if has(FUSE_SET_ATTR_MTIME_NOW) {
+      modificationTime = .now()
+    } else if has(FUSE_SET_ATTR_MTIME) {
+      modificationTime = Timestamp(seconds: attr.st_mtim.tv_sec, nanoseconds: attr.st_mtim.tv_nsec)
     }
   }
 }

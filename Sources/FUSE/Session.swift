@@ -40,6 +40,9 @@ public final class FUSESession: @unchecked Sendable {
   let fileSystem: FileSystem
   let logger: Logger
   private var session: OpaquePointer?
+  /// The session for notifications from other threads; cleared (under the
+  /// lock) before the session is destroyed, so no notification outlives it.
+  private let notifyTarget = Mutex<UInt>(0)
   private var mountpoint = ""
   private let inflight = Mutex<[UInt: InflightRequest]>([:])
   private let loopThread = Mutex<pthread_t?>(nil)
@@ -74,6 +77,7 @@ public final class FUSESession: @unchecked Sendable {
     }
     self.session = created
     self.mountpoint = mountpoint
+    notifyTarget.withLock { $0 = UInt(bitPattern: Int(bitPattern: UnsafeRawPointer(created))) }
   }
 
   /// Serves requests on the calling thread until unmounted or ``requestExit()``.
@@ -116,6 +120,7 @@ public final class FUSESession: @unchecked Sendable {
       if waited >= .milliseconds(Int64(grace * 1000) + 5000) { break }
       usleep(10_000)
     }
+    notifyTarget.withLock { $0 = 0 }
     fuse_session_unmount(session)
     if inflight.withLock({ $0.isEmpty }) {
       fuse_session_destroy(session)
@@ -124,6 +129,14 @@ public final class FUSESession: @unchecked Sendable {
       logger.error("requests still in flight at shutdown; leaving the session to the process exit")
     }
     self.session = nil
+  }
+
+  /// Calls `body` with the live session, or returns nil once it is shut down.
+  func withSession<T>(_ body: (OpaquePointer) -> T) -> T? {
+    notifyTarget.withLock { raw in
+      guard raw != 0, let pointer = OpaquePointer(bitPattern: raw) else { return nil }
+      return body(pointer)
+    }
   }
 
   /// Runs `operation` in a task and replies with its result through `reply`.

@@ -37,6 +37,37 @@ public protocol ObjectStore: Sendable {
   /// Throws ``StorageError/preconditionFailed`` when it does not.
   func patch(_ name: String, _ patch: MetadataPatch, ifMetagenerationMatch: Int64?) async throws
     -> ObjectMetadata
+
+  /// Stores the bytes of `source` as a new generation of `name` with
+  /// `attributes`: whole or not at all, never a partial object.
+  /// `ifGenerationMatch` 0 stores only if no live object has the name, n only
+  /// if generation n is live; otherwise ``StorageError/preconditionFailed``.
+  /// Large sources go up in a resumable session that resumes after faults.
+  func upload(
+    _ name: String, from source: any UploadSource, attributes: ObjectAttributes, ifGenerationMatch: Int64?
+  ) async throws -> ObjectMetadata
+
+  /// Deletes the live object, only if its generation is `ifGenerationMatch`
+  /// (when given). ``StorageError/notFound`` if there is none,
+  /// ``StorageError/preconditionFailed`` if another generation is live.
+  func delete(_ name: String, ifGenerationMatch: Int64?) async throws
+
+  /// Server-side copy of generation `sourceGeneration` of `source` to
+  /// `destination` (the JSON API's rewrite, looping on its token), stored
+  /// with `attributes`, or with the source's own when nil. Only if the
+  /// destination's live generation is `ifGenerationMatch` (0: absent).
+  /// ``StorageError/notFound`` if the source generation is gone.
+  func copy(
+    _ source: String, sourceGeneration: Int64, to destination: String, attributes: ObjectAttributes?,
+    ifGenerationMatch: Int64?
+  ) async throws -> ObjectMetadata
+
+  /// The service's atomic move (the source's metadata comes along), with the
+  /// same preconditions as ``copy(_:sourceGeneration:to:attributes:ifGenerationMatch:)``
+  /// plus the source's generation. ``StorageError/unsupported`` where the
+  /// bucket cannot move: the caller then copies and deletes.
+  func move(_ source: String, sourceGeneration: Int64, to destination: String, ifGenerationMatch: Int64?)
+    async throws -> ObjectMetadata
 }
 
 extension ObjectStore {
@@ -85,6 +116,8 @@ public enum StorageError: Error, Sendable, Equatable {
   case unavailable(String)
   case invalidResponse(String)
   case cancelled
+  /// The service or bucket does not offer the operation (a move on a bucket without it).
+  case unsupported(String)
 }
 
 extension StorageError: CustomStringConvertible {
@@ -98,6 +131,7 @@ extension StorageError: CustomStringConvertible {
     case .unavailable(let message): "unavailable: \(message)"
     case .invalidResponse(let message): "invalid response: \(message)"
     case .cancelled: "cancelled"
+    case .unsupported(let message): "unsupported: \(message)"
     }
   }
 }

@@ -572,6 +572,8 @@ public final class FakeStorageServer: @unchecked Sendable {
       return .error(500, message, reason: "internalError")
     case .cancelled:
       return .error(503, "Request cancelled.", reason: "backendError")
+    case .unsupported(let message):
+      return .error(501, message, reason: "notImplemented")
     }
   }
 

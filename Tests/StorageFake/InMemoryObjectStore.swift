@@ -28,6 +28,10 @@ public final class InMemoryObjectStore: ObjectStore, @unchecked Sendable {
     case metadata(String)
     case read(String, Range<Int64>)
     case patch(String)
+    case upload(String, ifGenerationMatch: Int64?)
+    case delete(String, ifGenerationMatch: Int64?)
+    case copy(String, to: String, ifGenerationMatch: Int64?)
+    case move(String, to: String, ifGenerationMatch: Int64?)
 
     public var kind: CallKind {
       switch self {
@@ -35,6 +39,10 @@ public final class InMemoryObjectStore: ObjectStore, @unchecked Sendable {
       case .metadata: .metadata
       case .read: .read
       case .patch: .patch
+      case .upload: .upload
+      case .delete: .delete
+      case .copy: .copy
+      case .move: .move
       }
     }
 
@@ -44,25 +52,33 @@ public final class InMemoryObjectStore: ObjectStore, @unchecked Sendable {
       case .metadata(let name): "metadata(\(name))"
       case .read(let name, let range): "read(\(name), \(range))"
       case .patch(let name): "patch(\(name))"
+      case .upload(let name, let match):
+        "upload(\(name), ifGenerationMatch: \(match.map(String.init) ?? "nil"))"
+      case .delete(let name, let match):
+        "delete(\(name), ifGenerationMatch: \(match.map(String.init) ?? "nil"))"
+      case .copy(let from, let to, let match):
+        "copy(\(from) -> \(to), ifGenerationMatch: \(match.map(String.init) ?? "nil"))"
+      case .move(let from, let to, let match):
+        "move(\(from) -> \(to), ifGenerationMatch: \(match.map(String.init) ?? "nil"))"
       }
     }
   }
 
   public enum CallKind: Sendable, Hashable, CaseIterable {
-    case list, metadata, read, patch
+    case list, metadata, read, patch, upload, delete, copy, move
   }
 
   /// The service's published custom metadata limits.
   public static let maxCustomValueBytes = 4096
   public static let maxCustomTotalBytes = 8192
 
-  private struct Entry {
+  struct Entry {
     var meta: ObjectMetadata
     var data: [UInt8]
     var updatedMillis: Int64
   }
 
-  private struct State {
+  struct State {
     var objects: [Key: Entry] = [:]
     /// Sorted lazily: seeding a million names in any order stays cheap.
     var keys: [Key] = []
@@ -74,6 +90,9 @@ public final class InMemoryObjectStore: ObjectStore, @unchecked Sendable {
     var tokenLead: Duration?
     var decodeFaults: [StorageError] = []
     var patchHooks: [@Sendable (InMemoryObjectStore) -> Void] = []
+    var writeHooks: [CallKind: [@Sendable (InMemoryObjectStore) -> Void]] = [:]
+    /// Whether ``move`` is offered (a bucket with the service's move).
+    var supportsMove = true
 
     mutating func sortedKeys() -> [Key] {
       if !keysSorted {
@@ -85,7 +104,7 @@ public final class InMemoryObjectStore: ObjectStore, @unchecked Sendable {
   }
 
   public let bucket: String
-  private let state = Locked(State())
+  let state = Locked(State())
   private let readsIntoSpares = Atomic<Int>(0)
 
   public init(bucket: String) {
@@ -103,28 +122,14 @@ public final class InMemoryObjectStore: ObjectStore, @unchecked Sendable {
     contentDisposition: String? = nil, contentEncoding: String? = nil, contentLanguage: String? = nil,
     custom: [String: String] = [:]
   ) -> ObjectMetadata {
-    let md5 = Checksum.md5Base64(data)
-    let crc = Checksum.crc32cBase64(data)
-    let key = Key(name.utf8)
-    return state.withLock { s in
-      let now = Timestamp.nowMillis()
-      // Generations are microsecond timestamps in the service; keep them unique and rising.
-      let generation = max(now * 1000, s.lastGeneration + 1)
-      s.lastGeneration = generation
-      let time = Timestamp.rfc3339(millis: now)
-      let meta = ObjectMetadata(
-        bucket: bucket, name: name, size: Int64(data.count), generation: generation,
-        metageneration: 1, timeCreated: time, updated: time, md5Hash: md5, crc32c: crc,
-        etag: Self.etag(generation: generation, metageneration: 1), storageClass: "STANDARD",
-        cacheControl: cacheControl, contentDisposition: contentDisposition,
-        contentEncoding: contentEncoding, contentLanguage: contentLanguage, contentType: contentType,
-        custom: custom)
-      if s.objects.updateValue(Entry(meta: meta, data: data, updatedMillis: now), forKey: key) == nil {
-        if let last = s.keys.last, !last.precedes(key) { s.keysSorted = false }
-        s.keys.append(key)
-      }
-      return meta
-    }
+    var fields: [ObjectMetadata.WritableField: String] = [:]
+    fields[.contentType] = contentType
+    fields[.cacheControl] = cacheControl
+    fields[.contentDisposition] = contentDisposition
+    fields[.contentEncoding] = contentEncoding
+    fields[.contentLanguage] = contentLanguage
+    let attributes = ObjectAttributes(fields: fields, custom: custom)
+    return state.withLock { s in storeLocked(&s, name: name, data: data, attributes: attributes) }
   }
 
   /// Removes an object; returns whether it existed.
@@ -132,8 +137,8 @@ public final class InMemoryObjectStore: ObjectStore, @unchecked Sendable {
   public func delete(_ name: String) -> Bool {
     let key = Key(name.utf8)
     return state.withLock { s in
-      guard s.objects.removeValue(forKey: key) != nil else { return false }
-      if let index = s.keys.firstIndex(of: key) { s.keys.remove(at: index) }
+      guard s.objects[key] != nil else { return false }
+      Self.removeLocked(&s, key)
       return true
     }
   }
@@ -340,7 +345,7 @@ public final class InMemoryObjectStore: ObjectStore, @unchecked Sendable {
   // MARK: Internals
 
   /// Logs the call, waits out the latency, then throws the next queued fault if any.
-  private func enter(_ call: Call) async throws(StorageError) {
+  func enter(_ call: Call) async throws(StorageError) {
     let delay = state.withLock { s in
       s.calls.append(call)
       return s.latency

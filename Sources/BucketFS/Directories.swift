@@ -1,0 +1,81 @@
+import FUSE
+import Logging
+import NIOCore
+import ObjectStore
+import Synchronization
+
+#if canImport(Glibc)
+  import Glibc
+#endif
+
+/// Directory handles over ``DirectoryStream``.
+extension BucketFileSystem {
+  // MARK: - Directories
+
+  public func opendir(inode: UInt64) async throws -> UInt64 {
+    let key = try node(inode, kind: .directory).key
+    let stream = DirectoryStream(
+      prefix: key, store: store, pageSize: configuration.pageSize,
+      onConflict: { [weak self] in self?.warnConflict($0) })
+    return state.withLock { state in
+      let handle = state.nextHandle
+      state.nextHandle += 1
+      state.directories[handle] = stream
+      return handle
+    }
+  }
+
+  public func readdir(inode: UInt64, handle: UInt64, offset: UInt64, into buffer: DirectoryBuffer)
+    async throws
+  {
+    guard let stream = state.withLock({ $0.directories[handle] }) else { throw Errno.badHandle }
+    logger.trace("readdir \(stream.prefix) handle \(handle) offset \(offset)")
+    if offset == 0 { await stream.rewind() }
+    let own = attributes(inode: inode, kind: .directory, facts: nil)
+    let dot = Entry(attributes: own, entryTimeout: 0, attributeTimeout: 0)
+    if offset == 0, !buffer.add(name: ".", entry: dot, nextOffset: 1) { return }
+    if offset <= 1, !buffer.add(name: "..", entry: dot, nextOffset: 2) { return }
+    var index = Int(max(offset, 2) - 2)
+    var added = false
+    while true {
+      let batch: ArraySlice<ListedEntry>
+      do {
+        // Once some entries are packed, send them rather than wait for a page.
+        batch = try await stream.entries(from: index, fetch: !added)
+      } catch {
+        let errno = failure(error, operation: "list", key: stream.prefix)
+        // Entries already packed are worth sending; the next call retries.
+        if added { return }
+        throw errno
+      }
+      if batch.isEmpty { return }
+      let now = clock()
+      for listed in batch {
+        let facts = listed.metadata.map(FileFacts.init)
+        let inode: UInt64 = state.withLock { state in
+          if buffer.isPlus {
+            return state.inodes.remember(
+              key: listed.key, kind: listed.kind, metadata: listed.metadata, facts: facts, at: now)
+          }
+          if let metadata = listed.metadata { state.inodes.refresh(metadata, at: now) }
+          return state.inodes.inode(of: listed.key) ?? InodeTable.hash(listed.key)
+        }
+        let next = UInt64(index + 3)
+        guard
+          buffer.add(
+            name: listed.name, entry: entry(inode: inode, kind: listed.kind, facts: facts),
+            nextOffset: next)
+        else {
+          if buffer.isPlus { forget(inode: inode, count: 1) }
+          return
+        }
+        added = true
+        index += 1
+      }
+    }
+  }
+
+  public func releasedir(inode: UInt64, handle: UInt64) {
+    _ = state.withLock { $0.directories.removeValue(forKey: handle) }
+  }
+}

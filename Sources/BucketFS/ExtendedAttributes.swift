@@ -1,0 +1,110 @@
+import FUSE
+import Logging
+import NIOCore
+import ObjectStore
+import Synchronization
+
+#if canImport(Glibc)
+  import Glibc
+#endif
+
+/// Object metadata as `user.*` extended attributes (SPEC §4), with the
+/// conditional PATCH loop behind set and remove.
+extension BucketFileSystem {
+  // MARK: - Extended attributes (SPEC §4)
+
+  public func getxattr(inode: UInt64, name: String) async throws -> [UInt8] {
+    if let answer = getxattrAtHand(inode: inode, name: name) { return try answer.get() }
+    guard let property = XattrName(name) else { throw Errno.notSupported }
+    let node = try node(inode)
+    guard node.kind == .file else { throw Errno.noData }
+    let metadata = try await currentMetadata(inode: inode, node: node)
+    guard let value = property.value(in: metadata) else { throw Errno.noData }
+    return Array(value.utf8)
+  }
+
+  public func listxattr(inode: UInt64) async throws -> [String] {
+    if let answer = listxattrAtHand(inode: inode) { return try answer.get() }
+    let node = try node(inode)
+    guard node.kind == .file else { return [] }
+    return XattrName.names(of: try await currentMetadata(inode: inode, node: node))
+  }
+
+  public func getxattrAtHand(inode: UInt64, name: String) -> Result<[UInt8], Errno>? {
+    guard let property = XattrName(name) else { return .failure(.notSupported) }
+    guard let (node, metadata) = metadataAtHand(inode) else { return nil }
+    guard node.kind == .file else { return .failure(.noData) }
+    guard let metadata, let value = property.value(in: metadata) else {
+      return metadata == nil ? nil : .failure(.noData)
+    }
+    return .success(Array(value.utf8))
+  }
+
+  public func listxattrAtHand(inode: UInt64) -> Result<[String], Errno>? {
+    guard let (node, metadata) = metadataAtHand(inode) else { return nil }
+    guard node.kind == .file else { return .success([]) }
+    return metadata.map { .success(XattrName.names(of: $0)) }
+  }
+
+  /// A node the kernel holds, with its full metadata if cached and fresh.
+  func metadataAtHand(_ inode: UInt64) -> (Node, ObjectMetadata?)? {
+    let now = clock()
+    let ttl = configuration.metadataTTL
+    return state.withLock { state in
+      guard let node = state.inodes[inode] else { return nil }
+      return (node, now - node.fetchedAt < ttl ? state.inodes.metadata[node.key] : nil)
+    }
+  }
+
+  public func setxattr(inode: UInt64, name: String, value: [UInt8], flags: XattrFlags) async throws {
+    let (property, node) = try writableProperty(inode: inode, name: name)
+    guard let text = String(validating: value, as: UTF8.self) else { throw Errno.invalid }
+    if case .custom = property, text.utf8.count > MetadataLimits.maxValueBytes { throw Errno.tooBig }
+    try await update(property, to: text, flags: flags, inode: inode, node: node)
+  }
+
+  public func removexattr(inode: UInt64, name: String) async throws {
+    let (property, node) = try writableProperty(inode: inode, name: name)
+    try await update(property, to: nil, flags: .replace, inode: inode, node: node)
+  }
+
+  /// The checks that need no network, in the order SPEC §4 gives them.
+  func writableProperty(inode: UInt64, name: String) throws -> (XattrName, Node) {
+    guard let property = XattrName(name) else { throw Errno.notSupported }
+    if configuration.readOnly { throw Errno.readOnly }
+    let node = try node(inode)
+    guard node.kind == .file, property.isWritable else { throw Errno.notPermitted }
+    return (property, node)
+  }
+
+  /// Decides against the metadata at hand and patches only if the object still
+  /// has that metageneration; when it changed meanwhile, reads it again and
+  /// decides again.
+  func update(
+    _ property: XattrName, to value: String?, flags: XattrFlags, inode: UInt64, node: Node
+  ) async throws {
+    var metadata = try await currentMetadata(inode: inode, node: node)
+    let patch = property.patch(value)
+    for _ in 0..<5 {
+      let exists = property.value(in: metadata) != nil
+      if flags.contains(.create) && exists { throw Errno.exists }
+      if flags.contains(.replace) && !exists { throw Errno.noData }
+      var proposed = metadata
+      patch.apply(to: &proposed)
+      guard MetadataLimits.fits(proposed.custom) else { throw Errno.tooBig }
+      do {
+        let updated = try await store.patch(node.key, patch, ifMetagenerationMatch: metadata.metageneration)
+        let now = clock()
+        state.withLock { $0.inodes.refresh(updated, at: now) }
+        return
+      } catch StorageError.preconditionFailed {
+        logger.debug("metadata of \(node.key) changed meanwhile; deciding again")
+        metadata = try await fetchMetadata(node.key)
+      } catch {
+        throw failure(error, operation: "patch", key: node.key)
+      }
+    }
+    logger.warning("metadata of \(node.key) keeps changing; giving up this update")
+    throw Errno(EAGAIN)
+  }
+}

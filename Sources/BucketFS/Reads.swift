@@ -1,0 +1,54 @@
+import FUSE
+import Logging
+import NIOCore
+import ObjectStore
+import Synchronization
+
+#if canImport(Glibc)
+  import Glibc
+#endif
+
+/// open/read/release of files over ``FileReader``.
+extension BucketFileSystem {
+  // MARK: - Files
+
+  public func open(inode: UInt64, flags: Int32) async throws -> OpenResult {
+    if flags & O_ACCMODE != O_RDONLY || flags & O_TRUNC != 0 { throw Errno.readOnly }
+    let node = try node(inode)
+    guard node.kind == .file else { throw Errno.isDirectory }
+    let facts: FileFacts
+    if let known = node.facts, isFresh(node) {
+      facts = known
+    } else {
+      facts = FileFacts(try await fetchMetadata(node.key))
+    }
+    let reader = FileReader(
+      key: node.key, generation: facts.generation, size: facts.size, store: store,
+      maxSegment: configuration.readAheadMaxChunk, maxAhead: configuration.readAheadMaxBytes)
+    return state.withLock { state in
+      let keepCache = state.inodes[inode]?.openedGeneration == facts.generation
+      state.inodes[inode]?.openedGeneration = facts.generation
+      let handle = state.nextHandle
+      state.nextHandle += 1
+      state.files[handle] = reader
+      return OpenResult(handle: handle, keepCache: keepCache)
+    }
+  }
+
+  public func readAtHand(inode: UInt64, handle: UInt64, offset: UInt64, size: Int) -> [ByteBuffer]? {
+    state.withLock({ $0.files[handle] })?.atHand(offset: offset, count: size)
+  }
+
+  public func read(inode: UInt64, handle: UInt64, offset: UInt64, size: Int) async throws -> [ByteBuffer] {
+    guard let reader = state.withLock({ $0.files[handle] }) else { throw Errno.badHandle }
+    do {
+      return try await reader.read(offset: offset, count: size)
+    } catch {
+      throw failure(error, operation: "read", key: reader.key, context: .read)
+    }
+  }
+
+  public func release(inode: UInt64, handle: UInt64) {
+    _ = state.withLock { $0.files.removeValue(forKey: handle) }
+  }
+}

@@ -1,0 +1,50 @@
+import NIOCore
+
+/// The writable properties an object is stored with: the standard ones and
+/// the custom map. Everything else (size, hashes, times, generations) the
+/// service decides.
+public struct ObjectAttributes: Sendable, Equatable {
+  public var fields: [ObjectMetadata.WritableField: String]
+  public var custom: [String: String]
+
+  public init(fields: [ObjectMetadata.WritableField: String] = [:], custom: [String: String] = [:]) {
+    self.fields = fields
+    self.custom = custom
+  }
+
+  /// The writable properties `metadata` has: what an edit carries across.
+  public init(of metadata: ObjectMetadata) {
+    var fields: [ObjectMetadata.WritableField: String] = [:]
+    for field in ObjectMetadata.WritableField.allCases {
+      if let value = metadata[field] { fields[field] = value }
+    }
+    self.init(fields: fields, custom: metadata.custom)
+  }
+
+  public var contentType: String? {
+    get { fields[.contentType] }
+    set { fields[.contentType] = newValue }
+  }
+}
+
+/// The bytes of an upload, read in pieces: a staged file on disk in the
+/// filesystem, memory in tests. An upload may read a range more than once
+/// (a resumed session re-sends what the service did not keep).
+public protocol UploadSource: Sendable {
+  var size: Int64 { get }
+  /// `count` bytes at `offset`; fewer only at the end. Throws for local
+  /// failures (an unreadable stage), which the upload passes on unchanged.
+  func read(at offset: Int64, count: Int) throws -> ByteBuffer
+}
+
+/// An upload source over bytes in memory.
+public struct BytesSource: UploadSource {
+  public let bytes: [UInt8]
+  public init(_ bytes: [UInt8]) { self.bytes = bytes }
+  public var size: Int64 { Int64(bytes.count) }
+  public func read(at offset: Int64, count: Int) throws -> ByteBuffer {
+    let start = Int(min(max(offset, 0), Int64(bytes.count)))
+    let end = min(start + max(count, 0), bytes.count)
+    return ByteBuffer(bytes: bytes[start..<end])
+  }
+}
