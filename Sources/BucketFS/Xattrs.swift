@@ -2,7 +2,7 @@ import FUSE
 import ObjectStore
 
 /// SPEC §4: object metadata as `user.*` extended attributes.
-enum XattrName: Equatable {
+enum XattrName: Hashable {
   enum ReadOnly: String, CaseIterable {
     case bucket, generation, metageneration, fullPath, name, size, timeCreated, updated, md5Hash
     case crc32c, etag, storageClass
