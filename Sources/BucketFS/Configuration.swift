@@ -22,6 +22,11 @@ public struct Configuration: Sendable {
   public var readAheadMaxChunk: Int = 8 << 20
   /// Bytes of read-ahead kept in flight per open file at most.
   public var readAheadMaxBytes: Int = 32 << 20
+  /// Objects a directory rename moves at most; a larger directory answers
+  /// EXDEV, so `mv` copies it instead (docs/semantics/namespace.md).
+  public var renameDirectoryLimit: Int = 1000
+  /// Server-side moves or copies a directory rename runs at once.
+  public var renameConcurrency: Int = 16
 
   public init() {}
 }

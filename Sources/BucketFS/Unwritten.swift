@@ -1,6 +1,6 @@
 import FUSE
 
-// Writes and namespace changes: answered EROFS until they land (issues 12, 13).
+// Writes: answered EROFS until they land (issue 12).
 extension BucketFileSystem {
   public func create(parent: UInt64, name: String, mode: UInt32, flags: Int32) async throws -> (
     Entry, OpenResult
@@ -17,12 +17,6 @@ extension BucketFileSystem {
   public func fsync(inode: UInt64, handle: UInt64, dataOnly: Bool) async throws {}
   public func setattr(inode: UInt64, handle: UInt64?, changes: AttributeChanges) async throws
     -> (FileAttributes, timeout: Double)
-  { throw Errno.readOnly }
-  public func mkdir(parent: UInt64, name: String, mode: UInt32) async throws -> Entry { throw Errno.readOnly }
-  public func unlink(parent: UInt64, name: String) async throws { throw Errno.readOnly }
-  public func rmdir(parent: UInt64, name: String) async throws { throw Errno.readOnly }
-  public func rename(parent: UInt64, name: String, newParent: UInt64, newName: String, flags: RenameFlags)
-    async throws
   { throw Errno.readOnly }
 }
 
