@@ -9,7 +9,7 @@ struct ListedEntry: Sendable {
   let metadata: ObjectMetadata?
 }
 
-/// Streams one directory from paged list calls (SPEC §2): the first page is
+/// Streams one directory from paged list calls (docs/SEMANTICS.md#listing-paging): the first page is
 /// fetched when the reader asks for it, so `ls -f | head` costs one call; a
 /// reader that gets past it is reading the whole directory, and from then on
 /// the next page is fetched while it consumes the current one — asked for as
@@ -28,7 +28,7 @@ actor DirectoryStream {
   private var nextPageToken: String?
   private var started = false
   /// Files that may yet turn out to be shadowed by a directory of the same
-  /// name on a later page (the directory wins, SPEC §1).
+  /// name on a later page (the directory wins, docs/SEMANTICS.md#listing-conflicts).
   private var deferred: [ListedEntry] = []
   /// Pages fetched since the start, and the next one when already under way.
   private var pagesFetched = 0

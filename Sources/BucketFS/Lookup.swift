@@ -135,7 +135,7 @@ extension BucketFileSystem {
       entryTimeout: configuration.metadataTTL, attributeTimeout: configuration.metadataTTL)
   }
 
-  /// SPEC §3.
+  /// docs/SEMANTICS.md#attributes.
   func attributes(inode: UInt64, kind: Node.Kind, facts: FileFacts?) -> FileAttributes {
     guard kind == .file, let facts else {
       return FileAttributes(
