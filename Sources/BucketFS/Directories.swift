@@ -58,7 +58,7 @@ extension BucketFileSystem {
               key: listed.key, kind: listed.kind, metadata: listed.metadata, facts: facts, at: now)
           }
           if let metadata = listed.metadata { state.inodes.refresh(metadata, at: now) }
-          return state.inodes.inode(of: listed.key) ?? InodeTable.hash(listed.key)
+          return state.inodes.expectedInode(of: listed.key)
         }
         let next = UInt64(index + 3)
         guard
