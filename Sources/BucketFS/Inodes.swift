@@ -135,9 +135,11 @@ struct InodeTable: Sendable {
       ?? Node(key: key, kind: kind, lookups: 0, facts: nil, fetchedAt: 0, openedGeneration: nil)
     node.lookups += 1
     if kind == .file, let metadata {
-      node.facts = facts ?? FileFacts(metadata)
-      node.fetchedAt = now
-      self.metadata.insert(metadata)
+      if !Self.isOlder(metadata, than: node.facts) {
+        node.facts = facts ?? FileFacts(metadata)
+        node.fetchedAt = max(node.fetchedAt, now)
+        self.metadata.insert(metadata)
+      }
     } else if kind == .directory {
       node.fetchedAt = now
     }
@@ -145,13 +147,27 @@ struct InodeTable: Sendable {
     return inode
   }
 
-  /// Refreshes cached metadata of a node the kernel already holds, if any.
-  mutating func refresh(_ metadata: ObjectMetadata, at now: Double) {
-    guard let inode = inode(of: metadata.name), var node = self[inode], node.kind == .file else { return }
+  /// Refreshes cached metadata of a node the kernel already holds, if any,
+  /// unless what it knows is newer; returns the newest metadata known.
+  @discardableResult
+  mutating func refresh(_ metadata: ObjectMetadata, at now: Double) -> ObjectMetadata {
+    guard let inode = inode(of: metadata.name), var node = self[inode], node.kind == .file else {
+      return metadata
+    }
+    if Self.isOlder(metadata, than: node.facts) { return self.metadata[metadata.name] ?? metadata }
     node.facts = FileFacts(metadata)
-    node.fetchedAt = now
+    node.fetchedAt = max(node.fetchedAt, now)
     self[inode] = node
     self.metadata.insert(metadata)
+    return metadata
+  }
+
+  /// Whether `metadata` is older than what is known: a lower generation, or
+  /// the same generation and a lower metageneration. A late answer (a GET or
+  /// a list page sent before a PATCH answered) never replaces a newer one.
+  static func isOlder(_ metadata: ObjectMetadata, than known: FileFacts?) -> Bool {
+    guard let known else { return false }
+    return (metadata.generation, metadata.metageneration) < (known.generation, known.metageneration)
   }
 
   mutating func forget(_ inode: UInt64, count: UInt64) {
@@ -179,10 +195,11 @@ struct InodeTable: Sendable {
 }
 
 /// The little of a file's metadata that stat needs, parsed once. Times are
-/// kept as nanoseconds (40 bytes in all): one is held for every inode.
+/// kept as nanoseconds (48 bytes in all): one is held for every inode.
 struct FileFacts: Sendable, Equatable {
   let size: UInt64
   let generation: Int64
+  let metageneration: Int64
   private let createdNanoseconds: Int64
   private let modifiedNanoseconds: Int64
   private let changedNanoseconds: Int64
@@ -195,6 +212,7 @@ struct FileFacts: Sendable, Equatable {
   init(_ metadata: ObjectMetadata) {
     size = UInt64(max(metadata.size, 0))
     generation = metadata.generation
+    metageneration = metadata.metageneration
     createdNanoseconds = Self.nanoseconds(RFC3339.parse(metadata.timeCreated))
     modifiedNanoseconds = Self.nanoseconds(
       metadata.custom["goog-reserved-file-mtime"].flatMap(RFC3339.parseMtime))
