@@ -32,7 +32,10 @@ public final class BucketFileSystem: FileSystem, Sendable {
   }
   struct LookupBurst {
     var inFlight = 0
-    var page: Task<ListPage, any Error>?
+    var page: Task<AnsweredPage, any Error>?
+    /// When `page` was asked for: lookups that keep a burst alive must not
+    /// answer from one page forever.
+    var pageAskedAt: Double = 0
   }
   /// A lookup that finds this many others under way in its directory joins
   /// one shared list call instead of making two requests of its own: fifty
@@ -101,8 +104,8 @@ public final class BucketFileSystem: FileSystem, Sendable {
     do {
       let metadata = try await store.metadata(of: key)
       let now = clock()
-      state.withLock { $0.inodes.refresh(metadata, at: now) }
-      return metadata
+      // A PATCH may have answered with newer metadata while this GET was under way.
+      return state.withLock { $0.inodes.refresh(metadata, at: now) }
     } catch {
       throw failure(error, operation: "get metadata", key: key)
     }

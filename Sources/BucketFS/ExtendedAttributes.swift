@@ -95,7 +95,7 @@ extension BucketFileSystem {
       do {
         let updated = try await store.patch(node.key, patch, ifMetagenerationMatch: metadata.metageneration)
         let now = clock()
-        state.withLock { $0.inodes.refresh(updated, at: now) }
+        _ = state.withLock { $0.inodes.refresh(updated, at: now) }
         return
       } catch StorageError.preconditionFailed {
         logger.debug("metadata of \(node.key) changed meanwhile; deciding again")
