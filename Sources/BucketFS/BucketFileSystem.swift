@@ -42,6 +42,8 @@ public final class BucketFileSystem: FileSystem, Sendable {
   /// parallel `stat`s of cold files then cost about one request's time.
   static let burstSize = 3
   let state: Mutex<State>
+  /// Tree walks and the listings they fetch ahead (SubtreeWalk.swift).
+  let walks: SubtreeWalks
 
   public init(
     store: any ObjectStore, configuration: Configuration, logger: Logger,
@@ -53,10 +55,15 @@ public final class BucketFileSystem: FileSystem, Sendable {
     self.logger = logger
     self.clock = clock
     self.onMounted = onMounted
+    let warner = ConflictWarner()
+    self.walks = SubtreeWalks(
+      store: store, pageSize: configuration.pageSize, freshness: configuration.metadataTTL, logger: logger,
+      clock: clock, onConflict: { warner($0) })
     self.state = Mutex(
       State(
         inodes: InodeTable(
           rootKey: configuration.rootPrefix, metadataCapacity: configuration.metadataCacheEntries)))
+    warner.set { [weak self] in self?.warnConflict($0) }
   }
 
   public static func monotonicSeconds() -> Double {

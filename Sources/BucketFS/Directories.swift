@@ -14,8 +14,9 @@ extension BucketFileSystem {
 
   public func opendir(inode: UInt64) async throws -> UInt64 {
     let key = try node(inode, kind: .directory).key
+    let listed = await walks.opened(key, parent: SubtreeWalks.parent(of: key, root: configuration.rootPrefix))
     let stream = DirectoryStream(
-      prefix: key, store: store, pageSize: configuration.pageSize, clock: clock,
+      prefix: key, store: store, pageSize: configuration.pageSize, clock: clock, listed: listed,
       onConflict: { [weak self] in self?.warnConflict($0) })
     return state.withLock { state in
       let handle = state.nextHandle
@@ -37,6 +38,8 @@ extension BucketFileSystem {
     if offset <= 1, !buffer.add(name: "..", entry: dot, nextOffset: 2) { return }
     var index = Int(max(offset, 2) - 2)
     var added = false
+    var subdirectories: [String] = []
+    defer { walks.read(stream.prefix, subdirectories: subdirectories) }
     while true {
       let batch: ArraySlice<ListedEntry>
       do {
@@ -73,11 +76,14 @@ extension BucketFileSystem {
         }
         added = true
         index += 1
+        if listed.kind == .directory { subdirectories.append(listed.key) }
       }
     }
   }
 
   public func releasedir(inode: UInt64, handle: UInt64) {
-    _ = state.withLock { $0.directories.removeValue(forKey: handle) }
+    if let stream = state.withLock({ $0.directories.removeValue(forKey: handle) }) {
+      walks.released(stream.prefix)
+    }
   }
 }

@@ -42,9 +42,14 @@ actor DirectoryStream {
   private var awaited: Int?
   /// Counts restarts, so that a token from an abandoned pass is ignored.
   private var pass = 0
+  /// A listing given at init that no reader has asked for yet.
+  private var unread = false
 
+  /// `listed`: the whole listing, already known (a tree walk's flat pages
+  /// made it); a rewind lists again.
   init(
     prefix: String, store: any ObjectStore, pageSize: Int, clock: @escaping @Sendable () -> Double,
+    listed: [ListedEntry]? = nil,
     onConflict: @escaping @Sendable (String) -> Void
   ) {
     self.prefix = prefix
@@ -52,6 +57,11 @@ actor DirectoryStream {
     self.pageSize = pageSize
     self.clock = clock
     self.onConflict = onConflict
+    if let listed {
+      entries = listed
+      started = true
+      unread = true
+    }
   }
 
   /// The entries from listing position `index` to the end of the page that
@@ -59,6 +69,7 @@ actor DirectoryStream {
   /// again from the start. Without `fetch`, also empty when that page has not
   /// been fetched: a reader with entries in hand replies with them first.
   func entries(from index: Int, fetch: Bool = true) async throws -> ArraySlice<ListedEntry> {
+    unread = false
     if index < base { restart() }
     while index >= base + entries.count {
       if started && nextPageToken == nil { return [] }
@@ -70,7 +81,7 @@ actor DirectoryStream {
 
   /// Starts the listing again (a rewind to offset 0).
   func rewind() {
-    if started { restart() }
+    if started && !unread { restart() }
   }
 
   deinit {
