@@ -34,13 +34,18 @@ public final class BucketFileSystem: FileSystem, Sendable {
   }
   struct LookupBurst {
     var inFlight = 0
-    var page: Task<ListPage, any Error>?
+    var page: Task<AnsweredPage, any Error>?
+    /// When `page` was asked for: lookups that keep a burst alive must not
+    /// answer from one page forever.
+    var pageAskedAt: Double = 0
   }
   /// A lookup that finds this many others under way in its directory joins
   /// one shared list call instead of making two requests of its own: fifty
   /// parallel `stat`s of cold files then cost about one request's time.
   static let burstSize = 3
   let state: Mutex<State>
+  /// Tree walks and the listings they fetch ahead (SubtreeWalk.swift).
+  let walks: SubtreeWalks
 
   public init(
     store: any ObjectStore, configuration: Configuration, logger: Logger,
@@ -52,10 +57,15 @@ public final class BucketFileSystem: FileSystem, Sendable {
     self.logger = logger
     self.clock = clock
     self.onMounted = onMounted
+    let warner = ConflictWarner()
+    self.walks = SubtreeWalks(
+      store: store, pageSize: configuration.pageSize, freshness: configuration.metadataTTL, logger: logger,
+      clock: clock, onConflict: { warner($0) })
     self.state = Mutex(
       State(
         inodes: InodeTable(
           rootKey: configuration.rootPrefix, metadataCapacity: configuration.metadataCacheEntries)))
+    warner.set { [weak self] in self?.warnConflict($0) }
   }
 
   public static func monotonicSeconds() -> Double {
@@ -103,8 +113,8 @@ public final class BucketFileSystem: FileSystem, Sendable {
     do {
       let metadata = try await store.metadata(of: key)
       let now = clock()
-      state.withLock { $0.inodes.refresh(metadata, at: now) }
-      return metadata
+      // A PATCH may have answered with newer metadata while this GET was under way.
+      return state.withLock { $0.inodes.refresh(metadata, at: now) }
     } catch {
       throw failure(error, operation: "get metadata", key: key)
     }
