@@ -39,17 +39,27 @@ public final class BucketFileSystem: FileSystem, Sendable {
   /// parallel `stat`s of cold files then cost about one request's time.
   static let burstSize = 3
   let state: Mutex<State>
+  /// Files being written (Writes/), apart from `state` so reads and stats
+  /// of untouched files never wait on them; `stagedCount` spares them the lock.
+  let writes = Mutex(StagedFiles())
+  let stagedCount = Atomic<Int>(0)
+  let stages = Mutex<StageDirectory?>(nil)
+  let contentTypes: ContentTypes
+  let listings: SharedListings
 
   public init(
     store: any ObjectStore, configuration: Configuration, logger: Logger,
     clock: @escaping @Sendable () -> Double = BucketFileSystem.monotonicSeconds,
     onMounted: @escaping @Sendable () -> Void = {}
   ) {
-    self.store = store
+    let listings = SharedListings()
+    self.listings = listings
+    self.store = ListingAwareStore(inner: store, listings: listings, clock: clock)
     self.configuration = configuration
     self.logger = logger
     self.clock = clock
     self.onMounted = onMounted
+    self.contentTypes = ContentTypes(mimeTypesPath: configuration.mimeTypesPath)
     self.state = Mutex(
       State(
         inodes: InodeTable(

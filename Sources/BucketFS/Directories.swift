@@ -30,7 +30,12 @@ extension BucketFileSystem {
   {
     guard let stream = state.withLock({ $0.directories[handle] }) else { throw Errno.badHandle }
     logger.trace("readdir \(stream.prefix) handle \(handle) offset \(offset)")
-    if offset == 0 { await stream.rewind() }
+    if offset == 0 {
+      await stream.rewind()
+      listingPassStarted(handle: handle, directory: stream.prefix)
+    }
+    var listedNames: [String] = []
+    defer { listingPassNoted(handle: handle, names: listedNames, complete: false) }
     let own = attributes(inode: inode, kind: .directory, facts: nil)
     let dot = Entry(attributes: own, entryTimeout: 0, attributeTimeout: 0)
     if offset == 0, !buffer.add(name: ".", entry: dot, nextOffset: 1) { return }
@@ -48,7 +53,11 @@ extension BucketFileSystem {
         if added { return }
         throw errno
       }
-      if batch.isEmpty { return }
+      if batch.isEmpty {
+        listingPassNoted(handle: handle, names: listedNames, complete: true)
+        listedNames = []
+        return
+      }
       let now = clock()
       for listed in batch {
         let facts = listed.metadata.map(FileFacts.init)
@@ -70,6 +79,7 @@ extension BucketFileSystem {
           return
         }
         added = true
+        listedNames.append(listed.name)
         index += 1
       }
     }
@@ -77,5 +87,6 @@ extension BucketFileSystem {
 
   public func releasedir(inode: UInt64, handle: UInt64) {
     _ = state.withLock { $0.directories.removeValue(forKey: handle) }
+    listings.withLock { $0.dropPass(handle: handle) }
   }
 }
