@@ -44,12 +44,22 @@ public final class BucketFileSystem: FileSystem, Sendable {
   let state: Mutex<State>
   /// Tree walks and the listings they fetch ahead (SubtreeWalk.swift).
   let walks: SubtreeWalks
+  /// Files being written (Writes/), apart from `state` so reads and stats
+  /// of untouched files never wait on them; `stagedCount` spares them the lock.
+  let writes = Mutex(StagedFiles())
+  let stagedCount = Atomic<Int>(0)
+  let stages = Mutex<StageDirectory?>(nil)
+  let contentTypes: ContentTypes
+  let listings: SharedListings
 
   public init(
     store: any ObjectStore, configuration: Configuration, logger: Logger,
     clock: @escaping @Sendable () -> Double = BucketFileSystem.monotonicSeconds,
     onMounted: @escaping @Sendable () -> Void = {}
   ) {
+    let listings = SharedListings()
+    self.listings = listings
+    let store = ListingAwareStore(inner: store, listings: listings, clock: clock)
     self.store = store
     self.configuration = configuration
     self.logger = logger
@@ -59,6 +69,7 @@ public final class BucketFileSystem: FileSystem, Sendable {
     self.walks = SubtreeWalks(
       store: store, pageSize: configuration.pageSize, freshness: configuration.metadataTTL, logger: logger,
       clock: clock, onConflict: { warner($0) })
+    self.contentTypes = ContentTypes(mimeTypesPath: configuration.mimeTypesPath)
     self.state = Mutex(
       State(
         inodes: InodeTable(

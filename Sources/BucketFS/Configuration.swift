@@ -22,6 +22,14 @@ public struct Configuration: Sendable {
   public var readAheadMaxChunk: Int = 8 << 20
   /// Bytes of read-ahead kept in flight per open file at most.
   public var readAheadMaxBytes: Int = 32 << 20
+  /// The private directory this mount stages written files in (created
+  /// 0700); the CLI picks a per-mount one under `--cache-dir`. Empty: a
+  /// directory under $TMPDIR (or /tmp) named after the process.
+  public var stageDirectory: String = ""
+  /// Give each new object a random UUID in `firebaseStorageDownloadTokens`.
+  public var firebaseDownloadTokens = false
+  /// Where new files' content types come from; nil: the built-in table only.
+  public var mimeTypesPath: String? = "/etc/mime.types"
 
   public init() {}
 }

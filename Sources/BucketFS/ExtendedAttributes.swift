@@ -32,6 +32,9 @@ extension BucketFileSystem {
 
   public func getxattrAtHand(inode: UInt64, name: String) -> Result<[UInt8], Errno>? {
     guard let property = XattrName(name) else { return .failure(.notSupported) }
+    if let pending = stagedMetadata(inode) {
+      return property.value(in: pending).map { .success(Array($0.utf8)) } ?? .failure(.noData)
+    }
     guard let (node, metadata) = metadataAtHand(inode) else { return nil }
     guard node.kind == .file else { return .failure(.noData) }
     guard let metadata, let value = property.value(in: metadata) else {
@@ -41,6 +44,7 @@ extension BucketFileSystem {
   }
 
   public func listxattrAtHand(inode: UInt64) -> Result<[String], Errno>? {
+    if let pending = stagedMetadata(inode) { return .success(XattrName.names(of: pending)) }
     guard let (node, metadata) = metadataAtHand(inode) else { return nil }
     guard node.kind == .file else { return .success([]) }
     return metadata.map { .success(XattrName.names(of: $0)) }
@@ -57,6 +61,7 @@ extension BucketFileSystem {
   }
 
   public func setxattr(inode: UInt64, name: String, value: [UInt8], flags: XattrFlags) async throws {
+    if try setStagedProperty(inode: inode, name: name, value: value, flags: flags) { return }
     let (property, node) = try writableProperty(inode: inode, name: name)
     guard let text = String(validating: value, as: UTF8.self) else { throw Errno.invalid }
     if case .custom = property, text.utf8.count > MetadataLimits.maxValueBytes { throw Errno.tooBig }
@@ -64,6 +69,7 @@ extension BucketFileSystem {
   }
 
   public func removexattr(inode: UInt64, name: String) async throws {
+    if try setStagedProperty(inode: inode, name: name, value: nil, flags: .replace) { return }
     let (property, node) = try writableProperty(inode: inode, name: name)
     try await update(property, to: nil, flags: .replace, inode: inode, node: node)
   }

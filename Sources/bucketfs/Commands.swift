@@ -54,6 +54,14 @@ struct Mount: ParsableCommand {
   @Option(help: "trace, debug, info, notice, warning, error or critical.") var logLevel = "info"
   @Option(help: "Append logs to this file (default: stderr in the foreground, syslog in the background).")
   var logFile: String?
+  @Option(
+    help: ArgumentHelp(
+      "Where written files are staged until uploaded, in a private subdirectory per mount.",
+      discussion: "Default: /var/cache/bucketfs for root, else $XDG_CACHE_HOME/bucketfs or ~/.cache/bucketfs."
+    ))
+  var cacheDir: String?
+  @Flag(help: "Give each new object a random firebaseStorageDownloadTokens, as the Firebase SDK does.")
+  var firebaseDownloadTokens = false
   @Option(help: .hidden) var readyFd: Int32?
 
   func validate() throws {
@@ -67,6 +75,12 @@ struct Mount: ParsableCommand {
 
   func run() throws {
     if !foreground {
+      // The background mount logs them too, but the terminal only sees this.
+      if let directory = stageDirectory() {
+        for leftover in Recovery.leftovers(in: directory) {
+          writeStandardError("bucketfs: unsaved staged file from an earlier mount: \(leftover.description)\n")
+        }
+      }
       throw ExitCode(daemonize(arguments: CommandLine.arguments + ["--foreground"], logFile: logFile))
     }
     // List pages (~1 MB of JSON each) and read segments are large and
@@ -177,6 +191,15 @@ struct Mount: ParsableCommand {
     configuration.fileMode = mountOptions.fileMode ?? configuration.fileMode
     configuration.directoryMode = mountOptions.directoryMode ?? configuration.directoryMode
     configuration.readOnly = mountOptions.readOnly
+    configuration.firebaseDownloadTokens = firebaseDownloadTokens
+    if let directory = stageDirectory() {
+      configuration.stageDirectory = directory
+      for leftover in Recovery.leftovers(in: directory) {
+        logger.warning(
+          "unsaved staged file from an earlier mount, not uploaded: \(leftover.description); copy it into the mount or delete it"
+        )
+      }
+    }
 
     let fileSystem = BucketFileSystem(
       store: client, configuration: configuration, logger: logger, onMounted: { outcome.ready() })
@@ -226,6 +249,19 @@ struct Mount: ParsableCommand {
       }
       throw MountFailure(message: "mountpoint \(mountpoint) is busy: something is already mounted there")
     }
+  }
+
+  /// This mount's staging directory (see ``Recovery/stageDirectory``).
+  private func stageDirectory() -> String? {
+    guard let source = BucketSource(source), let prefix = Names.rootPrefix(source.subtree) else { return nil }
+    var place = mountpoint
+    if let resolved = realpath(mountpoint, nil) {
+      place = String(cString: resolved)
+      free(resolved)
+    }
+    return Recovery.stageDirectory(
+      cacheDirectory: cacheDir ?? Recovery.defaultCacheDirectory(), bucket: source.bucket, prefix: prefix,
+      mountpoint: place)
   }
 
   private func makeLogger() -> Logger {
