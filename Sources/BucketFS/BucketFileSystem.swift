@@ -29,6 +29,8 @@ public final class BucketFileSystem: FileSystem, Sendable {
     var warned: Set<String> = []
     /// Lookups under way per directory key, and the listing a burst of them shares.
     var bursts: [String: LookupBurst] = [:]
+    /// The bucket answered that it cannot move objects: renames copy and delete.
+    var moveUnsupported = false
   }
   struct LookupBurst {
     var inFlight = 0

@@ -125,7 +125,8 @@ extension BucketFileSystem {
     if node.kind == .directory {
       return (attributes(inode: inode, kind: .directory, facts: nil), configuration.metadataTTL)
     }
-    if let facts = node.facts, isFresh(node) || stagedView(inode) != nil {
+    // An unlinked or replaced file held open: its name now means something else.
+    if let facts = node.facts, isFresh(node) || node.isDetached || stagedView(inode) != nil {
       return (attributes(inode: inode, kind: .file, facts: facts), configuration.metadataTTL)
     }
     let metadata = try await fetchMetadata(node.key)

@@ -51,6 +51,8 @@ struct Mount: ParsableCommand {
   var requestTimeout = 30.0
   @Option(help: "Seconds one operation may take, retries included, before it fails with EIO.")
   var retryDeadline = 60.0
+  @Option(help: "Objects a directory rename moves at most; a larger one fails with EXDEV, so mv copies it.")
+  var renameDirLimit = 1000
   @Option(help: "trace, debug, info, notice, warning, error or critical.") var logLevel = "info"
   @Option(help: "Append logs to this file (default: stderr in the foreground, syslog in the background).")
   var logFile: String?
@@ -66,6 +68,7 @@ struct Mount: ParsableCommand {
 
   func validate() throws {
     guard (1...1000).contains(pageSize) else { throw ValidationError("--page-size must be 1 to 1000") }
+    guard renameDirLimit >= 0 else { throw ValidationError("--rename-dir-limit must be 0 or more") }
     guard metadataTTL >= 0, negativeTTL >= 0 else { throw ValidationError("TTLs must not be negative") }
     guard requestTimeout > 0, retryDeadline > 0 else { throw ValidationError("timeouts must be positive") }
     guard Logger.Level(rawValue: logLevel) != nil else {
@@ -200,6 +203,7 @@ struct Mount: ParsableCommand {
         )
       }
     }
+    configuration.renameDirectoryLimit = renameDirLimit
 
     let fileSystem = BucketFileSystem(
       store: client, configuration: configuration, logger: logger, onMounted: { outcome.ready() })
