@@ -96,7 +96,9 @@ final class FreshnessTests: XCTestCase {
       Task { try await fs.lookup(parent: directory, name: "a") },
       Task { try await fs.lookup(parent: directory, name: "b") },
     ]
-    let taken = await eventually { store.taken(.metadata) == 2 }
+    // Each also lists its own name's prefix; wait for those too, or one may
+    // land after the reset below.
+    let taken = await eventually { store.taken(.metadata) == 2 && base.calls(.list).count == 2 }
     XCTAssertTrue(taken)
     base.resetCalls()
     let n1 = try await fs.lookup(parent: directory, name: "n1")
