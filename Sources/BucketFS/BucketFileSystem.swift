@@ -19,6 +19,8 @@ public final class BucketFileSystem: FileSystem, Sendable {
   private let onMounted: @Sendable () -> Void
   /// Tells the kernel to drop cached attributes, pages and names; none until mounted.
   let kernel = Mutex<KernelCache>(.none)
+  /// Memory read-ahead may hold, shared by all open files.
+  let readAhead: ReadAheadBudget
 
   struct State {
     var inodes: InodeTable
@@ -53,6 +55,7 @@ public final class BucketFileSystem: FileSystem, Sendable {
     self.logger = logger
     self.clock = clock
     self.onMounted = onMounted
+    self.readAhead = ReadAheadBudget(capacity: configuration.readAheadBudget)
     self.state = Mutex(
       State(
         inodes: InodeTable(
