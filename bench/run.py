@@ -11,6 +11,9 @@ once, puts the request-counting proxy in front of it, and measures:
   4. sequential read of a SIZE object with dd bs=1M vs curl (direct)
   5. `getfattr -d` over X files right after `ls -l` of their directory
   6. `stat` of 50 different cold files of one directory in parallel
+  7. peak RSS (VmHWM) of each mount process while 64 files of P MiB are read
+     in parallel with dd (bucketfs: all read-ahead shares one budget,
+     --read-ahead-budget, default 256 MiB)
 
 Each data set lives in its own bucket: the emulator's memory backend inserts
 in O(objects in the bucket), so seeding one bucket of 100,000 is quadratic;
@@ -50,6 +53,7 @@ for _k in ("STORAGE_EMULATOR_HOST", "GOOGLE_APPLICATION_CREDENTIALS"):
     ENV.pop(_k, None)
 
 B_LS, B_BIG, B_XATTR, B_STAT, B_READ = "bench-ls", "bench-big", "bench-xattr", "bench-stat", "bench-read"
+B_PAR = "bench-parallel"
 DIR = "dir"  # every set is the directory DIR/ of its bucket
 
 
@@ -95,7 +99,7 @@ def write_preload(data_dir: str, a) -> float:
 def seed(gcs: F.FakeGCS, a) -> dict:
     """What the preload does not cover: metadata-rich objects and the large blob."""
     c = gcs.client()
-    for b in (B_XATTR, B_READ):
+    for b in (B_XATTR, B_READ, B_PAR):
         c.create_bucket(b)
     t0 = time.monotonic()
     # metadata-rich objects for getfattr: contentType, cacheControl, custom metadata (multipart)
@@ -103,6 +107,10 @@ def seed(gcs: F.FakeGCS, a) -> dict:
                                   metadata={"owner": "bench", "index": n[-7:]}) for n in names(a.xattr_files)],
                   workers=a.seed_workers)
     upload_big(gcs.url, B_READ, f"{DIR}/blob", a.size_mib << 20)
+    if "7" in a.only.split(","):
+        with ThreadPoolExecutor(4) as pool:
+            list(pool.map(lambda i: upload_big(gcs.url, B_PAR, f"{DIR}/p{i:02d}", a.parallel_mib << 20),
+                          range(a.parallel_files)))
     return {"uploads": time.monotonic() - t0}
 
 
@@ -426,6 +434,29 @@ class Bench:
         out["curl tmpfs"] = {"s": s, "mbs": size / s / 1e6, "all": alls}
         self.res["4"] = out
 
+    # 7 -------------------------------------------------------------------
+    def t7_parallel_rss(self):
+        """64 sequential readers at once: read-ahead memory is what grows with them."""
+        a, out = self.a, {}
+        files = [f"p{i:02d}" for i in range(a.parallel_files)]
+        for tool in a.tools:
+            with self.mount(tool, B_PAR, self.gcs.url) as m:
+                pid = m.pid()
+                for f in files:
+                    os.stat(m.p(DIR, f))
+                before = proc_status(pid).get("VmHWM")
+                t0 = time.perf_counter()
+                procs = [subprocess.Popen(["dd", f"if={m.p(DIR, f)}", "of=/dev/null", "bs=1M"],
+                                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for f in files]
+                failed = [p.args[1] for p in procs if p.wait(timeout=1800) != 0]
+                dt = time.perf_counter() - t0
+                if failed:
+                    raise RuntimeError(f"{tool}: dd failed for {failed[:3]}")
+                st = proc_status(pid)
+                out[tool] = {"s": dt, "hwm_kib": st.get("VmHWM"), "hwm_before_kib": before,
+                             "mbs": a.parallel_files * (a.parallel_mib << 20) / dt / 1e6}
+        self.res["7"] = out
+
     # 5 -------------------------------------------------------------------
     def t5_getfattr(self):
         a, out = self.a, {}
@@ -612,6 +643,14 @@ def report(a, r: dict) -> str:
         f"{ratio(g('6','bucketfs'), g('6','rclone'))} | ≈ one request |")
     add(f"| 6 | … requests | {fmt_req(g('6','bucketfs','req'))} | {fmt_req(g('6','rclone','req'))} | "
         f"{fmt_req(g('6','direct x50 parallel','req'))} | | | |")
+
+    # 7
+    def par(tool):
+        v = g("7", tool, "hwm_kib")
+        return f"{v / 1024:.1f} MiB ({g('7', tool, 'mbs'):.0f} MB/s)" if v else "not run"
+    add(f"| 7 | peak RSS (VmHWM), {a.parallel_files} files × {a.parallel_mib} MiB read in parallel (dd bs=1M) | "
+        f"{par('bucketfs')} | {par('rclone')} | | | {ratio(g('7','bucketfs','hwm_kib'), g('7','rclone','hwm_kib'))} | "
+        f"< read-ahead budget (256 MiB) + 64 MiB |")
     add("")
     add("Wall times: median of the runs against the emulator itself; requests: one more run through "
         "the counting proxy (a Python process with latency of its own, so it is not timed). "
@@ -629,7 +668,9 @@ def main() -> int:
     ap.add_argument("--stat-files", type=int, default=50)
     ap.add_argument("--repeat", type=int, help="repetitions per timing, the median is reported (default 3; quick 1)")
     ap.add_argument("--tools", default="bucketfs,rclone", help="comma-separated: bucketfs,rclone")
-    ap.add_argument("--only", default="1,2,4,5,6", help="measurements to run (3 comes with 2)")
+    ap.add_argument("--parallel-files", type=int, default=64, help="files read at once in (7)")
+    ap.add_argument("--parallel-mib", type=int, help="size of each file of (7) (default 16; quick 4)")
+    ap.add_argument("--only", default="1,2,4,5,6,7", help="measurements to run (3 comes with 2)")
     ap.add_argument("--bucketfs-bin", default=os.environ.get("BUCKETFS_BIN") or BucketFSMount.binary)
     ap.add_argument("--seed-workers", type=int, default=8)
     ap.add_argument("--json", help="also write the raw results here")
@@ -639,6 +680,7 @@ def main() -> int:
     a.n1 = a.n1 or (2000 if q else 10000)
     a.n2 = a.n2 or (10000 if q else 100000)
     a.size_mib = a.size_mib or (32 if q else 256)
+    a.parallel_mib = a.parallel_mib or (4 if q else 16)
     a.repeat = a.repeat or (1 if q else 3)
     a.tools = [t for t in a.tools.split(",") if t]
     BucketFSMount.binary = a.bucketfs_bin
@@ -667,7 +709,8 @@ def main() -> int:
         log("seeded in " + ", ".join(f"{k} {v:.1f} s" for k, v in seeding.items()))
         proxy = F.CountingProxy(gcs.url).start()
         b = Bench(a, gcs, proxy, root, log_dir)
-        steps = {"1": b.t1_ls, "2": b.t2_head_and_rss, "4": b.t4_read, "5": b.t5_getfattr, "6": b.t6_stat}
+        steps = {"1": b.t1_ls, "2": b.t2_head_and_rss, "4": b.t4_read, "5": b.t5_getfattr, "6": b.t6_stat,
+                 "7": b.t7_parallel_rss}
         for k in a.only.split(","):
             t0 = time.monotonic()
             log(f"measurement {k} ...")
@@ -676,7 +719,8 @@ def main() -> int:
         table = report(a, b.res)
         binary = os.path.realpath(a.bucketfs_bin)
         head = (f"bucketfs binary: {binary} ({'release' if '/release/' in binary else 'debug' if '/debug/' in binary else '?'}); "
-                f"N1={a.n1} N2={a.n2} SIZE={a.size_mib} MiB xattr files={a.xattr_files} stat files={a.stat_files}; "
+                f"N1={a.n1} N2={a.n2} SIZE={a.size_mib} MiB xattr files={a.xattr_files} stat files={a.stat_files} "
+                f"parallel={a.parallel_files}×{a.parallel_mib} MiB; "
                 f"median of {a.repeat}; seeding {sum(seeding.values()):.0f} s; total {time.monotonic() - t_start:.0f} s")
         print(head)
         print()

@@ -19,6 +19,8 @@ public final class BucketFileSystem: FileSystem, Sendable {
   private let onMounted: @Sendable () -> Void
   /// Tells the kernel to drop cached attributes, pages and names; none until mounted.
   let kernel = Mutex<KernelCache>(.none)
+  /// Memory read-ahead may hold, shared by all open files.
+  let readAhead: ReadAheadBudget
 
   struct State {
     var inodes: InodeTable
@@ -72,6 +74,7 @@ public final class BucketFileSystem: FileSystem, Sendable {
       store: store, pageSize: configuration.pageSize, freshness: configuration.metadataTTL, logger: logger,
       clock: clock, onConflict: { warner($0) })
     self.contentTypes = ContentTypes(mimeTypesPath: configuration.mimeTypesPath)
+    self.readAhead = ReadAheadBudget(capacity: configuration.readAheadBudget)
     self.state = Mutex(
       State(
         inodes: InodeTable(

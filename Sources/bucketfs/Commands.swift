@@ -58,6 +58,8 @@ struct Mount: ParsableCommand {
   var uploadThreshold: Int64 = 8 << 20
   @Option(help: "Bytes per request of a resumable upload, a multiple of 262144 (256 KiB).")
   var uploadChunkSize = 16 << 20
+  @Option(help: "MiB of memory read-ahead may hold at once, all open files together.")
+  var readAheadBudget = 256
   @Option(help: "trace, debug, info, notice, warning, error or critical.") var logLevel = "info"
   @Option(help: "Append logs to this file (default: stderr in the foreground, syslog in the background).")
   var logFile: String?
@@ -80,6 +82,9 @@ struct Mount: ParsableCommand {
       _ = try UploadPolicy(threshold: uploadThreshold, chunkSize: uploadChunkSize)
     } catch {
       throw ValidationError("--upload-threshold / --upload-chunk-size: \(error)")
+    }
+    guard (1...(1 << 20)).contains(readAheadBudget) else {
+      throw ValidationError("--read-ahead-budget must be 1 to 1048576 MiB")
     }
     guard Logger.Level(rawValue: logLevel) != nil else {
       throw ValidationError("unknown --log-level \(logLevel)")
@@ -218,6 +223,7 @@ struct Mount: ParsableCommand {
       }
     }
     configuration.renameDirectoryLimit = renameDirLimit
+    configuration.readAheadBudget = readAheadBudget << 20
 
     let fileSystem = BucketFileSystem(
       store: client, configuration: configuration, logger: logger, onMounted: { outcome.ready() })
