@@ -288,3 +288,13 @@ final class ConflictWarner: Sendable {
     target.withLock { $0 }?(key)
   }
 }
+
+extension BucketFileSystem {
+  /// For the write and namespace operations: a name under `key` (an object
+  /// name or a directory prefix) was created, removed or replaced through the
+  /// mount; listings a walk fetched before must not be shown. Call it before
+  /// replying.
+  public func invalidateListings(under key: String) {
+    walks.invalidateListings(under: key)
+  }
+}
