@@ -767,9 +767,10 @@ def report(a, r: dict) -> str:
     if a.latency_ms:
         add(f"Every request waited {a.latency_ms:g} ms in the counting proxy (one round trip); every timing, "
             "references included, went through it and is also the counted run.")
-    add("Wall times: median of the runs against the emulator itself; requests: one more run through "
-        "the counting proxy (a Python process with latency of its own, so it is not timed). "
-        "Reads (4) go straight to the emulator, like curl.")
+    else:
+        add("Wall times: median of the runs against the emulator itself; requests: one more run through "
+            "the counting proxy (a Python process with latency of its own, so it is not timed).")
+    add("Reads (4) go straight to the emulator, like curl.")
     return "\n".join(L)
 
 

@@ -131,6 +131,17 @@ final class WalkTests: XCTestCase {
     XCTAssertEqual(fs.walks.capacity, 4 * 50)
   }
 
+  func testSubdirectoryNamesKeptForLookAheadAreBounded() {
+    let walks = SubtreeWalks(
+      store: InMemoryObjectStore(bucket: "b"), pageSize: 10, freshness: 60, logger: quietLogger,
+      clock: ManualClock().read, onConflict: { _ in })
+    for d in 0..<100 {
+      walks.read("d\(d)/", subdirectories: (0..<30).map { "d\(d)/s\($0)/" })
+      XCTAssertLessThanOrEqual(walks.siblingKeysHeld, 8 * 10 + 20)
+    }
+    XCTAssertGreaterThan(walks.siblingKeysHeld, 0)
+  }
+
   func testInvalidatedListingsAreListedAgain() async throws {
     let store = InMemoryObjectStore(bucket: "b")
     Self.seedTree(store, top: 3, middle: 1, files: 2)
