@@ -103,6 +103,13 @@ def tree_names(fanouts: list[int]) -> list[str]:
     return [f"{p}/f-{i:04d}" for p in paths for i in range(fanouts[-1])]
 
 
+def xattrs_of(path: str) -> dict[str, bytes]:
+    try:
+        return {k: os.getxattr(path, k) for k in os.listxattr(path)}
+    except OSError:  # a mount without xattrs
+        return {}
+
+
 def tree_dirs(fanouts: list[int]) -> int:
     n, total = 1, 0
     for fan in fanouts[:-1]:
@@ -598,7 +605,11 @@ class Bench:
                             self.proxy.settle(0.3, 5)
                             self.proxy.reset()
                         # getfattr exits 1 on a mount without xattrs (rclone) after walking it all
-                        return sh(cmd.format(p=m.p(DIR)), ok_fail=key == "getfattr")
+                        dt = sh(cmd.format(p=m.p(DIR)), ok_fail=key == "getfattr")
+                        if key != "getfattr":
+                            return dt
+                        # the xattrs one file shows (cached: no request), for the local floor below
+                        return dt, {"xattrs": xattrs_of(m.p(tree_names(a.tree)[0]))}
                 out[f"{tool} {key}"] = timed_and_counted(self, a.repeat, once)
 
             def copy(url, proxied):
@@ -615,6 +626,24 @@ class Bench:
             out[f"{tool} cp"] = timed_and_counted(self, a.repeat, copy)
         out["flat list"] = timed_and_counted(
             self, a.repeat, lambda url, _: direct_list(url, B_TREE, DIR + "/", flat=True))
+        # the same tree on a local tmpfs with as many xattrs per file as bucketfs shows: what
+        # `getfattr -R -d` costs without any network (its xattr calls, not the walk's listings)
+        shown = out.get("bucketfs getfattr", {}).get("xattrs") or {}
+        if shown:
+            local = tempfile.mkdtemp(prefix="bench-xattr-tree-", dir="/dev/shm")
+            try:
+                for n in tree_names(a.tree):
+                    path = os.path.join(local, n)
+                    os.makedirs(os.path.dirname(path), exist_ok=True)
+                    Path(path).write_bytes(n.encode())
+                    for k, v in shown.items():
+                        os.setxattr(path, k, v)
+                s_, _, alls = median_run(a.repeat, lambda: (sh(self.WALKS["getfattr"].format(p=local)), {}))
+                out["local getfattr"] = {"s": s_, "all": alls, "xattrs": len(shown)}
+            except OSError as e:
+                log(f"local xattr floor skipped: {e}")
+            finally:
+                shutil.rmtree(local, ignore_errors=True)
 
         def list_and_get(url, _):
             s = requests.Session()
@@ -748,6 +777,10 @@ def report(a, r: dict) -> str:
         add(f"| 7 | {label}, {files:,} files in {dirs:,} directories: wall | {t7('bucketfs ' + key)} | "
             f"{t7('rclone ' + key)}{' (no xattrs)' if key == 'getfattr' else ''} | {t7('flat list')} (flat listing, {pages} pages) | "
             f"{ratio(c7('bucketfs ' + key), c7('flat list'))} | {ratio(c7('bucketfs ' + key), c7('rclone ' + key))} | ≤ 2× flat listing |")
+        if key == "getfattr" and c7("local getfattr"):
+            add(f"| 7 | … the same `getfattr -R -d` on a local tmpfs copy of the tree, "
+                f"{r7['local getfattr']['xattrs']} xattrs a file (no network) | | | {t7('local getfattr')} | "
+                f"{ratio(c7('bucketfs getfattr'), c7('local getfattr'))} | | |")
         add(f"| 7 | … requests | {fmt_req(c7('bucketfs ' + key, 'req'))} | {fmt_req(c7('rclone ' + key, 'req'))} | "
             f"{fmt_req(c7('flat list', 'req'))} | | | ≈ pages |")
     if "7" in r:
