@@ -1,9 +1,10 @@
 // swift-tools-version: 6.0
 import PackageDescription
 
+// Linux only: the code imports Glibc and links libfuse3 (the low-level API),
+// so no Apple platform is declared.
 let package = Package(
   name: "bucketfs",
-  platforms: [.macOS(.v14)],
   products: [
     .executable(name: "bucketfs", targets: ["bucketfs"])
   ],

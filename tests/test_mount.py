@@ -60,7 +60,7 @@ def ftype(path: str) -> str:
 
 
 # ---------------------------------------------------------------------------
-# names: SPEC §1
+# names: docs/SEMANTICS.md#names
 
 
 def test_seeds_listing_example(client, bucket, mount):
@@ -141,7 +141,7 @@ def test_subtree_mount(client, bucket, mount):
 
 
 # ---------------------------------------------------------------------------
-# listing: SPEC §2, attributes: SPEC §3
+# listing: docs/SEMANTICS.md#listing, attributes: #attributes
 
 
 def test_big_directory_lists_all_with_sizes(big, mount):
@@ -203,7 +203,7 @@ def test_page_size_option(big, mount):
 
 @pytest.mark.parametrize("flag", ["-f", "-U"])
 def test_unsorted_ls_head_costs_one_list_call(big, mount, flag):
-    """SPEC §2: pages are fetched lazily, so the first name costs one list call.
+    """docs/SEMANTICS.md#listing-paging: pages are fetched lazily, so the first name costs one list call.
 
     (`ls -f` / `ls -U` stream names as they are read; a plain sorted `ls`
     must read the whole directory first: see the next test.)"""
@@ -313,7 +313,7 @@ def _rfc3339(s: str) -> float:
 
 
 # ---------------------------------------------------------------------------
-# reads: SPEC §5
+# reads: docs/SEMANTICS.md#reads
 
 
 def test_large_object_reads_back_identical(big, client, mount):
@@ -400,7 +400,7 @@ def test_unicode_space_and_long_names(client, bucket, mount):
 
 
 # ---------------------------------------------------------------------------
-# command line: SPEC §7
+# command line: README.md, Usage
 
 
 def _one_line(stderr: str) -> str:

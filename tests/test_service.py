@@ -439,30 +439,82 @@ def test_stale_mount_is_reported_when_the_root_was_stat_ed_before_the_crash(clie
 # the mount(8) helper
 
 
-def helper_dry_run(*args: str, env: dict | None = None) -> str:
-    p = run(["sh", str(HELPER), *args], env=env or TOOL_ENV)
+def helper_naming(directory: Path, binary: str) -> Path:
+    """A copy of the helper naming ``binary`` as the installed bucketfs, as
+    install.sh writes it (so what it runs does not depend on this machine)."""
+    text = HELPER.read_text()
+    assert "\nBUCKETFS=/usr/local/bin/bucketfs\n" in text
+    copy = directory / "mount.fuse.bucketfs"
+    copy.write_text(text.replace("\nBUCKETFS=/usr/local/bin/bucketfs\n", f"\nBUCKETFS={binary}\n"))
+    copy.chmod(0o755)
+    return copy
+
+
+def stub_bucketfs(directory: Path, says: str) -> Path:
+    """An executable named bucketfs that prints ``says`` and its arguments."""
+    directory.mkdir(parents=True, exist_ok=True)
+    stub = directory / "bucketfs"
+    stub.write_text(f'#!/bin/sh\necho "{says}: $*"\n')
+    stub.chmod(0o755)
+    return stub
+
+
+def helper_dry_run(helper: Path, *args: str, env: dict | None = None) -> str:
+    p = run(["sh", str(helper), *args], env=env or TOOL_ENV)
     return p.stderr.strip()
 
 
-def test_helper_translates_options():
-    out = helper_dry_run("gs://b/p", "/mnt/x", "-f", "-o",
+def test_helper_translates_options(tmp_path):
+    installed = stub_bucketfs(tmp_path / "installed", "installed")
+    helper = helper_naming(tmp_path, str(installed))
+    out = helper_dry_run(helper, "gs://b/p", "/mnt/x", "-f", "-o",
                          "ro,_netdev,allow_other,uid=5,gid=6,file_mode=0640,dir_mode=0750,nofail,"
                          "endpoint=http://127.0.0.1:4443,anonymous,page_size=7,metadata-ttl=2.5,"
                          "negative_ttl=1,request_timeout=9,retry_deadline=20,log_level=debug,"
                          "log_file=/var/log/b.log,x-systemd.automount,x-systemd.mount-timeout=30,noauto,user,"
                          "defaults,noatime,credentials=/etc/bucketfs/key.json,access_token_file=/run/token")
     assert out == ("mount.fuse.bucketfs: GOOGLE_APPLICATION_CREDENTIALS=/etc/bucketfs/key.json "
-                   "/usr/local/bin/bucketfs mount gs://b/p /mnt/x --endpoint http://127.0.0.1:4443 --anonymous "
+                   f"{installed} mount gs://b/p /mnt/x --endpoint http://127.0.0.1:4443 --anonymous "
                    "--page-size 7 --metadata-ttl 2.5 --negative-ttl 1 --request-timeout 9 --retry-deadline 20 "
                    "--log-level debug --log-file /var/log/b.log --access-token-file /run/token "
                    "-o ro,allow_other,uid=5,gid=6,file_mode=0640,dir_mode=0750")
     # mount(8)'s other flags; an unknown option goes to bucketfs (which rejects it) unless sloppy
-    assert helper_dry_run("b", "/m", "-nvf", "-o", "rw,frob=1") == \
-        "mount.fuse.bucketfs: /usr/local/bin/bucketfs mount b /m -o rw,frob=1"
-    assert helper_dry_run("b", "/m", "-sf", "-o", "rw,frob=1", "-t", "fuse.bucketfs") == \
-        "mount.fuse.bucketfs: /usr/local/bin/bucketfs mount b /m -o rw"
+    assert helper_dry_run(helper, "b", "/m", "-nvf", "-o", "rw,frob=1") == \
+        f"mount.fuse.bucketfs: {installed} mount b /m -o rw,frob=1"
+    assert helper_dry_run(helper, "b", "/m", "-sf", "-o", "rw,frob=1", "-t", "fuse.bucketfs") == \
+        f"mount.fuse.bucketfs: {installed} mount b /m -o rw"
     p = run(["sh", str(HELPER), "only-one-argument"], check=False)
     assert p.returncode != 0 and "usage" in p.stderr
+
+
+SYSTEM_DIRS = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+def test_helper_falls_back_to_bucketfs_on_path(tmp_path):
+    """Run from a checkout or copied by hand (no install.sh), the installed
+    path is absent: the helper runs `bucketfs` from the caller's PATH."""
+    on_path = stub_bucketfs(tmp_path / "bin", "from PATH")
+    env = dict(TOOL_ENV, PATH=f"{on_path.parent}:{TOOL_ENV.get('PATH', '/usr/bin:/bin')}")
+    helper = helper_naming(tmp_path, str(tmp_path / "absent" / "bucketfs"))
+    p = run(["sh", str(helper), "gs://b", "/m", "-o", "ro"], env=env)
+    assert p.stdout.strip() == "from PATH: mount gs://b /m -o ro", p.stderr
+    assert helper_dry_run(helper, "b", "/m", "-f", env=env) == f"mount.fuse.bucketfs: {on_path} mount b /m"
+    if not os.path.exists("/usr/local/bin/bucketfs"):  # the checkout's own helper, as it is
+        p = run(["sh", str(HELPER), "gs://b", "/m"], env=env)
+        assert p.stdout.strip() == "from PATH: mount gs://b /m", p.stderr
+
+    # An installed binary that exists wins over PATH.
+    installed = stub_bucketfs(tmp_path / "installed", "installed")
+    p = run(["sh", str(helper_naming(tmp_path, str(installed))), "b", "/m"], env=env)
+    assert p.stdout.strip() == "installed: mount b /m", p.stderr
+
+    # Neither: one clear line and a failure, not a shell's "exec: not found".
+    if shutil.which("bucketfs", path=SYSTEM_DIRS) is None:
+        helper = helper_naming(tmp_path, str(tmp_path / "absent" / "bucketfs"))
+        p = run(["sh", str(helper), "b", "/m"], env=dict(TOOL_ENV, PATH="/usr/bin:/bin"), check=False)
+        assert p.returncode == 1
+        assert p.stderr.strip() == ("mount.fuse.bucketfs: bucketfs is neither at "
+                                    f"{tmp_path}/absent/bucketfs nor on PATH (install it with scripts/install.sh)")
 
 
 def helper_mount(source: str, mp: str, options: str, cwd: str) -> subprocess.CompletedProcess:

@@ -370,7 +370,7 @@ def test_getfattr_after_ls_l_makes_zero_requests(meta_bucket, mount):
 
 
 def test_metadata_change_keeps_mtime(client, seeded, mount):
-    """SPEC §3: mtime comes from timeCreated (or goog-reserved-file-mtime), so a
+    """docs/SEMANTICS.md#attributes-times: mtime comes from timeCreated (or goog-reserved-file-mtime), so a
     metadata change leaves it alone. (fake-gcs-server's PATCH response has no
     timeCreated and never moves `updated`, so ctime cannot be shown to move
     here; the in-process tests pin that.)"""

@@ -32,7 +32,10 @@ public final class BucketFileSystem: FileSystem, Sendable {
   }
   struct LookupBurst {
     var inFlight = 0
-    var page: Task<ListPage, any Error>?
+    var page: Task<AnsweredPage, any Error>?
+    /// When `page` was asked for: lookups that keep a burst alive must not
+    /// answer from one page forever.
+    var pageAskedAt: Double = 0
   }
   /// A lookup that finds this many others under way in its directory joins
   /// one shared list call instead of making two requests of its own: fifty
@@ -46,6 +49,8 @@ public final class BucketFileSystem: FileSystem, Sendable {
   let stages = Mutex<StageDirectory?>(nil)
   let contentTypes: ContentTypes
   let listings: SharedListings
+  /// Tree walks and the listings they fetch ahead (SubtreeWalk.swift).
+  let walks: SubtreeWalks
 
   public init(
     store: any ObjectStore, configuration: Configuration, logger: Logger,
@@ -53,8 +58,13 @@ public final class BucketFileSystem: FileSystem, Sendable {
     onMounted: @escaping @Sendable () -> Void = {}
   ) {
     let listings = SharedListings()
+    let warner = ConflictWarner()
+    let walks = SubtreeWalks(
+      store: store, pageSize: configuration.pageSize, freshness: configuration.metadataTTL, logger: logger,
+      clock: clock, onConflict: { warner($0) })
+    self.walks = walks
     self.listings = listings
-    self.store = ListingAwareStore(inner: store, listings: listings, clock: clock)
+    self.store = ListingAwareStore(inner: store, listings: listings, walks: walks, clock: clock)
     self.configuration = configuration
     self.logger = logger
     self.clock = clock
@@ -64,6 +74,7 @@ public final class BucketFileSystem: FileSystem, Sendable {
       State(
         inodes: InodeTable(
           rootKey: configuration.rootPrefix, metadataCapacity: configuration.metadataCacheEntries)))
+    warner.set { [weak self] in self?.warnConflict($0) }
   }
 
   public static func monotonicSeconds() -> Double {
@@ -111,8 +122,8 @@ public final class BucketFileSystem: FileSystem, Sendable {
     do {
       let metadata = try await store.metadata(of: key)
       let now = clock()
-      state.withLock { $0.inodes.refresh(metadata, at: now) }
-      return metadata
+      // A PATCH may have answered with newer metadata while this GET was under way.
+      return state.withLock { $0.inodes.refresh(metadata, at: now) }
     } catch {
       throw failure(error, operation: "get metadata", key: key)
     }

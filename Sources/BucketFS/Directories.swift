@@ -14,8 +14,9 @@ extension BucketFileSystem {
 
   public func opendir(inode: UInt64) async throws -> UInt64 {
     let key = try node(inode, kind: .directory).key
+    let listed = await walks.opened(key, parent: SubtreeWalks.parent(of: key, root: configuration.rootPrefix))
     let stream = DirectoryStream(
-      prefix: key, store: store, pageSize: configuration.pageSize,
+      prefix: key, store: store, pageSize: configuration.pageSize, clock: clock, listed: listed,
       onConflict: { [weak self] in self?.warnConflict($0) })
     return state.withLock { state in
       let handle = state.nextHandle
@@ -34,7 +35,7 @@ extension BucketFileSystem {
       await stream.rewind()
       listingPassStarted(handle: handle, directory: stream.prefix)
     }
-    var listedNames: [String] = []
+    var listedNames: [(String, Double)] = []
     defer { listingPassNoted(handle: handle, names: listedNames, complete: false) }
     let own = attributes(inode: inode, kind: .directory, facts: nil)
     let dot = Entry(attributes: own, entryTimeout: 0, attributeTimeout: 0)
@@ -42,6 +43,8 @@ extension BucketFileSystem {
     if offset <= 1, !buffer.add(name: "..", entry: dot, nextOffset: 2) { return }
     var index = Int(max(offset, 2) - 2)
     var added = false
+    var subdirectories: [String] = []
+    defer { walks.read(stream.prefix, subdirectories: subdirectories) }
     while true {
       let batch: ArraySlice<ListedEntry>
       do {
@@ -58,35 +61,40 @@ extension BucketFileSystem {
         listedNames = []
         return
       }
-      let now = clock()
       for listed in batch {
+        // Fresh from when the page was answered, however long the reader paused.
+        let now = listed.answeredAt
         let facts = listed.metadata.map(FileFacts.init)
-        let inode: UInt64 = state.withLock { state in
+        let (inode, shown): (UInt64, FileFacts?) = state.withLock { state in
           if buffer.isPlus {
-            return state.inodes.remember(
+            let inode = state.inodes.remember(
               key: listed.key, kind: listed.kind, metadata: listed.metadata, facts: facts, at: now)
+            return (inode, state.inodes[inode]?.facts ?? facts)
           }
           if let metadata = listed.metadata { state.inodes.refresh(metadata, at: now) }
-          return state.inodes.inode(of: listed.key) ?? InodeTable.hash(listed.key)
+          return (state.inodes.expectedInode(of: listed.key), facts)
         }
         let next = UInt64(index + 3)
         guard
           buffer.add(
-            name: listed.name, entry: entry(inode: inode, kind: listed.kind, facts: facts),
+            name: listed.name, entry: entry(inode: inode, kind: listed.kind, facts: shown, answeredAt: now),
             nextOffset: next)
         else {
           if buffer.isPlus { forget(inode: inode, count: 1) }
           return
         }
         added = true
-        listedNames.append(listed.name)
+        listedNames.append((listed.name, listed.answeredAt))
         index += 1
+        if listed.kind == .directory { subdirectories.append(listed.key) }
       }
     }
   }
 
   public func releasedir(inode: UInt64, handle: UInt64) {
-    _ = state.withLock { $0.directories.removeValue(forKey: handle) }
+    if let stream = state.withLock({ $0.directories.removeValue(forKey: handle) }) {
+      walks.released(stream.prefix)
+    }
     listings.withLock { $0.dropPass(handle: handle) }
   }
 }

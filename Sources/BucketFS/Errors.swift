@@ -1,7 +1,7 @@
 import FUSE
 import ObjectStore
 
-/// What an error means to the caller (SPEC §6). One table, used everywhere.
+/// What an error means to the caller (docs/SEMANTICS.md#errors-table). One table, used everywhere.
 enum ErrorMapping {
   enum Context { case metadata, read }
 

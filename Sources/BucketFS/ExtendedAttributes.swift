@@ -8,10 +8,10 @@ import Synchronization
   import Glibc
 #endif
 
-/// Object metadata as `user.*` extended attributes (SPEC §4), with the
+/// Object metadata as `user.*` extended attributes (docs/SEMANTICS.md#xattrs), with the
 /// conditional PATCH loop behind set and remove.
 extension BucketFileSystem {
-  // MARK: - Extended attributes (SPEC §4)
+  // MARK: - Extended attributes (docs/SEMANTICS.md#xattrs)
 
   public func getxattr(inode: UInt64, name: String) async throws -> [UInt8] {
     if let answer = getxattrAtHand(inode: inode, name: name) { return try answer.get() }
@@ -74,7 +74,7 @@ extension BucketFileSystem {
     try await update(property, to: nil, flags: .replace, inode: inode, node: node)
   }
 
-  /// The checks that need no network, in the order SPEC §4 gives them.
+  /// The checks that need no network, in the order docs/SEMANTICS.md#xattrs-errors gives them.
   func writableProperty(inode: UInt64, name: String) throws -> (XattrName, Node) {
     guard let property = XattrName(name) else { throw Errno.notSupported }
     if configuration.readOnly { throw Errno.readOnly }
@@ -101,7 +101,7 @@ extension BucketFileSystem {
       do {
         let updated = try await store.patch(node.key, patch, ifMetagenerationMatch: metadata.metageneration)
         let now = clock()
-        state.withLock { $0.inodes.refresh(updated, at: now) }
+        _ = state.withLock { $0.inodes.refresh(updated, at: now) }
         return
       } catch StorageError.preconditionFailed {
         logger.debug("metadata of \(node.key) changed meanwhile; deciding again")

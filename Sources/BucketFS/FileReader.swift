@@ -3,7 +3,7 @@ import ObjectStore
 import Synchronization
 
 /// Reads one open file: ranged GETs of the generation pinned at open, with
-/// read-ahead for sequential access (SPEC §5).
+/// read-ahead for sequential access (docs/SEMANTICS.md#reads).
 ///
 /// A sequential reader gets a stream of segments fetched ahead of it, larger
 /// the longer it stays sequential, several in flight at once; a random reader

@@ -1,4 +1,4 @@
-/// SPEC §1: how flat object names become a tree.
+/// How flat object names become a tree (docs/SEMANTICS.md#names).
 public enum Names {
   /// A path component the filesystem can show: non-empty, not `.` or `..`,
   /// at most 255 bytes, no NUL (and, being one component, no `/`).

@@ -1,7 +1,7 @@
 import FUSE
 import ObjectStore
 
-/// SPEC §4: object metadata as `user.*` extended attributes.
+/// docs/SEMANTICS.md#xattrs-table: object metadata as `user.*` extended attributes.
 enum XattrName: Hashable {
   enum ReadOnly: String, CaseIterable {
     case bucket, generation, metageneration, fullPath, name, size, timeCreated, updated, md5Hash

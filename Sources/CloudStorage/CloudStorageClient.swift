@@ -3,6 +3,7 @@ import Logging
 import NIOCore
 import NIOHTTP1
 import ObjectStore
+import Synchronization
 
 #if canImport(FoundationEssentials)
   import FoundationEssentials
@@ -17,24 +18,29 @@ public protocol AccessTokenProvider: Sendable {
 }
 
 /// The Cloud Storage JSON API as an ``ObjectStore``: list, get, ranged media
-/// reads and metadata patches, with retries for transient failures.
+/// reads, metadata patches, uploads, deletes, rewrites and moves, with
+/// retries for transient failures.
 public final class CloudStorageClient: ObjectStore {
   public let bucket: String
   let endpoint: Endpoint
   let http: HTTPClient
   let tokens: (any AccessTokenProvider)?
   let retry: RetryPolicy
+  let uploads: UploadPolicy
   let logger: Logger
+  /// Set once the service has said this bucket cannot move objects.
+  let moveUnsupported = Mutex<String?>(nil)
 
   public init(
     bucket: String, endpoint: Endpoint, http: HTTPClient, tokens: (any AccessTokenProvider)?,
-    retry: RetryPolicy = RetryPolicy(), logger: Logger
+    retry: RetryPolicy = RetryPolicy(), uploads: UploadPolicy = UploadPolicy(), logger: Logger
   ) {
     self.bucket = bucket
     self.endpoint = endpoint
     self.http = http
     self.tokens = tokens
     self.retry = retry
+    self.uploads = uploads
     self.logger = logger
   }
 
@@ -51,7 +57,8 @@ public final class CloudStorageClient: ObjectStore {
     return HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup, configuration: configuration)
   }
 
-  private var objectsPath: String { "\(endpoint)/storage/v1/b/\(bucket.percentEncoded)/o" }
+  var objectsPath: String { "\(endpoint)/storage/v1/b/\(bucket.percentEncoded)/o" }
+  var uploadPath: String { "\(endpoint)/upload/storage/v1/b/\(bucket.percentEncoded)/o" }
 
   // MARK: - ObjectStore
 
@@ -119,19 +126,31 @@ public final class CloudStorageClient: ObjectStore {
     let (status, headers, body) = try await exchange(
       .GET, url: url, headers: [("Range", "bytes=\(range.lowerBound)-\(range.upperBound - 1)")],
       operation: "read \(name) \(range)", maxBody: Int(range.count) + (64 << 10), idempotent: true,
-      spare: spare)
+      validate: { status, headers, body in Self.shortRead(status, headers, body, asked: range) },
+      window: range, spare: spare)
     var bytes = body
-    if status == 200 {
-      // The whole object came back (a server that ignores Range): take the slice.
-      let lower = Int(min(range.lowerBound, Int64(bytes.readableBytes)))
-      bytes.moveReaderIndex(forwardBy: lower)
-    } else if let contentRange = headers.first(name: "Content-Range"),
-      !contentRange.hasPrefix("bytes \(range.lowerBound)-")
+    if status == 206, let contentRange = ContentRange(headers.first(name: "Content-Range")),
+      contentRange.first != range.lowerBound
     {
-      throw StorageError.invalidResponse("read \(name): asked for \(range), got \(contentRange)")
+      throw StorageError.invalidResponse("read \(name): asked for \(range), got \(contentRange.text)")
     }
     if bytes.readableBytes > range.count { bytes.moveWriterIndex(to: bytes.readerIndex + Int(range.count)) }
     return bytes
+  }
+
+  /// Why a 206 answer is short of what was asked (and not at the object's
+  /// end), or nil: the kernel would take a short reply as end of file.
+  static func shortRead(_ status: Int, _ headers: HTTPHeaders, _ body: ByteBuffer, asked range: Range<Int64>)
+    -> String?
+  {
+    guard status == 206, let contentRange = ContentRange(headers.first(name: "Content-Range")),
+      contentRange.first == range.lowerBound
+    else { return nil }
+    let end = min(range.upperBound, contentRange.size ?? range.upperBound)
+    let expected = max(0, end - range.lowerBound)
+    let got = Int64(body.readableBytes)
+    guard got < expected else { return nil }
+    return "short answer: \(got) of \(expected) bytes at \(range.lowerBound) (\(contentRange.text))"
   }
 
   public func patch(_ name: String, _ patch: MetadataPatch, ifMetagenerationMatch: Int64?) async throws
@@ -147,7 +166,8 @@ public final class CloudStorageClient: ObjectStore {
     }
     let (_, _, body) = try await exchange(
       .PATCH, url: "\(objectsPath)/\(name.percentEncoded)" + queryString(query),
-      headers: [("Content-Type", "application/json")], body: Array(json), operation: "patch \(name)",
+      headers: [("Content-Type", "application/json")], body: ByteBuffer(bytes: json),
+      operation: "patch \(name)",
       maxBody: 4 << 20,
       // Safe to repeat only when the precondition makes a repeat a no-op.
       idempotent: ifMetagenerationMatch != nil)
@@ -161,20 +181,32 @@ public final class CloudStorageClient: ObjectStore {
 
   // MARK: - Requests
 
-  private func send(_ method: HTTPMethod, url: String, operation: String, maxBody: Int) async throws
+  func send(_ method: HTTPMethod, url: String, operation: String, maxBody: Int) async throws
     -> ByteBuffer
   {
     try await exchange(method, url: url, operation: operation, maxBody: maxBody, idempotent: true).body
   }
 
   /// One logical request: attempts, back-off and the overall deadline.
-  private func exchange(
-    _ method: HTTPMethod, url: String, headers: [(String, String)] = [], body: [UInt8]? = nil,
-    operation: String, maxBody: Int, idempotent: Bool, spare: SpareBuffer? = nil
+  ///
+  /// - `idempotent`: safe to repeat after a transient failure (the request
+  ///   may have reached the service); otherwise such a failure is final.
+  /// - `deadline`: when retries stop (default: the policy's deadline from now).
+  /// - `accepting`: statuses outside 2xx that are answers (a session's 308).
+  /// - `settledAfterRetry`: statuses that, after an attempt that may have
+  ///   reached the service, mean that attempt took effect (a delete's 404).
+  /// - `validate`: judges an answer; a reason makes it a transient failure.
+  /// - `window`: for a ranged GET answered 200 (the whole object), the bytes kept.
+  func exchange(
+    _ method: HTTPMethod, url: String, headers: [(String, String)] = [], body: ByteBuffer? = nil,
+    operation: String, maxBody: Int, idempotent: Bool, deadline: NIODeadline? = nil,
+    accepting: Set<Int> = [], settledAfterRetry: Set<Int> = [],
+    validate: (@Sendable (Int, HTTPHeaders, ByteBuffer) -> String?)? = nil, window: Range<Int64>? = nil,
+    spare: SpareBuffer? = nil
   ) async throws -> (status: Int, headers: HTTPHeaders, body: ByteBuffer) {
-    let start = NIODeadline.now()
-    let deadline = start + .milliseconds(Int64(retry.deadline * 1000))
+    let deadline = deadline ?? NIODeadline.now() + .milliseconds(Int64(retry.deadline * 1000))
     var attempt = 0
+    var reachedBefore = false
     var refreshedToken = false
     // Only the attempt right after a 401 forces a refresh; later retries reuse the new token.
     var refreshNext = false
@@ -183,17 +215,23 @@ public final class CloudStorageClient: ObjectStore {
       try checkCancelled()
       let refresh = refreshNext
       refreshNext = false
-      let outcome: Outcome
+      var outcome: Outcome
       do {
         outcome = try await attemptOnce(
           method, url: url, headers: headers, body: body, deadline: deadline, maxBody: maxBody,
-          refreshToken: refresh, spare: spare)
+          refreshToken: refresh, accepting: reachedBefore ? accepting.union(settledAfterRetry) : accepting,
+          window: window, spare: spare)
       } catch let error as StorageError {
         throw error
       } catch {
         // Cancellation surfaces here as the HTTP client's error; it is not an outage.
         if Task.isCancelled || error is CancellationError { throw StorageError.cancelled }
         outcome = .transient(describe(error), retryAfter: nil)
+      }
+      if case .success(let status, let headers, let body) = outcome,
+        let reason = validate?(status, headers, body)
+      {
+        outcome = .transient(reason, retryAfter: nil)
       }
       switch outcome {
       case .success(let status, let headers, let body):
@@ -209,6 +247,7 @@ public final class CloudStorageClient: ObjectStore {
         continue
       case .transient(let reason, let retryAfter):
         guard idempotent else { throw StorageError.unavailable("\(operation): \(reason)") }
+        reachedBefore = true
         let wait = retry.delay(attempt: attempt, retryAfter: retryAfter)
         let resumeAt = NIODeadline.now() + .milliseconds(Int64(wait * 1000))
         guard resumeAt < deadline else {
@@ -225,7 +264,7 @@ public final class CloudStorageClient: ObjectStore {
     }
   }
 
-  private enum Outcome {
+  enum Outcome {
     case success(Int, HTTPHeaders, ByteBuffer)
     case failure(StorageError)
     case unauthorized(String)
@@ -233,8 +272,8 @@ public final class CloudStorageClient: ObjectStore {
   }
 
   private func attemptOnce(
-    _ method: HTTPMethod, url: String, headers: [(String, String)], body: [UInt8]?, deadline: NIODeadline,
-    maxBody: Int, refreshToken: Bool, spare: SpareBuffer?
+    _ method: HTTPMethod, url: String, headers: [(String, String)], body: ByteBuffer?, deadline: NIODeadline,
+    maxBody: Int, refreshToken: Bool, accepting: Set<Int>, window: Range<Int64>?, spare: SpareBuffer?
   ) async throws -> Outcome {
     var request = HTTPClientRequest(url: url)
     request.method = method
@@ -252,7 +291,7 @@ public final class CloudStorageClient: ObjectStore {
       }
       request.headers.add(name: "Authorization", value: "Bearer \(token)")
     }
-    if let body { request.body = .bytes(ByteBuffer(bytes: body)) }
+    if let body { request.body = .bytes(body) }
 
     // The client's deadline covers the response head; the body must arrive
     // by the same deadline, however slowly the server trickles it.
@@ -260,11 +299,12 @@ public final class CloudStorageClient: ObjectStore {
     let prepared = request
     let (response, payload) = try await Self.racing(deadline) {
       let response = try await http.execute(prepared, deadline: deadline, logger: nil)
-      return (response, try await Self.collect(response, upTo: maxBody, into: spare?.take()))
+      let window = response.status == .ok ? window : nil
+      return (response, try await Self.collect(response, upTo: maxBody, window: window, into: spare?.take()))
     }
     let status = Int(response.status.code)
     switch status {
-    case 200..<300:
+    case _ where accepting.contains(status), 200..<300:
       return .success(status, response.headers, payload)
     case 401:
       return .unauthorized(message(in: payload, status: status))
@@ -323,11 +363,17 @@ public final class CloudStorageClient: ObjectStore {
 
   /// The whole body in one buffer sized from Content-Length up front, so a
   /// large read is copied out of the socket's buffers once, never regrown;
-  /// into `recycled` when that is large enough.
+  /// into `recycled` when that is large enough. With a `window` (a whole
+  /// object sent for a ranged GET) only those bytes are kept, and reading
+  /// stops once they have arrived.
   private static func collect(
-    _ response: HTTPClientResponse, upTo maxBody: Int, into recycled: consuming ByteBuffer?
+    _ response: HTTPClientResponse, upTo maxBody: Int, window: Range<Int64>?,
+    into recycled: consuming ByteBuffer?
   ) async throws -> ByteBuffer {
-    let expected = response.headers.first(name: "Content-Length").flatMap(Int.init) ?? 0
+    var expected = response.headers.first(name: "Content-Length").flatMap(Int.init) ?? 0
+    if let window {
+      expected = Int(max(0, min(Int64(expected) - window.lowerBound, window.upperBound - window.lowerBound)))
+    }
     if expected > maxBody { throw NIOTooManyBytesError(maxBytes: maxBody) }
     var payload = (consume recycled) ?? ByteBuffer()
     if expected > 0 && payload.capacity >= expected {
@@ -335,16 +381,27 @@ public final class CloudStorageClient: ObjectStore {
     } else {
       payload = ByteBufferAllocator().buffer(capacity: expected)
     }
-    for try await chunk in response.body {
+    var skip = window?.lowerBound ?? 0
+    let keep = window.map { Int($0.upperBound - $0.lowerBound) } ?? maxBody
+    for try await var chunk in response.body {
+      if skip > 0 {
+        let dropped = Int(min(skip, Int64(chunk.readableBytes)))
+        chunk.moveReaderIndex(forwardBy: dropped)
+        skip -= Int64(dropped)
+      }
+      if window != nil, chunk.readableBytes > keep - payload.readableBytes {
+        chunk.moveWriterIndex(to: chunk.readerIndex + keep - payload.readableBytes)
+      }
       if payload.readableBytes + chunk.readableBytes > maxBody {
         throw NIOTooManyBytesError(maxBytes: maxBody)
       }
       payload.writeImmutableBuffer(chunk)
+      if window != nil && payload.readableBytes == keep { break }
     }
     return payload
   }
 
-  private func message(in body: ByteBuffer, status: Int) -> String {
+  func message(in body: ByteBuffer, status: Int) -> String {
     if let decoded = try? JSONDecoder().decode(ErrorBody.self, from: Data(body.readableBytesView)),
       let message = decoded.error?.message
     {
@@ -354,8 +411,7 @@ public final class CloudStorageClient: ObjectStore {
     return text.isEmpty ? "HTTP \(status)" : text
   }
 
-  private func read<T>(_ body: ByteBuffer, what: String, as make: (inout JSONReader) throws -> T) throws -> T
-  {
+  func read<T>(_ body: ByteBuffer, what: String, as make: (inout JSONReader) throws -> T) throws -> T {
     do {
       return try body.withUnsafeReadableBytes { try JSONReader.read($0, make) }
     } catch {
@@ -364,7 +420,7 @@ public final class CloudStorageClient: ObjectStore {
     }
   }
 
-  private func queryString(_ items: [(String, String)]) -> String {
+  func queryString(_ items: [(String, String)]) -> String {
     "?" + items.map { "\($0.0.percentEncoded)=\($0.1.percentEncoded)" }.joined(separator: "&")
   }
 }

@@ -65,6 +65,9 @@ public struct Endpoint: Sendable, Equatable, CustomStringConvertible {
     return name == "localhost" || name.hasPrefix("127.") || name == "[::1]" || name == "::1"
   }
 
+  /// `host[:port]`, as in a URL.
+  public var authority: String { host + (port.map { ":\($0)" } ?? "") }
+
   public var description: String {
     "\(scheme)://\(host)" + (port.map { ":\($0)" } ?? "") + basePath
   }

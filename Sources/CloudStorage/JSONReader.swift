@@ -113,6 +113,18 @@ struct JSONReader {
     try readNull() ? nil : try readString()
   }
 
+  /// A boolean; nil for `null`.
+  mutating func readOptionalBool() throws -> Bool? {
+    if try readNull() { return nil }
+    skipWhitespace()
+    if matches("true") {
+      offset += 4
+      return true
+    }
+    try literal("false")
+    return false
+  }
+
   /// An int64 written as the API does (a decimal string) or as a number; nil for `null`.
   mutating func readOptionalInt64() throws -> Int64? {
     if try readNull() { return nil }

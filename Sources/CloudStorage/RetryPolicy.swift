@@ -1,4 +1,4 @@
-/// Exponential back-off with full jitter inside an overall deadline (SPEC §6).
+/// Exponential back-off with full jitter inside an overall deadline (docs/SEMANTICS.md#errors-retries).
 public struct RetryPolicy: Sendable {
   /// Longest wait for any byte of one attempt before it is abandoned.
   public var attemptTimeout: Double = 30

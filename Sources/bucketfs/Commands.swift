@@ -91,8 +91,8 @@ struct Mount: ParsableCommand {
     let outcome = Outcome(readyDescriptor: readyFd)
     do {
       try mount(outcome: outcome)
-    } catch let failure as MountFailure {
-      outcome.fail(failure.message)
+    } catch {
+      outcome.fail(error.message)
       throw ExitCode(1)
     }
   }

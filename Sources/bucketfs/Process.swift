@@ -6,7 +6,7 @@ import Synchronization
 
 /// SIGINT, SIGTERM and SIGHUP are blocked in every thread from the start and
 /// taken by one thread with sigwait, so a signal never lands in a thread that
-/// cannot act on it (SPEC §7: finish in-flight work, unmount, exit 0).
+/// cannot act on it (README.md, Usage: finish in-flight work, unmount, exit 0).
 enum Signals {
   private static let handler = Mutex<(@Sendable (Int32) -> Void)?>(nil)
   static let watched = [SIGINT, SIGTERM, SIGHUP]

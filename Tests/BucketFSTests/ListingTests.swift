@@ -5,7 +5,7 @@ import XCTest
 
 @testable import BucketFS
 
-/// SPEC §1 and §2 against the exact in-process model of the service.
+/// docs/SEMANTICS.md#names and #listing against the exact in-process model of the service.
 final class ListingTests: XCTestCase {
   func testTheSeedsListingExample() async throws {
     let store = InMemoryObjectStore(bucket: "demo")

@@ -10,7 +10,7 @@ import XCTest
   import Glibc
 #endif
 
-/// SPEC §5: generation pinned at open, ranged reads, read-ahead.
+/// docs/SEMANTICS.md#reads: generation pinned at open, ranged reads, read-ahead.
 final class ReadTests: XCTestCase {
   func randomBytes(_ count: Int) -> [UInt8] {
     var generator = SystemRandomNumberGenerator()

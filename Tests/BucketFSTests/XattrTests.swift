@@ -5,7 +5,7 @@ import XCTest
 
 @testable import BucketFS
 
-/// SPEC §4 against the exact in-process model of the service.
+/// docs/SEMANTICS.md#xattrs against the exact in-process model of the service.
 final class XattrTests: XCTestCase {
   var store: InMemoryObjectStore!
   var fs: BucketFileSystem!

@@ -96,7 +96,7 @@ final class JSONReaderTests: XCTestCase {
       let full = try read(text) { try ObjectList(reading: &$0) }.nextPageToken
       XCTAssertEqual(ObjectList.nextPageToken(in: ByteBuffer(string: text)), full, text)
       // Last, it is read from the end; anywhere else, not.
-      let trailing = try Array(text.utf8).withUnsafeBytes {
+      let trailing = Array(text.utf8).withUnsafeBytes {
         JSONReader.trailingString(named: "nextPageToken", in: $0)
       }
       XCTAssertEqual(trailing, members.last!.hasPrefix(#""nextPageToken""#) ? full : nil, text)

@@ -116,3 +116,63 @@ final class ReadTests: XCTestCase {
     }
   }
 }
+
+/// Issue 11 item 3: a short answer is never a short read (the kernel takes
+/// one as end of file); a server that ignores Range still gives the right bytes.
+final class ShortReadTests: XCTestCase {
+  func testShort206IsRetriedAndTheRetryGivesEveryByte() async throws {
+    let data = (0..<10_000).map { UInt8(truncatingIfNeeded: $0 &* 13) }
+    try await withFakeServer { server, client in
+      let meta = server.store.put("f", data: data)
+      server.injectFaults([.shortBody(100)], for: .media)
+      let bytes = try await client.read("f", generation: meta.generation, range: 1000..<5000).array
+      XCTAssertEqual(bytes.count, 4000)
+      XCTAssertTrue(bytes == Array(data[1000..<5000]), "the bytes of the range")
+      XCTAssertEqual(server.requests(.media).count, 2, "the short answer was retried once")
+    }
+  }
+
+  func testPersistentlyShort206FailsUnavailable() async throws {
+    let data = (0..<10_000).map { UInt8(truncatingIfNeeded: $0 &* 13) }
+    try await withFakeServer(retry: .fast(deadline: 1)) { server, client in
+      let meta = server.store.put("f", data: data)
+      server.injectFaults(Array(repeating: .shortBody(100), count: 1000), for: .media)
+      let error = await storageError {
+        try await client.read("f", generation: meta.generation, range: 0..<4096)
+      }
+      guard case .unavailable = error else {
+        return XCTFail("expected unavailable, got \(String(describing: error))")
+      }
+      XCTAssertGreaterThan(server.requests(.media).count, 1)
+    }
+  }
+
+  /// Fewer bytes than asked at the object's end is the end, not a short answer.
+  func testTheObjectsEndIsNotShort() async throws {
+    try await withFakeServer { server, client in
+      let meta = server.store.put("f", data: Array(0..<100))
+      let bytes = try await client.read("f", generation: meta.generation, range: 90..<200).array
+      XCTAssertEqual(bytes, Array(90..<100))
+      XCTAssertEqual(server.requests(.media).count, 1)
+    }
+  }
+
+  /// A 200 with the whole object for a ranged GET: the right slice for any
+  /// offset, even far past range + 64 KiB, in one request.
+  func testRangeIgnoredGivesTheRightBytesAtAnyOffset() async throws {
+    let data = (0..<600_000).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ $0 >> 9) }
+    try await withFakeServer { server, client in
+      let meta = server.store.put("big", data: data)
+      let ranges: [Range<Int64>] = [0..<10, 300_000..<300_100, 599_990..<600_000, 500_000..<700_000]
+      for range in ranges {
+        server.resetRequests()
+        server.injectFaults([.ignoreRange], for: .media)
+        let bytes = try await client.read("big", generation: meta.generation, range: range).array
+        let upper = Int(min(range.upperBound, Int64(data.count)))
+        XCTAssertEqual(bytes.count, upper - Int(range.lowerBound), "\(range)")
+        XCTAssertTrue(bytes == Array(data[Int(range.lowerBound)..<upper]), "\(range)")
+        XCTAssertEqual(server.requests(.media).count, 1, "\(range): one request, no retries")
+      }
+    }
+  }
+}

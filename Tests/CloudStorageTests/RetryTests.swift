@@ -4,7 +4,8 @@ import ObjectStore
 import StorageFake
 import XCTest
 
-/// SPEC §6: transient failures are retried with back-off inside a deadline, only when safe.
+/// Transient failures are retried with back-off inside a deadline, only when safe
+/// (docs/SEMANTICS.md#errors-retries).
 final class RetryTests: XCTestCase {
   func testListRetriesA503() async throws {
     try await withFakeServer { server, client in

@@ -9,7 +9,10 @@ import ObjectStore
 ///
 /// Routes: `GET /storage/v1/b/{b}` (bucket), `GET /storage/v1/b/{b}/o` (list),
 /// `GET /storage/v1/b/{b}/o/{name}` (metadata, or media with `alt=media`),
-/// `GET /download/storage/v1/b/{b}/o/{name}` (media), `PATCH /storage/v1/b/{b}/o/{name}`.
+/// `GET /download/storage/v1/b/{b}/o/{name}` (media), `PATCH` and `DELETE /storage/v1/b/{b}/o/{name}`,
+/// `POST /upload/storage/v1/b/{b}/o` (multipart, media, or a resumable session's start),
+/// `PUT` to a session URI (chunks and status queries),
+/// `POST /storage/v1/b/{b}/o/{src}/rewriteTo/b/{b}/o/{dst}` and `POST .../o/{src}/moveTo/o/{dst}`.
 /// Requests go through the store's protocol methods, so its call log, faults and latency
 /// apply too. Each request is handled in this order: recorded, scripted fault (if one
 /// matches), bearer check, route.
@@ -37,6 +40,15 @@ public final class FakeStorageServer: @unchecked Sendable {
 
   public enum RequestKind: Sendable, Hashable {
     case bucket, list, metadata, media, patch, other
+    /// A multipart or media upload (one request).
+    case upload
+    /// The start of a resumable session.
+    case uploadSession
+    /// A session PUT carrying bytes.
+    case uploadChunk
+    /// A session PUT asking how far it got (`Content-Range: bytes */SIZE`).
+    case uploadStatus
+    case delete, rewrite, move
   }
 
   /// A scripted answer that replaces (or delays) the normal one.
@@ -47,15 +59,27 @@ public final class FakeStorageServer: @unchecked Sendable {
     case resetConnection
     /// Wait this long, then answer normally; gives up if the client goes away first.
     case stall(Duration)
+    /// Do what was asked (store the chunk, the object, ...), then lose the
+    /// answer: reset the connection, or answer 503.
+    case answerLost(reset: Bool)
+    /// For a session's chunk PUT: keep only the first `n` bytes of the chunk, then answer 503.
+    case persistPrefix(Int)
+    /// For a media GET: a well-formed 206 carrying only the first `n` bytes of the range asked for.
+    case shortBody(Int)
+    /// For a media GET: ignore Range and send the whole object with 200.
+    case ignoreRange
   }
 
-  private struct FaultRule {
+  struct FaultRule {
     var matches: @Sendable (RecordedRequest) -> Bool
     var queue: [ScriptedResponse]
   }
 
-  private struct State {
+  struct State {
     var requests: [RecordedRequest] = []
+    var sessions: [String: UploadSession] = [:]
+    var nextSession = 1
+    var rewriteBytesPerCall: Int64?
     var rules: [FaultRule] = []
     var requireBearerToken: String?
     var port = 0
@@ -66,9 +90,11 @@ public final class FakeStorageServer: @unchecked Sendable {
   }
 
   public let store: InMemoryObjectStore
-  private let state = Locked(State())
+  let state = Locked(State())
   /// Bodies beyond this get a 413: nothing the API takes here is that large.
   private let maxBodyBytes = 1 << 20
+  /// ... except uploads (a multipart request, a session's chunk).
+  private let maxUploadBodyBytes = 64 << 20
 
   public init(store: InMemoryObjectStore) {
     self.store = store
@@ -177,13 +203,13 @@ public final class FakeStorageServer: @unchecked Sendable {
 
   // MARK: Connections
 
-  private enum Outcome {
+  enum Outcome {
     case respond(Response)
     case reset
     case drop
   }
 
-  private struct Response {
+  struct Response {
     var status: Int
     var headers: [(String, String)] = []
     var body: [UInt8] = []
@@ -210,14 +236,16 @@ public final class FakeStorageServer: @unchecked Sendable {
       var head: HTTPRequestHead?
       var body: [UInt8] = []
       var oversized = false
+      var limit = maxBodyBytes
       for try await part in inbound {
         switch part {
         case .head(let h):
           head = h
           body = []
           oversized = false
+          limit = h.uri.contains("/upload/storage/v1/") ? maxUploadBodyBytes : maxBodyBytes
         case .body(let buffer):
-          if body.count + buffer.readableBytes > maxBodyBytes {
+          if body.count + buffer.readableBytes > limit {
             oversized = true
           } else {
             body.append(contentsOf: buffer.readableBytesView)
@@ -260,11 +288,16 @@ public final class FakeStorageServer: @unchecked Sendable {
 
   // MARK: Requests
 
-  private enum Route {
+  enum Route {
     case bucket(String)
     case list(String)
     case object(String, String)
     case download(String, String)
+    case upload(String)
+    /// Source bucket and name, destination bucket and name.
+    case rewrite(String, String, String, String)
+    /// Bucket, source, destination.
+    case move(String, String, String)
   }
 
   private func handle(_ head: HTTPRequestHead, body: [UInt8], oversized: Bool, channel: Channel) async
@@ -282,7 +315,7 @@ public final class FakeStorageServer: @unchecked Sendable {
     // An undecodable name is a 400 (after recording), an unknown path a 404.
     var malformedPath = false
     let route: Route?
-    do { route = try Self.route(rawPath) } catch {
+    do { route = try Self.route(rawPath, method: head.method) } catch {
       malformedPath = true
       route = nil
     }
@@ -297,12 +330,28 @@ public final class FakeStorageServer: @unchecked Sendable {
       objectName = name
       if method == "PATCH" {
         kind = .patch
+      } else if method == "DELETE" {
+        kind = .delete
       } else if method == "GET" {
         kind = query?["alt"] == "media" ? .media : .metadata
       }
     case .download(_, let name)?:
       objectName = name
       kind = method == "GET" ? .media : .other
+    case .upload?:
+      if method == "POST" {
+        kind = query?["uploadType"] == "resumable" ? .uploadSession : .upload
+      } else if method == "PUT" {
+        kind =
+          head.headers.first(name: "Content-Range")?.hasPrefix("bytes */") == true
+          ? .uploadStatus : .uploadChunk
+      }
+    case .rewrite(_, let source, _, _)?:
+      objectName = source
+      kind = .rewrite
+    case .move(_, let source, _)?:
+      objectName = source
+      kind = .move
     case nil: break
     }
     let record = RecordedRequest(
@@ -316,6 +365,8 @@ public final class FakeStorageServer: @unchecked Sendable {
       }
       return nil
     }
+    // Faults that change how the request is handled or answered, not whether.
+    var modifier: ScriptedResponse?
     switch scripted {
     case .status(let code, let retryAfter)?:
       return .respond(Self.scriptedError(code, retryAfter: retryAfter))
@@ -323,6 +374,7 @@ public final class FakeStorageServer: @unchecked Sendable {
       return .reset
     case .stall(let duration)?:
       guard await Self.hold(duration, channel: channel) else { return .drop }
+    case let other?: modifier = other
     case nil: break
     }
 
@@ -345,7 +397,7 @@ public final class FakeStorageServer: @unchecked Sendable {
     guard let route else {
       return .respond(.error(404, "Not Found", reason: "notFound"))
     }
-    let response: Response
+    var response: Response
     do {
       switch (route, method) {
       case (.bucket(let b), "GET"):
@@ -358,15 +410,31 @@ public final class FakeStorageServer: @unchecked Sendable {
         try checkBucket(b)
         switch query["alt"] ?? "json" {
         case "json": response = try await metadata(name, generation: query["generation"])
-        case "media": response = try await media(name, query: query, headers: head.headers)
+        case "media": response = try await media(name, query: query, headers: head.headers, modifier)
         default: throw HTTPError(400, "Invalid value for alt.", reason: "invalidParameter")
         }
       case (.download(let b, let name), "GET"):
         try checkBucket(b)
-        response = try await media(name, query: query, headers: head.headers)
+        response = try await media(name, query: query, headers: head.headers, modifier)
       case (.object(let b, let name), "PATCH"):
         try checkBucket(b)
         response = try await patch(name, query: query, body: body)
+      case (.object(let b, let name), "DELETE"):
+        try checkBucket(b)
+        response = try await delete(name, query: query)
+      case (.upload(let b), "POST"):
+        try checkBucket(b)
+        response = try await startUpload(query: query, headers: head.headers, body: body)
+      case (.upload(let b), "PUT"):
+        try checkBucket(b)
+        response = try await putToSession(query: query, headers: head.headers, body: body, modifier)
+      case (.rewrite(let sb, let source, let db, let destination), "POST"):
+        try checkBucket(sb)
+        try checkBucket(db)
+        response = try await rewrite(source, to: destination, query: query, body: body)
+      case (.move(let b, let source, let destination), "POST"):
+        try checkBucket(b)
+        response = try await move(source, to: destination, query: query)
       default:
         response = .error(405, "Method \(method) is not allowed here.", reason: "methodNotAllowed")
       }
@@ -377,10 +445,19 @@ public final class FakeStorageServer: @unchecked Sendable {
     } catch {
       response = .error(500, "Internal error: \(error)", reason: "internalError")
     }
+    switch modifier {
+    case .answerLost(let reset)?:
+      return reset ? .reset : .respond(Self.scriptedError(503, retryAfter: nil))
+    case .persistPrefix?:
+      return .respond(Self.scriptedError(503, retryAfter: nil))
+    case .shortBody(let count)? where response.status == 206:
+      response.shorten(to: count)
+    default: break
+    }
     return .respond(response)
   }
 
-  private struct HTTPError: Error {
+  struct HTTPError: Error {
     var status: Int
     var message: String
     var reason: String
@@ -394,7 +471,7 @@ public final class FakeStorageServer: @unchecked Sendable {
     }
   }
 
-  private func checkBucket(_ name: String) throws {
+  func checkBucket(_ name: String) throws {
     guard name == bucket else {
       throw HTTPError(404, "The specified bucket does not exist.", reason: "notFound")
     }
@@ -403,9 +480,16 @@ public final class FakeStorageServer: @unchecked Sendable {
   /// Splits a raw path into a route; object names are everything after `/o/`, percent-decoded
   /// (so `%2F` and a literal `/` both mean `/`). Nil for unknown paths; throws when a bucket or
   /// object name does not decode (bad escape, not UTF-8).
-  private static func route(_ rawPath: Substring) throws(HTTPError) -> Route? {
+  private static func route(_ rawPath: Substring, method: HTTPMethod) throws(HTTPError) -> Route? {
     let isDownload: Bool
     var rest: Substring
+    if rawPath.hasPrefix("/upload/storage/v1/b/") {
+      let tail = rawPath.dropFirst("/upload/storage/v1/b/".count)
+      guard tail.hasSuffix("/o"), let bucket = URLText.decode(tail.dropLast(2), plusIsSpace: false) else {
+        return nil
+      }
+      return bucket.isEmpty || bucket.contains("/") ? nil : .upload(bucket)
+    }
     if rawPath.hasPrefix("/storage/v1/b/") {
       isDownload = false
       rest = rawPath.dropFirst("/storage/v1/b/".count)
@@ -422,138 +506,32 @@ public final class FakeStorageServer: @unchecked Sendable {
     if rest.isEmpty || rest == "/" { return isDownload ? nil : .bucket(bucket) }
     if rest == "/o" || rest == "/o/" { return isDownload ? nil : .list(bucket) }
     guard rest.hasPrefix("/o/") else { return nil }
-    guard let name = URLText.decode(rest.dropFirst(3), plusIsSpace: false) else { throw malformed }
+    rest = rest.dropFirst(3)
+    // A rewrite or move: the marker splits the encoded names, which hold no literal `/`.
+    if method == .POST && !isDownload {
+      if let marker = rest.firstRange(of: "/rewriteTo/b/") {
+        let after = rest[marker.upperBound...]
+        guard let slash = after.firstRange(of: "/o/"),
+          let source = URLText.decode(rest[..<marker.lowerBound], plusIsSpace: false),
+          let target = URLText.decode(after[..<slash.lowerBound], plusIsSpace: false),
+          let destination = URLText.decode(after[slash.upperBound...], plusIsSpace: false)
+        else { throw malformed }
+        return .rewrite(bucket, source, target, destination)
+      }
+      if let marker = rest.firstRange(of: "/moveTo/o/") {
+        guard let source = URLText.decode(rest[..<marker.lowerBound], plusIsSpace: false),
+          let destination = URLText.decode(rest[marker.upperBound...], plusIsSpace: false)
+        else { throw malformed }
+        return .move(bucket, source, destination)
+      }
+    }
+    guard let name = URLText.decode(rest, plusIsSpace: false) else { throw malformed }
     return isDownload ? .download(bucket, name) : .object(bucket, name)
   }
 
   private static let malformed = HTTPError(400, "Invalid path encoding.", reason: "invalid")
 
-  private func list(_ query: [String: String]) async throws -> Response {
-    var pageSize = 1000
-    if let text = query["maxResults"] {
-      guard let value = Int(text), value >= 0 else {
-        throw HTTPError(400, "Invalid value for maxResults: \(text)", reason: "invalidParameter")
-      }
-      pageSize = value
-    }
-    let page = try await store.list(
-      prefix: query["prefix"] ?? "", delimiter: query["delimiter"], pageSize: pageSize,
-      pageToken: query["pageToken"].flatMap { $0.isEmpty ? nil : $0 })
-    return .json(200, Resources.list(page, endpoint: endpoint))
-  }
-
-  /// With `generation=`, only that generation's metadata: the live one, or 404 (no versioning).
-  private func metadata(_ name: String, generation: String?) async throws -> Response {
-    let meta = try await store.metadata(of: name)
-    if let generation, generation != String(meta.generation) {
-      guard Int64(generation) != nil else {
-        throw HTTPError(400, "Invalid value for generation: \(generation)", reason: "invalidParameter")
-      }
-      throw StorageError.notFound
-    }
-    return .json(200, Resources.object(meta, endpoint: endpoint))
-  }
-
-  private func media(_ name: String, query: [String: String], headers: HTTPHeaders) async throws -> Response {
-    let current = store.object(name)
-    let generation: Int64
-    if let text = query["generation"] {
-      guard let value = Int64(text) else {
-        throw HTTPError(400, "Invalid value for generation: \(text)", reason: "invalidParameter")
-      }
-      generation = value
-    } else {
-      guard let current else { throw StorageError.notFound }
-      generation = current.generation
-    }
-    // The size is needed only for suffix ranges and Content-Range; if the generation is not the
-    // live one the store answers 404 anyway.
-    let meta = current?.generation == generation ? current : nil
-    let size = meta?.size ?? 0
-    let spec = ByteRangeSpec(header: headers.first(name: "Range"))
-    guard let range = spec.map({ $0.resolved(size: size) }) ?? (0..<Int64.max) else {
-      throw HTTPError(
-        416, "Request range not satisfiable", reason: "requestedRangeNotSatisfiable",
-        headers: [("Content-Range", "bytes */\(size)")])
-    }
-    let bytes: [UInt8]
-    do {
-      bytes = Array(try await store.read(name, generation: generation, range: range).readableBytesView)
-    } catch StorageError.badRequest(let message) where message.hasPrefix("416") {
-      throw HTTPError(
-        416, "Request range not satisfiable", reason: "requestedRangeNotSatisfiable",
-        headers: [("Content-Range", "bytes */\(size)")])
-    }
-    var out: [(String, String)] = [("Content-Type", meta?.contentType ?? "application/octet-stream")]
-    if let meta {
-      out.append(("X-Goog-Generation", String(meta.generation)))
-      out.append(("X-Goog-Metageneration", String(meta.metageneration)))
-      out.append(("X-Goog-Stored-Content-Length", String(meta.size)))
-      out.append(("X-Goog-Stored-Content-Encoding", meta.contentEncoding ?? "identity"))
-      if let crc = meta.crc32c { out.append(("X-Goog-Hash", "crc32c=\(crc)")) }
-      if let md5 = meta.md5Hash { out.append(("X-Goog-Hash", "md5=\(md5)")) }
-      if let etag = meta.etag { out.append(("ETag", etag)) }
-      if let value = meta.cacheControl { out.append(("Cache-Control", value)) }
-      if let value = meta.contentDisposition { out.append(("Content-Disposition", value)) }
-      if let value = meta.contentLanguage { out.append(("Content-Language", value)) }
-    }
-    // An empty object has no satisfiable byte: the fake sends it whole (200) even with a Range.
-    if spec != nil && size > 0 {
-      let first = range.lowerBound
-      out.append(("Content-Range", "bytes \(first)-\(first + Int64(bytes.count) - 1)/\(size)"))
-      return Response(status: 206, headers: out, body: bytes)
-    }
-    return Response(status: 200, headers: out, body: bytes)
-  }
-
-  private func patch(_ name: String, query: [String: String], body: [UInt8]) async throws -> Response {
-    var precondition: Int64?
-    if let text = query["ifMetagenerationMatch"] {
-      guard let value = Int64(text) else {
-        throw HTTPError(400, "Invalid value for ifMetagenerationMatch: \(text)", reason: "invalidParameter")
-      }
-      precondition = value
-    }
-    let json: Any
-    do {
-      json = try body.isEmpty ? [String: Any]() : JSONSerialization.jsonObject(with: Data(body))
-    } catch {
-      throw HTTPError(400, "Parse Error", reason: "parseError")
-    }
-    guard let fields = json as? [String: Any] else {
-      throw HTTPError(400, "Invalid JSON payload: expected an object.", reason: "parseError")
-    }
-    var patch = MetadataPatch()
-    for field in ObjectMetadata.WritableField.allCases {
-      guard let value = fields[field.rawValue] else { continue }
-      patch.fields[field] = .some(try Self.patchValue(value, field: field.rawValue))
-    }
-    if let value = fields["metadata"] {
-      if value is NSNull {
-        // `"metadata": null` clears the whole map.
-        for key in store.object(name)?.custom.keys ?? [:].keys { patch.custom[key] = .some(nil) }
-      } else if let map = value as? [String: Any] {
-        for (key, entry) in map {
-          patch.custom[key] = .some(try Self.patchValue(entry, field: "metadata.\(key)"))
-        }
-      } else {
-        throw HTTPError(400, "Invalid value for metadata.", reason: "invalid")
-      }
-    }
-    // Other properties (name, size, ...) are read-only; the service ignores them in a PATCH.
-    let meta = try await store.patch(name, patch, ifMetagenerationMatch: precondition)
-    return .json(200, Resources.object(meta, endpoint: endpoint))
-  }
-
-  /// JSON null removes; a string sets; anything else is a 400.
-  private static func patchValue(_ value: Any, field: String) throws -> String? {
-    if value is NSNull { return nil }
-    // NSNumber bridges to String on some platforms only through description; reject it.
-    if let text = value as? String, !(value is NSNumber) { return text }
-    throw HTTPError(400, "Invalid value for \(field): expected a string.", reason: "invalid")
-  }
-
-  private static func response(for error: StorageError, name: String?) -> Response {
+  static func response(for error: StorageError, name: String?) -> Response {
     switch error {
     case .notFound:
       return .error(404, name.map { "No such object: \($0)" } ?? "Not Found", reason: "notFound")
@@ -573,11 +551,12 @@ public final class FakeStorageServer: @unchecked Sendable {
     case .cancelled:
       return .error(503, "Request cancelled.", reason: "backendError")
     case .unsupported(let message):
-      return .error(501, message, reason: "notImplemented")
+      // As a bucket refuses objects.move (the real answer is undocumented; see DeleteAndMove.swift).
+      return .error(400, message, reason: "invalid")
     }
   }
 
-  private static func scriptedError(_ code: Int, retryAfter: Int?) -> Response {
+  static func scriptedError(_ code: Int, retryAfter: Int?) -> Response {
     let headers = retryAfter.map { [("Retry-After", String($0))] } ?? []
     switch code {
     case 429:

@@ -36,6 +36,9 @@ extension InMemoryObjectStore {
       throw StorageError.invalidResponse("upload source ended at \(data.count) of \(source.size) bytes")
     }
     try Self.checkCustomLimits(attributes.custom)
+    // The service stores application/octet-stream when an upload names no type.
+    var attributes = attributes
+    if attributes.contentType?.isEmpty ?? true { attributes.contentType = "application/octet-stream" }
     return try state.withLock { (s: inout State) throws(StorageError) -> ObjectMetadata in
       try Self.check(ifGenerationMatch, against: s.objects[Key(name.utf8)])
       return storeLocked(&s, name: name, data: data, attributes: attributes)
@@ -79,10 +82,13 @@ extension InMemoryObjectStore {
     runHooks(.move)
     return try state.withLock { (s: inout State) throws(StorageError) -> ObjectMetadata in
       guard s.supportsMove else { throw .unsupported("this bucket does not support moving objects") }
-      let sourceKey = Key(source.utf8)
-      guard let from = s.objects[sourceKey], from.meta.generation == sourceGeneration else {
-        throw .preconditionFailed
+      guard source != destination else {
+        throw .badRequest("Source and destination object names must differ.")
       }
+      let sourceKey = Key(source.utf8)
+      // The service: no source is a 404, another generation of it fails ifSourceGenerationMatch.
+      guard let from = s.objects[sourceKey] else { throw .notFound }
+      guard from.meta.generation == sourceGeneration else { throw .preconditionFailed }
       try Self.check(ifGenerationMatch, against: s.objects[Key(destination.utf8)])
       let moved = storeLocked(
         &s, name: destination, data: from.data, attributes: ObjectAttributes(of: from.meta))

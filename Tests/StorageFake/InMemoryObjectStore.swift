@@ -85,6 +85,8 @@ public final class InMemoryObjectStore: ObjectStore, @unchecked Sendable {
     var keysSorted = true
     var lastGeneration: Int64 = 0
     var calls: [Call] = []
+    /// Prefixes of the list calls made without a delimiter (flat), in order.
+    var flatLists: [String] = []
     var faults: [CallKind: [StorageError]] = [:]
     var latency: Duration = .zero
     var tokenLead: Duration?
@@ -190,7 +192,16 @@ public final class InMemoryObjectStore: ObjectStore, @unchecked Sendable {
 
   public func calls(_ kind: CallKind) -> [Call] { calls.filter { $0.kind == kind } }
 
-  public func resetCalls() { state.withLock { $0.calls.removeAll() } }
+  public func resetCalls() {
+    state.withLock {
+      $0.calls.removeAll()
+      $0.flatLists.removeAll()
+    }
+  }
+
+  /// Prefixes of the list calls made without a delimiter, in order (they are
+  /// also in ``calls``, which does not tell them apart).
+  public var flatLists: [String] { state.withLock { $0.flatLists } }
 
   /// Queues errors thrown by the next calls of `kind`, one per call, before any real work.
   public func injectFaults(_ faults: [StorageError], for kind: CallKind) {
@@ -232,6 +243,7 @@ public final class InMemoryObjectStore: ObjectStore, @unchecked Sendable {
   public func list(prefix: String, delimiter: String?, pageSize: Int, pageToken: String?) async throws
     -> ListPage
   {
+    if delimiter == nil { state.withLock { $0.flatLists.append(prefix) } }
     try await enter(.list(prefix: prefix, pageToken: pageToken))
     let prefixKey = Key(prefix.utf8)
     let delimiterKey = delimiter.flatMap { $0.isEmpty ? nil : Key($0.utf8) }

@@ -186,7 +186,7 @@ final class InMemoryObjectStoreTests: XCTestCase {
 
   func testDoubleSlashBecomesItsOwnPrefix() async throws {
     let store = InMemoryObjectStore(bucket: "bkt")
-    // The SDK example of SPEC §1.
+    // The SDK example of docs/SEMANTICS.md#names-tree.
     for name in ["correctPrefix/happyItem", "wrongPrefix//sadItem", "lonelyItem/", "a//b", "a/c"] {
       store.put(name, data: [1])
     }

@@ -1,0 +1,291 @@
+import Logging
+import ObjectStore
+import Synchronization
+
+/// Recognises tree walks (`find`, `du`, `ls -R`, `getfattr -R`, `cp -r`,
+/// `tar`) and lists what they are about to open with flat list calls, one
+/// subtree per call, instead of one delimiter listing per directory.
+///
+/// - A walk is a *descent*: `opendir` of a directory whose parent's handle
+///   is open or was read within ``window`` seconds. `ls` of one directory,
+///   `ls -l`, `ls -f | head` open no child and never start one.
+/// - A descent asks for the flat listing of the directory's subtree:
+///   ``TreeListing`` turns its pages into the complete listings of the
+///   directory and of every directory under it, kept for the walk's next
+///   `opendir`s. The first descent under a parent fetches one page (a lone
+///   `ls dir` after `ls` pays at most that one call more, when the subtree
+///   is over a page); a second descent, or one from a directory that was
+///   itself a descent, up to ``maxPages``. A subtree that does not end
+///   within them is listed by ``DirectoryStream`` as before, and what its
+///   pages completed below it is kept.
+/// - Look-ahead: a descent past the first also fetches one page of the
+///   subtrees of the next ``ahead`` sibling directories (the parent's
+///   readdir named them), while fewer than half of ``capacity`` entries are
+///   held.
+/// - Memory: kept listings are bounded by ``capacity`` entries (oldest
+///   dropped first), fetches under way by their pages; a listing is given to
+///   one `opendir` and dropped, and is not used once older than
+///   ``freshness`` seconds.
+final class SubtreeWalks: Sendable {
+  let window: Double = 5
+  let maxPages = 4
+  let ahead = 2
+  let capacity: Int
+  let freshness: Double
+  let pageSize: Int
+  private let store: any ObjectStore
+  private let clock: @Sendable () -> Double
+  private let onConflict: @Sendable (String) -> Void
+  private let logger: Logger
+
+  private struct Activity {
+    var lastRead: Double
+    var handles = 0
+    var descents = 0
+    var isDescent = false
+    /// Subdirectories the directory's readdir gave, in order (the latest ones).
+    var subdirectories: [String] = []
+  }
+  private struct Listing {
+    let entries: [ListedEntry]
+    let at: Double
+  }
+  private struct Fetch {
+    let id: Int
+    let task: Task<Void, Never>
+  }
+  private struct State {
+    var activity: [String: Activity] = [:]
+    var listings: [String: Listing] = [:]
+    /// Keys in `listings` in the order they came, for dropping the oldest.
+    var order: [String] = []
+    var held = 0
+    var fetches: [String: Fetch] = [:]
+    var nextFetch = 0
+    /// Subtrees whose fetch ended before their end: listed by delimiter.
+    var unfinished: Set<String> = []
+    /// Bumped by every invalidation: a fetch started before keeps nothing.
+    var epoch = 0
+  }
+  private let state = Mutex(State())
+
+  init(
+    store: any ObjectStore, pageSize: Int, freshness: Double, logger: Logger,
+    clock: @escaping @Sendable () -> Double, onConflict: @escaping @Sendable (String) -> Void
+  ) {
+    self.store = store
+    self.pageSize = pageSize
+    self.capacity = 4 * pageSize
+    self.freshness = min(freshness, 10)
+    self.logger = logger
+    self.clock = clock
+    self.onConflict = onConflict
+  }
+
+  // MARK: - What the directory handles report
+
+  /// `opendir` of `key`: its complete listing when a walk has it (fetched
+  /// now if this open is a descent), else nil (list it by delimiter).
+  func opened(_ key: String, parent: String?) async -> [ListedEntry]? {
+    let now = clock()
+    enum Plan {
+      case none
+      case ready([ListedEntry])
+      case wait(Task<Void, Never>)
+    }
+    var strong = false
+    let (plan, siblings): (Plan, [String]) = state.withLock { state in
+      state.activity[key, default: Activity(lastRead: now)].handles += 1
+      guard let parent, var activity = state.activity[parent],
+        activity.handles > 0 || now - activity.lastRead < window
+      else { return (.none, []) }
+      strong = activity.isDescent || activity.descents > 0
+      activity.descents += 1
+      state.activity[parent] = activity
+      state.activity[key]?.isDescent = true
+      let siblings = Self.following(key, in: activity.subdirectories, count: ahead)
+      if let listing = take(key, now: now, &state) { return (.ready(listing), siblings) }
+      if let fetch = state.fetches.first(where: { key.utf8.starts(with: $0.key.utf8) })?.value {
+        return (.wait(fetch.task), siblings)
+      }
+      if state.unfinished.contains(key) { return (.none, siblings) }
+      return (.wait(start(key, pages: strong ? maxPages : 1, &state)), siblings)
+    }
+    if strong { lookAhead(siblings) }
+    switch plan {
+    case .none: return nil
+    case .ready(let entries): return entries
+    case .wait(let task):
+      await task.value
+      return state.withLock { take(key, now: clock(), &$0) }
+    }
+  }
+
+  /// A readdir of `key` gave these subdirectories.
+  func read(_ key: String, subdirectories: [String]) {
+    let now = clock()
+    state.withLock { state in
+      var activity = state.activity[key, default: Activity(lastRead: now)]
+      activity.lastRead = now
+      activity.subdirectories += subdirectories
+      if activity.subdirectories.count > 2 * pageSize {
+        activity.subdirectories.removeFirst(activity.subdirectories.count - pageSize)
+      }
+      state.activity[key] = activity
+      if state.activity.count > 512 { prune(now: now, &state) }
+    }
+  }
+
+  func released(_ key: String) {
+    state.withLock { state in
+      guard var activity = state.activity[key] else { return }
+      activity.handles = max(activity.handles - 1, 0)
+      state.activity[key] = activity
+    }
+  }
+
+  /// Forgets every kept listing that a change of `key` (an object name or a
+  /// directory prefix) could make wrong: those of its ancestors and of
+  /// everything under it; fetches under way keep nothing. The namespace and
+  /// write operations call it before they reply.
+  func invalidateListings(under key: String) {
+    state.withLock { state in
+      state.epoch += 1
+      state.fetches.removeAll()
+      state.unfinished.removeAll()
+      for listed in state.listings.keys
+      where key.utf8.starts(with: listed.utf8) || listed.utf8.starts(with: key.utf8) {
+        drop(listed, &state)
+      }
+    }
+  }
+
+  /// Entries held in kept listings (for tests of the memory bound).
+  var heldEntries: Int { state.withLock { $0.held } }
+
+  var fetchesUnderWay: Int { state.withLock { $0.fetches.count } }
+
+  // MARK: - Fetching
+
+  private func lookAhead(_ keys: [String]) {
+    state.withLock { state in
+      for key in keys where state.held < capacity / 2 {
+        guard state.listings[key] == nil, !state.unfinished.contains(key),
+          !state.fetches.keys.contains(where: { key.utf8.starts(with: $0.utf8) })
+        else { continue }
+        _ = start(key, pages: 1, &state)
+      }
+    }
+  }
+
+  private func start(_ key: String, pages: Int, _ state: inout State) -> Task<Void, Never> {
+    let id = state.nextFetch
+    state.nextFetch += 1
+    let epoch = state.epoch
+    let task = Task { [weak self] () -> Void in await self?.fetch(key, pages: pages, id: id, epoch: epoch) }
+    state.fetches[key] = Fetch(id: id, task: task)
+    return task
+  }
+
+  private func fetch(_ root: String, pages: Int, id: Int, epoch: Int) async {
+    var tree = TreeListing(root: root, onConflict: onConflict)
+    var token: String?
+    var complete = false
+    for _ in 0..<pages {
+      let page: ListPage
+      do {
+        page = try await store.list(prefix: root, delimiter: nil, pageSize: pageSize, pageToken: token)
+      } catch {
+        logger.debug("flat listing of \(root) failed (\(error)); its directories list themselves")
+        break
+      }
+      var done: [TreeListing.Listing] = []
+      let answeredAt = clock()
+      for item in page.items { done += tree.add(item, answeredAt: answeredAt) }
+      token = page.nextPageToken
+      if token == nil { done += tree.finish() }
+      keep(done, epoch: epoch)
+      if token == nil {
+        complete = true
+        break
+      }
+    }
+    state.withLock { state in
+      guard state.epoch == epoch else { return }
+      if state.fetches[root]?.id == id { state.fetches[root] = nil }
+      if !complete {
+        if state.unfinished.count > 1024 { state.unfinished.removeAll() }
+        state.unfinished.insert(root)
+      }
+    }
+  }
+
+  /// Keeps completed listings while they fit; the walk takes them in the
+  /// order they came, so the newest are the ones left to list themselves.
+  private func keep(_ listings: [TreeListing.Listing], epoch: Int) {
+    guard !listings.isEmpty else { return }
+    let now = clock()
+    state.withLock { state in
+      guard state.epoch == epoch else { return }
+      // Listings a walk passed by (find -prune, a walk that stopped) expire.
+      var current: [String] = []
+      for key in state.order {
+        guard let listing = state.listings[key] else { continue }
+        if now - listing.at < freshness { current.append(key) } else { drop(key, &state) }
+      }
+      state.order = current
+      for (key, entries) in listings {
+        drop(key, &state)
+        guard state.held + entries.count <= capacity else { continue }
+        state.listings[key] = Listing(entries: entries, at: now)
+        state.order.append(key)
+        state.held += entries.count
+      }
+    }
+  }
+
+  // MARK: - Helpers (under the lock)
+
+  private func take(_ key: String, now: Double, _ state: inout State) -> [ListedEntry]? {
+    guard let listing = state.listings[key] else { return nil }
+    drop(key, &state)
+    return now - listing.at < freshness ? listing.entries : nil
+  }
+
+  private func drop(_ key: String, _ state: inout State) {
+    guard let listing = state.listings.removeValue(forKey: key) else { return }
+    state.held -= listing.entries.count
+  }
+
+  private func prune(now: Double, _ state: inout State) {
+    state.activity = state.activity.filter { $0.value.handles > 0 || now - $0.value.lastRead < window }
+  }
+
+  /// Up to `count` keys after `key` in `keys`.
+  private static func following(_ key: String, in keys: [String], count: Int) -> [String] {
+    guard let index = keys.lastIndex(of: key) else { return [] }
+    return Array(keys[(index + 1)...].prefix(count))
+  }
+
+  /// The directory that lists `key` (a prefix ending in `/`), nil for the root.
+  static func parent(of key: String, root: String) -> String? {
+    guard key != root, key.utf8.count > root.utf8.count else { return nil }
+    let inner = key.utf8.dropLast()
+    guard let slash = inner.lastIndex(of: UInt8(ascii: "/")) else { return "" }
+    return String(Substring(key.utf8[...slash]))
+  }
+}
+
+/// Forwards conflict warnings to the filesystem, which exists only after the
+/// walks it owns.
+final class ConflictWarner: Sendable {
+  private let target = Mutex<(@Sendable (String) -> Void)?>(nil)
+
+  func set(_ target: @escaping @Sendable (String) -> Void) {
+    self.target.withLock { $0 = target }
+  }
+
+  func callAsFunction(_ key: String) {
+    target.withLock { $0 }?(key)
+  }
+}

@@ -1,0 +1,190 @@
+import AsyncHTTPClient
+import NIOCore
+import NIOHTTP1
+import ObjectStore
+
+// A resumable upload session: started with the metadata and preconditions,
+// then fed chunk by chunk from the source. After a transient fault the
+// session is asked how much it holds and the upload goes on from exactly
+// there; a session the service has forgotten (404/410) is started again.
+extension CloudStorageClient {
+  /// Sessions started again after the service forgot one, at most.
+  static let sessionRestarts = 3
+
+  func resumableUpload(
+    _ name: String, from source: any UploadSource, attributes: ObjectAttributes, ifGenerationMatch: Int64?
+  ) async throws -> ObjectMetadata {
+    var restarts = 0
+    while true {
+      let session = try await startSession(
+        name, size: source.size, attributes: attributes, ifGenerationMatch: ifGenerationMatch)
+      do {
+        return try await feed(session, name: name, from: source, contentType: Self.contentType(attributes))
+      } catch SessionGone.gone {
+        restarts += 1
+        guard restarts <= Self.sessionRestarts else {
+          throw StorageError.unavailable(
+            "upload \(name): the service lost the upload session \(restarts) times")
+        }
+        logger.warning("upload \(name): the service forgot the upload session; starting a new one")
+      }
+    }
+  }
+
+  private enum SessionGone: Error { case gone }
+
+  /// Starts a session; its URI comes back in Location. Starting one stores
+  /// nothing, so it is repeated after transient failures whatever the
+  /// preconditions.
+  private func startSession(
+    _ name: String, size: Int64, attributes: ObjectAttributes, ifGenerationMatch: Int64?
+  ) async throws -> String {
+    let contentType = Self.contentType(attributes)
+    let metadata = try Self.objectBody(name: name, attributes: attributes, contentType: contentType)
+    var query = [("uploadType", "resumable")]
+    if let ifGenerationMatch { query.append(("ifGenerationMatch", String(ifGenerationMatch))) }
+    query.append(("fields", Fields.object))
+    let (_, headers, _) = try await exchange(
+      .POST, url: uploadPath + queryString(query),
+      headers: [
+        ("Content-Type", "application/json; charset=UTF-8"), ("X-Upload-Content-Type", contentType),
+        ("X-Upload-Content-Length", String(size)),
+      ],
+      body: ByteBuffer(bytes: metadata), operation: "start upload of \(name)", maxBody: 4 << 20,
+      idempotent: true)
+    guard let location = headers.first(name: "Location"), let session = sessionURL(location) else {
+      throw StorageError.invalidResponse("start upload of \(name): no usable session URI in the answer")
+    }
+    return session
+  }
+
+  /// The session URI, sent to the endpoint this client talks to (the token
+  /// goes nowhere else): a Location naming another host keeps only its path.
+  private func sessionURL(_ location: String) -> String? {
+    guard let scheme = location.firstRange(of: "://") else {
+      return location.hasPrefix("/") ? "\(endpoint.scheme)://\(endpoint.authority)\(location)" : nil
+    }
+    let afterScheme = location[scheme.upperBound...]
+    let path = afterScheme.firstIndex(of: "/").map { afterScheme[$0...] } ?? "/"
+    let origin = location[..<path.startIndex]
+    let ours = "\(endpoint.scheme)://\(endpoint.authority)"
+    if origin.lowercased() != ours.lowercased() {
+      logger.debug("upload session at \(origin); sending it to \(ours)")
+    }
+    return ours + path
+  }
+
+  /// Sends the source from where the session stands until the object is stored.
+  /// The retry deadline runs from the last progress: a large upload may take
+  /// long, but never long without the session growing.
+  private func feed(_ session: String, name: String, from source: any UploadSource, contentType: String)
+    async throws -> ObjectMetadata
+  {
+    let size = source.size
+    var offset: Int64 = 0
+    var progressAt = NIODeadline.now()
+    var failures = 0
+    while true {
+      if Task.isCancelled { throw StorageError.cancelled }
+      let deadline = progressAt + .milliseconds(Int64(retry.deadline * 1000))
+      var problem: String
+      do {
+        let state: SessionState
+        if offset < size {
+          state = try await sendChunk(session, name: name, from: source, at: offset, contentType: contentType)
+        } else {
+          // Every byte is there but the object was not confirmed: ask.
+          state = try await askSession(session, name: name, size: size, deadline: deadline)
+        }
+        switch state {
+        case .stored(let body): return try await uploadedObject(body, name: name)
+        case .gone: throw SessionGone.gone
+        case .holds(let persisted):
+          if persisted > offset {
+            (offset, progressAt, failures) = (persisted, NIODeadline.now(), 0)
+            continue
+          }
+          problem = "the session holds \(persisted) of \(size) bytes and took nothing more"
+          offset = persisted
+        }
+      } catch StorageError.unavailable(let reason) {
+        problem = reason  // the chunk may or may not have arrived
+      }
+      // Back off, then ask the session where it stands.
+      failures += 1
+      let wait = retry.delay(attempt: failures, retryAfter: nil)
+      guard NIODeadline.now() + .milliseconds(Int64(wait * 1000)) < deadline else {
+        logger.warning("upload \(name): giving up at \(offset) of \(size) bytes: \(problem)")
+        throw StorageError.unavailable("upload \(name): \(problem)")
+      }
+      logger.debug("upload \(name): \(problem); asking the session in \(Int(wait * 1000)) ms")
+      do { try await Task.sleep(nanoseconds: UInt64(wait * 1e9)) } catch { throw StorageError.cancelled }
+      switch try await askSession(session, name: name, size: size, deadline: deadline) {
+      case .stored(let body): return try await uploadedObject(body, name: name)
+      case .gone: throw SessionGone.gone
+      case .holds(let persisted):
+        if persisted > offset { (progressAt, failures) = (NIODeadline.now(), 0) }
+        if persisted != offset {
+          logger.debug("upload \(name): the session holds \(persisted) bytes; resuming there")
+        }
+        offset = persisted
+      }
+    }
+  }
+
+  /// One chunk from `offset`, read from the source only now: an upload holds
+  /// one chunk in memory. Tried once; a transient failure is `unavailable`.
+  private func sendChunk(
+    _ session: String, name: String, from source: any UploadSource, at offset: Int64, contentType: String
+  ) async throws -> SessionState {
+    let size = source.size
+    let count = Int(min(Int64(uploads.chunkSize), size - offset))
+    var chunk = ByteBufferAllocator().buffer(capacity: count)
+    try read(source, from: offset, count: count, into: &chunk)
+    let range = "bytes \(offset)-\(offset + Int64(count) - 1)/\(size)"
+    let (status, headers, body) = try await exchange(
+      .PUT, url: session, headers: [("Content-Range", range), ("Content-Type", contentType)], body: chunk,
+      operation: "upload \(name) \(range)", maxBody: 4 << 20, idempotent: false, accepting: [308, 404, 410])
+    return try sessionState(status, headers, body, name: name, size: size)
+  }
+
+  private enum SessionState {
+    case holds(Int64)
+    case stored(ByteBuffer)
+    case gone
+  }
+
+  /// Asks the session how much it holds (`Content-Range: bytes */SIZE`), with
+  /// retries: the question changes nothing.
+  private func askSession(_ session: String, name: String, size: Int64, deadline: NIODeadline) async throws
+    -> SessionState
+  {
+    let (status, headers, body) = try await exchange(
+      .PUT, url: session, headers: [("Content-Range", "bytes */\(size)")], body: ByteBuffer(),
+      operation: "upload status of \(name)", maxBody: 4 << 20, idempotent: true, deadline: deadline,
+      accepting: [308, 404, 410])
+    return try sessionState(status, headers, body, name: name, size: size)
+  }
+
+  private func sessionState(
+    _ status: Int, _ headers: HTTPHeaders, _ body: ByteBuffer, name: String, size: Int64
+  )
+    throws -> SessionState
+  {
+    switch status {
+    case 200, 201:
+      return .stored(body)
+    case 404, 410:
+      return .gone
+    case 308:
+      guard let persisted = persistedBytes(rangeHeader: headers.first(name: "Range")), persisted <= size
+      else {
+        throw StorageError.invalidResponse(
+          "upload \(name): the session answered Range \(headers.first(name: "Range") ?? "")")
+      }
+      return .holds(persisted)
+    default:
+      throw StorageError.invalidResponse("upload \(name): unexpected HTTP \(status) from the session")
+    }
+  }
+}

@@ -1,0 +1,141 @@
+import NIOCore
+import ObjectStore
+
+#if canImport(FoundationEssentials)
+  import FoundationEssentials
+#else
+  import Foundation
+#endif
+
+// Uploads: one multipart request up to the policy's threshold, a resumable
+// session above it (ResumableUpload.swift).
+extension CloudStorageClient {
+  public func upload(
+    _ name: String, from source: any UploadSource, attributes: ObjectAttributes, ifGenerationMatch: Int64?
+  ) async throws -> ObjectMetadata {
+    if source.size <= uploads.threshold {
+      return try await multipartUpload(
+        name, from: source, attributes: attributes, ifGenerationMatch: ifGenerationMatch)
+    }
+    return try await resumableUpload(
+      name, from: source, attributes: attributes, ifGenerationMatch: ifGenerationMatch)
+  }
+
+  /// Metadata and bytes in one `multipart/related` request. Repeated after a
+  /// transient failure only under a precondition: without one, a repeat
+  /// could overwrite what another writer stored after the first attempt.
+  func multipartUpload(
+    _ name: String, from source: any UploadSource, attributes: ObjectAttributes, ifGenerationMatch: Int64?
+  ) async throws -> ObjectMetadata {
+    let contentType = Self.contentType(attributes)
+    let metadata = try Self.objectBody(name: name, attributes: attributes, contentType: contentType)
+    var media = ByteBufferAllocator().buffer(capacity: Int(source.size))
+    try read(source, from: 0, count: Int(source.size), into: &media)
+    let boundary = Self.boundary(notIn: media)
+    var body = ByteBufferAllocator().buffer(capacity: media.readableBytes + metadata.count + 512)
+    body.writeString("--\(boundary)\r\nContent-Type: application/json; charset=UTF-8\r\n\r\n")
+    body.writeBytes(metadata)
+    body.writeString("\r\n--\(boundary)\r\nContent-Type: \(contentType)\r\n\r\n")
+    body.writeBuffer(&media)
+    body.writeString("\r\n--\(boundary)--\r\n")
+
+    var query = [("uploadType", "multipart")]
+    if let ifGenerationMatch { query.append(("ifGenerationMatch", String(ifGenerationMatch))) }
+    query.append(("fields", Fields.object))
+    let (_, _, answer) = try await exchange(
+      .POST, url: uploadPath + queryString(query),
+      headers: [("Content-Type", "multipart/related; boundary=\(boundary)")], body: body,
+      operation: "upload \(name)", maxBody: 4 << 20, idempotent: ifGenerationMatch != nil)
+    return try await uploadedObject(answer, name: name)
+  }
+
+  /// The object an upload answered with; a partial answer is completed by a GET.
+  func uploadedObject(_ body: ByteBuffer, name: String) async throws -> ObjectMetadata {
+    let resource = try read(body, what: "uploaded object \(name)", as: ObjectResource.init(reading:))
+    guard resource.isComplete else {
+      logger.debug("upload \(name): incomplete answer; reading the metadata back")
+      return try await metadata(of: name)
+    }
+    return try resource.metadata(defaultBucket: bucket)
+  }
+
+  /// `count` bytes of `source` from `offset`, appended to `buffer`, in pieces
+  /// of at most one chunk; a source that ends early is a local failure.
+  func read(_ source: any UploadSource, from offset: Int64, count: Int, into buffer: inout ByteBuffer) throws
+  {
+    var done = 0
+    while done < count {
+      var piece = try source.read(at: offset + Int64(done), count: min(uploads.chunkSize, count - done))
+      guard piece.readableBytes > 0 else {
+        throw StorageError.badRequest(
+          "upload source ended at \(offset + Int64(done)) of \(source.size) bytes")
+      }
+      if piece.readableBytes > count - done { piece.moveWriterIndex(to: piece.readerIndex + count - done) }
+      done += piece.readableBytes
+      buffer.writeBuffer(&piece)
+    }
+  }
+
+  /// The type sent both in the metadata and as the media's Content-Type: the
+  /// service's default when none is given. (fake-gcs-server reads the header,
+  /// Google's testbench requires the two to agree.)
+  static func contentType(_ attributes: ObjectAttributes) -> String {
+    attributes.contentType.flatMap { $0.isEmpty ? nil : $0 } ?? "application/octet-stream"
+  }
+
+  /// The object resource an upload or rewrite sends: name (when given), the
+  /// writable fields and the custom map.
+  static func objectBody(name: String?, attributes: ObjectAttributes, contentType: String?) throws -> [UInt8]
+  {
+    var resource = attributes
+    if let contentType { resource.contentType = contentType }
+    do {
+      let encoder = JSONEncoder()
+      encoder.outputFormatting = [.sortedKeys]
+      return Array(try encoder.encode(ObjectBody(name: name, attributes: resource)))
+    } catch {
+      throw StorageError.badRequest("could not encode the object's metadata: \(error)")
+    }
+  }
+
+  /// A multipart boundary that does not occur in the media.
+  static func boundary(notIn media: ByteBuffer) -> String {
+    while true {
+      let candidate =
+        "bucketfs-"
+        + (0..<4).map { _ in String(UInt64.random(in: 0...UInt64.max), radix: 36) }
+        .joined()
+      let needle = Array(candidate.utf8)
+      let found = media.withUnsafeReadableBytes { bytes in
+        bytes.count >= needle.count
+          && (0...(bytes.count - needle.count)).contains { start in
+            bytes[start] == needle[0] && (1..<needle.count).allSatisfy { bytes[start + $0] == needle[$0] }
+          }
+      }
+      if !found { return candidate }
+    }
+  }
+}
+
+/// An object resource for an upload or a rewrite's destination.
+struct ObjectBody: Encodable {
+  let name: String?
+  let attributes: ObjectAttributes
+
+  private struct Key: CodingKey {
+    var stringValue: String
+    var intValue: Int? { nil }
+    init(_ string: String) { stringValue = string }
+    init?(stringValue: String) { self.stringValue = stringValue }
+    init?(intValue: Int) { nil }
+  }
+
+  func encode(to encoder: any Encoder) throws {
+    var container = encoder.container(keyedBy: Key.self)
+    if let name { try container.encode(name, forKey: Key("name")) }
+    for (field, value) in attributes.fields { try container.encode(value, forKey: Key(field.rawValue)) }
+    guard !attributes.custom.isEmpty else { return }
+    var custom = container.nestedContainer(keyedBy: Key.self, forKey: Key("metadata"))
+    for (key, value) in attributes.custom { try custom.encode(value, forKey: Key(key)) }
+  }
+}
