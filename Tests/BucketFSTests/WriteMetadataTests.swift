@@ -150,3 +150,24 @@ final class WriteMetadataTests: XCTestCase {
     XCTAssertEqual(store.calls, [])
   }
 }
+
+extension WriteMetadataTests {
+  /// rsync -X closes its temp file, reopens it read-only and sets the
+  /// source's names, removing the ones its source lacks.
+  func testReadOnlyNamesOnAFileJustCreatedHereAreIgnoredAndWritableOnesArePatched() async throws {
+    let (inode, handle) = try await fs.createFile("tmp.dat")
+    try await fs.close(inode, handle)
+    store.resetCalls()
+    try await fs.removexattr(inode: inode, name: "user.generation")
+    try await fs.setxattr(inode: inode, name: "user.md5Hash", value: bytes("x"), flags: [])
+    XCTAssertEqual(store.calls, [])
+    try await fs.setxattr(inode: inode, name: "user.custom.origin", value: bytes("rsync"), flags: [])
+    XCTAssertEqual(store.calls(.patch).count, 1)
+    XCTAssertEqual(store.object("tmp.dat")?.custom["origin"], "rsync")
+    // An object this mount did not create keeps the xattr table's EPERM.
+    let other = try await fs.inode(at: "site/index.html")
+    await XCTAssertErrno(.notPermitted) {
+      try await self.fs.removexattr(inode: other, name: "user.generation")
+    }
+  }
+}
