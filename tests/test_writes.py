@@ -13,6 +13,7 @@ import errno
 import hashlib
 import os
 import subprocess
+import sys
 import tempfile
 
 import pytest
@@ -246,3 +247,41 @@ def test_leftover_stages_are_listed_at_the_next_mount(mount, bucket, client, buc
     assert kept[0] in again.log_tail(200)
     assert not client.exists(bucket, "unsaved.txt"), "never uploaded silently"
     assert stage_files(cache) == kept
+
+
+def test_o_direct_mmap_shared_and_fallocate(mount, bucket, client):
+    import mmap
+    m, _ = mount_rw(mount, bucket)
+    # O_DIRECT: the kernel sends the writes straight through; they are staged like any other.
+    fd = os.open(m.p("direct.bin"), os.O_WRONLY | os.O_CREAT | os.O_DIRECT, 0o644)
+    buf = mmap.mmap(-1, 4096)
+    buf.write(b"d" * 4096)
+    os.write(fd, buf)
+    os.close(fd)
+    assert client.download(bucket, "direct.bin") == b"d" * 4096
+
+    # MAP_SHARED writes reach the stage by writeback, which close (flush) waits for.
+    # In a child process: a page fault here would hold this process's GIL,
+    # and the counting proxy that must answer it runs in this process.
+    with open(m.p("mapped.bin"), "wb") as f:
+        f.write(b"\0" * 8192)
+    run([sys.executable, "-c", (
+        "import mmap, sys\n"
+        "with open(sys.argv[1], 'r+b') as f:\n"
+        "    with mmap.mmap(f.fileno(), 8192, mmap.MAP_SHARED) as mem:\n"
+        "        mem[0:5] = b'hello'\n"
+        "        mem.flush()\n"), m.p("mapped.bin")])
+    assert client.download(bucket, "mapped.bin")[:6] == b"hello\0"
+
+    # fallocate(2) is not offered: EOPNOTSUPP from the kernel. (glibc's
+    # posix_fallocate then writes zeros, which works like any write.)
+    with open(m.p("alloc.bin"), "wb"):
+        pass
+    p = run(["fallocate", "-l", "4096", m.p("alloc.bin")], check=False)
+    assert p.returncode != 0 and "not supported" in p.stderr, p.stderr
+    fd = os.open(m.p("alloc.bin"), os.O_WRONLY)
+    try:
+        os.posix_fallocate(fd, 0, 4096)
+    finally:
+        os.close(fd)
+    assert client.download(bucket, "alloc.bin") == b"\0" * 4096
