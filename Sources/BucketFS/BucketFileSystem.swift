@@ -46,8 +46,6 @@ public final class BucketFileSystem: FileSystem, Sendable {
   /// parallel `stat`s of cold files then cost about one request's time.
   static let burstSize = 3
   let state: Mutex<State>
-  /// Tree walks and the listings they fetch ahead (SubtreeWalk.swift).
-  let walks: SubtreeWalks
   /// Files being written (Writes/), apart from `state` so reads and stats
   /// of untouched files never wait on them; `stagedCount` spares them the lock.
   let writes = Mutex(StagedFiles())
@@ -55,6 +53,8 @@ public final class BucketFileSystem: FileSystem, Sendable {
   let stages = Mutex<StageDirectory?>(nil)
   let contentTypes: ContentTypes
   let listings: SharedListings
+  /// Tree walks and the listings they fetch ahead (SubtreeWalk.swift).
+  let walks: SubtreeWalks
 
   public init(
     store: any ObjectStore, configuration: Configuration, logger: Logger,
@@ -62,17 +62,17 @@ public final class BucketFileSystem: FileSystem, Sendable {
     onMounted: @escaping @Sendable () -> Void = {}
   ) {
     let listings = SharedListings()
+    let warner = ConflictWarner()
+    let walks = SubtreeWalks(
+      store: store, pageSize: configuration.pageSize, freshness: configuration.metadataTTL, logger: logger,
+      clock: clock, onConflict: { warner($0) })
+    self.walks = walks
     self.listings = listings
-    let store = ListingAwareStore(inner: store, listings: listings, clock: clock)
-    self.store = store
+    self.store = ListingAwareStore(inner: store, listings: listings, walks: walks, clock: clock)
     self.configuration = configuration
     self.logger = logger
     self.clock = clock
     self.onMounted = onMounted
-    let warner = ConflictWarner()
-    self.walks = SubtreeWalks(
-      store: store, pageSize: configuration.pageSize, freshness: configuration.metadataTTL, logger: logger,
-      clock: clock, onConflict: { warner($0) })
     self.contentTypes = ContentTypes(mimeTypesPath: configuration.mimeTypesPath)
     self.readAhead = ReadAheadBudget(capacity: configuration.readAheadBudget)
     self.state = Mutex(

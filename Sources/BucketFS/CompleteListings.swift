@@ -51,9 +51,12 @@ struct CompleteListings: Sendable {
     passes[handle] = (directory, [], time)
   }
 
-  mutating func note(handle: UInt64, name: String) {
+  /// A name the pass handed the kernel, from a page answered at `answeredAt`:
+  /// the listing is as fresh as its oldest page.
+  mutating func note(handle: UInt64, name: String, answeredAt: Double) {
     guard passes[handle] != nil else { return }
     passes[handle]!.names.insert(name)
+    passes[handle]!.at = min(passes[handle]!.at, answeredAt)
     if passes[handle]!.names.count > Self.maxNames { passes[handle] = nil }
   }
 
@@ -83,6 +86,8 @@ final class SharedListings: Sendable {
 struct ListingAwareStore: ObjectStore {
   let inner: any ObjectStore
   let listings: SharedListings
+  /// Listings kept by tree walks: a change through this store drops those it could make wrong.
+  let walks: SubtreeWalks
   let clock: @Sendable () -> Double
 
   var bucket: String { inner.bucket }
@@ -124,6 +129,7 @@ struct ListingAwareStore: ObjectStore {
     let started = clock()
     let stored = try await inner.upload(
       name, from: source, attributes: attributes, ifGenerationMatch: ifGenerationMatch)
+    walks.invalidateListings(under: name)
     listings.withLock { listings in
       listings.add(key: name)
       if name.hasSuffix("/"), ifGenerationMatch == 0 {
@@ -135,6 +141,7 @@ struct ListingAwareStore: ObjectStore {
 
   func delete(_ name: String, ifGenerationMatch: Int64?) async throws {
     try await inner.delete(name, ifGenerationMatch: ifGenerationMatch)
+    walks.invalidateListings(under: name)
   }
 
   func copy(
@@ -144,6 +151,7 @@ struct ListingAwareStore: ObjectStore {
     let stored = try await inner.copy(
       source, sourceGeneration: sourceGeneration, to: destination, attributes: attributes,
       ifGenerationMatch: ifGenerationMatch)
+    walks.invalidateListings(under: destination)
     listings.withLock { $0.add(key: destination) }
     return stored
   }
@@ -153,6 +161,8 @@ struct ListingAwareStore: ObjectStore {
   {
     let stored = try await inner.move(
       source, sourceGeneration: sourceGeneration, to: destination, ifGenerationMatch: ifGenerationMatch)
+    walks.invalidateListings(under: source)
+    walks.invalidateListings(under: destination)
     listings.withLock { $0.add(key: destination) }
     return stored
   }
@@ -170,10 +180,10 @@ extension BucketFileSystem {
   }
 
   /// Names a readdir pass handed the kernel; `complete` at its end.
-  func listingPassNoted(handle: UInt64, names: [String], complete: Bool) {
+  func listingPassNoted(handle: UInt64, names: [(String, Double)], complete: Bool) {
     guard !names.isEmpty || complete else { return }
     listings.withLock { listings in
-      for name in names { listings.note(handle: handle, name: name) }
+      for (name, answeredAt) in names { listings.note(handle: handle, name: name, answeredAt: answeredAt) }
       if complete { listings.finishPass(handle: handle) }
     }
   }

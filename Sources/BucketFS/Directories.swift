@@ -35,7 +35,7 @@ extension BucketFileSystem {
       await stream.rewind()
       listingPassStarted(handle: handle, directory: stream.prefix)
     }
-    var listedNames: [String] = []
+    var listedNames: [(String, Double)] = []
     defer { listingPassNoted(handle: handle, names: listedNames, complete: false) }
     let own = attributes(inode: inode, kind: .directory, facts: nil)
     let dot = Entry(attributes: own, entryTimeout: 0, attributeTimeout: 0)
@@ -84,7 +84,7 @@ extension BucketFileSystem {
           return
         }
         added = true
-        listedNames.append(listed.name)
+        listedNames.append((listed.name, listed.answeredAt))
         index += 1
         if listed.kind == .directory { subdirectories.append(listed.key) }
       }

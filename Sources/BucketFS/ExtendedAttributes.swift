@@ -33,7 +33,7 @@ extension BucketFileSystem {
   public func getxattrAtHand(inode: UInt64, name: String) -> Result<[UInt8], Errno>? {
     guard let property = XattrName(name) else { return .failure(.notSupported) }
     if let pending = stagedMetadata(inode) {
-      return property.value(in: pending).map { .success(Array($0.utf8)) } ?? .failure(.noData)
+      return Self.stagedValue(property, in: pending).map { .success(Array($0.utf8)) } ?? .failure(.noData)
     }
     guard let (node, metadata) = metadataAtHand(inode) else { return nil }
     guard node.kind == .file else { return .failure(.noData) }
@@ -44,7 +44,7 @@ extension BucketFileSystem {
   }
 
   public func listxattrAtHand(inode: UInt64) -> Result<[String], Errno>? {
-    if let pending = stagedMetadata(inode) { return .success(XattrName.names(of: pending)) }
+    if let pending = stagedMetadata(inode) { return .success(Self.stagedNames(of: pending)) }
     guard let (node, metadata) = metadataAtHand(inode) else { return nil }
     guard node.kind == .file else { return .success([]) }
     return metadata.map { .success(XattrName.names(of: $0)) }

@@ -227,3 +227,23 @@ final class WriteTests: XCTestCase {
     XCTAssertEqual(found.attributes?.size, 1)
   }
 }
+
+extension WriteTests {
+  func testTruncatingDownThroughAHandleAloneIsAChange() async throws {
+    let (inode, handle) = try await fs.openFile("docs/readme.txt", flags: O_WRONLY)
+    _ = try await fs.setattr(inode: inode, handle: handle, changes: AttributeChanges(size: 5))
+    try await fs.close(inode, handle)
+    XCTAssertEqual(text(store.data("docs/readme.txt")), "hello")
+  }
+
+  func testANewFileShowsNoGenerationOrTimesUntilStored() async throws {
+    let (inode, handle) = try await fs.createFile("fresh.txt")
+    let names = try await fs.listxattr(inode: inode)
+    XCTAssertFalse(names.contains("user.generation"))
+    XCTAssertFalse(names.contains("user.timeCreated"))
+    XCTAssertTrue(names.contains("user.contentType"))
+    // rsync -X removes the names its source lacks: quietly ignored.
+    try await fs.removexattr(inode: inode, name: "user.bucket")
+    try await fs.close(inode, handle)
+  }
+}

@@ -72,6 +72,18 @@ struct StagedFiles: Sendable {
   var inferredOrder: [InferredKey] = []
   static let inferredCapacity = 4096
 
+  /// Objects this mount created lately (key -> when), for tools that set
+  /// xattrs on a new file after closing it (rsync -X reopens its temp file).
+  var created: [String: Double] = [:]
+  var createdOrder: [String] = []
+
+  mutating func remember(created key: String, at time: Double) {
+    if created.updateValue(time, forKey: key) == nil { createdOrder.append(key) }
+    if createdOrder.count > Self.inferredCapacity {
+      created[createdOrder.removeFirst()] = nil
+    }
+  }
+
   struct InferredKey: Hashable, Sendable {
     let key: String
     let generation: Int64

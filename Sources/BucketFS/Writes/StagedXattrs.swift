@@ -25,6 +25,30 @@ extension BucketFileSystem {
     }
   }
 
+  /// Whether this mount created the inode's object within the metadata TTL:
+  /// read-only names a copying tool sets or removes just after are ignored.
+  func recentlyCreated(_ inode: UInt64) -> Bool {
+    guard let key = state.withLock({ $0.inodes[inode]?.key }) else { return false }
+    let now = clock()
+    return writes.withLock { $0.created[key] }.map { now - $0 < configuration.metadataTTL } ?? false
+  }
+
+  /// The value a staged file shows for `property`: none for what only the
+  /// service will decide (a new object's generation and times).
+  static func stagedValue(_ property: XattrName, in pending: ObjectMetadata) -> String? {
+    guard let value = property.value(in: pending), !value.isEmpty else { return nil }
+    if case .readOnly(let name) = property, name == .generation || name == .metageneration, value == "0" {
+      return nil
+    }
+    return value
+  }
+
+  static func stagedNames(of pending: ObjectMetadata) -> [String] {
+    XattrName.names(of: pending).filter { name in
+      XattrName(name).map { stagedValue($0, in: pending) != nil } ?? false
+    }
+  }
+
   /// Sets or removes (nil) a property of a staged, dirty file in its pending
   /// upload. Returns false when the file is not staged that way (the PATCH
   /// path answers). Read-only names are accepted and ignored, so `cp -a`
@@ -32,7 +56,10 @@ extension BucketFileSystem {
   func setStagedProperty(inode: UInt64, name: String, value: [UInt8]?, flags: XattrFlags) throws -> Bool {
     guard let property = XattrName(name) else { throw Errno.notSupported }
     if configuration.readOnly { throw Errno.readOnly }
-    guard let staged = stagedFile(inode: inode) else { return false }
+    guard let staged = stagedFile(inode: inode) else {
+      if case .readOnly = property, recentlyCreated(inode) { return true }
+      return false
+    }
     let text: String?
     if let value {
       guard let decoded = String(validating: value, as: UTF8.self) else { throw Errno.invalid }
@@ -46,6 +73,7 @@ extension BucketFileSystem {
       if let poisoned = s.poisoned { throw poisoned }
       switch property {
       case .readOnly:
+        // Set or removed by copying tools (rsync -X removes names its source lacks).
         return true
       case .unknown:
         throw Errno.notPermitted

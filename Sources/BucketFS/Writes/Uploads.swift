@@ -102,8 +102,11 @@ extension BucketFileSystem {
       }
       // The sidecar now says "stored": a crash from here on loses nothing.
       _ = staged.stage.writeRecord(staged.record)
-      writes.withLock { $0.remember(inferred: inferred, key: key, generation: uploaded.generation) }
       let now = clock()
+      writes.withLock { writes in
+        writes.remember(inferred: inferred, key: key, generation: uploaded.generation)
+        if generation == 0 { writes.remember(created: key, at: now) }
+      }
       state.withLock { state in
         state.inodes.refresh(uploaded, at: now)
         if state.inodes.inode(of: key) == staged.inode {

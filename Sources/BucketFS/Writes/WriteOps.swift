@@ -306,6 +306,8 @@ extension BucketFileSystem {
     try await staged.gate.run {
       if let poisoned = staged.state.withLock({ $0.poisoned }) { throw poisoned }
       let (loaded, current) = staged.state.withLock { ($0.loaded, $0.size) }
+      // Nothing changes, nothing to upload.
+      if loaded && current == size { return }
       if !loaded {
         if size == 0 {
           staged.state.withLock { $0.loaded = true }
@@ -314,7 +316,6 @@ extension BucketFileSystem {
         }
       }
       try staged.state.withLock { s in
-        if s.size == size && s.loaded { return }  // no change, nothing to upload
         if let failure = markDirty(staged, &s) { throw failure }
         let code = staged.stage.truncate(to: size)
         if code != 0 {
