@@ -15,6 +15,8 @@ extension BucketFileSystem {
     guard name.utf8.count <= 255 else { throw Errno.nameTooLong }
     guard Names.isValidComponent(name) else { throw Errno.noEntry }
     let key = parentKey + name
+    // Kept tree listings that could show the name go, whatever the outcome.
+    defer { walks.invalidateListings(under: key) }
     let (inode, metadata) = try await existingFile(key)
     do {
       try await store.delete(key, ifGenerationMatch: metadata.generation)
@@ -38,6 +40,7 @@ extension BucketFileSystem {
     let parentKey = try node(parent, kind: .directory).key
     let fileKey = try newKey(parentKey, name)
     let directoryKey = fileKey + "/"
+    defer { walks.invalidateListings(under: directoryKey) }
     let held = probe(fileKey: fileKey, directoryKey: directoryKey)
     if held.kind != nil { throw Errno.exists }
     let found = try await lookInBucket(fileKey: fileKey, directoryKey: directoryKey)
@@ -64,6 +67,7 @@ extension BucketFileSystem {
     guard Names.isValidComponent(name) else { throw Errno.noEntry }
     let fileKey = parentKey + name
     let directoryKey = fileKey + "/"
+    defer { walks.invalidateListings(under: directoryKey) }
     let held = probe(fileKey: fileKey, directoryKey: directoryKey)
     if held.kind == .file { throw Errno.notDirectory }
     for _ in 0..<3 {

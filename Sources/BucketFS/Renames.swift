@@ -21,6 +21,10 @@ extension BucketFileSystem {
     guard Names.isValidComponent(name) else { throw Errno.noEntry }
     let from = fromParent + name
     let to = try newKey(toParent, newName)
+    defer {
+      walks.invalidateListings(under: from)
+      walks.invalidateListings(under: to)
+    }
 
     let held = probe(fileKey: from, directoryKey: from + "/")
     var kind = held.kind

@@ -202,4 +202,33 @@ final class NamespaceTests: XCTestCase {
     }
     XCTAssertEqual(store.calls, [])
   }
+
+  // MARK: Listings
+
+  func testKeptTreeListingsNeverShowARemovedNameOrMissANewOne() async throws {
+    WalkTests.seedTree(store, top: 3, middle: 1, files: 2)
+    _ = try await fs.names(of: InodeTable.rootInode)
+    let d0 = try await fs.inode(at: "d0")
+    let d1 = try await fs.inode(at: "d1")
+    let d2 = try await fs.inode(at: "d2")
+    // A descent into d0 keeps d1's and d2's subtrees for the walk's next opendirs.
+    await XCTAssertEqualAsync(try await fs.names(of: d0), ["m0"])
+    let walks = fs.walks
+    let settled = await poll { walks.fetchesUnderWay == 0 }
+    XCTAssertTrue(settled)
+    // The walk goes on into d1, which keeps listings of what comes next.
+    await XCTAssertEqualAsync(try await fs.names(of: d1), ["m0"])
+    let settledAgain = await poll { walks.fetchesUnderWay == 0 }
+    XCTAssertTrue(settledAgain)
+    let d1m0 = try await fs.inode(at: "d1/m0")
+    let d2m0 = try await fs.inode(at: "d2/m0")
+    try await fs.unlink(parent: d1m0, name: "f0")
+    _ = try await fs.mkdir(parent: d1, name: "new", mode: 0o755)
+    try await fs.rename(parent: d2m0, name: "f1", newParent: d1m0, newName: "moved", flags: [])
+    try await fs.rename(parent: d2, name: "m0", newParent: d2, newName: "m1", flags: [])
+    await XCTAssertEqualAsync(try await fs.names(of: d1), ["m0", "new"])
+    await XCTAssertEqualAsync(try await fs.names(of: d1m0), ["f1", "moved"])
+    await XCTAssertEqualAsync(try await fs.names(of: d2), ["m1"])
+    await XCTAssertEqualAsync(try await fs.names(of: d2m0), ["f0"])
+  }
 }
