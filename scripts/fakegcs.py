@@ -443,8 +443,11 @@ class _ThreadingServer(socketserver.ThreadingMixIn, http.server.HTTPServer):
 class CountingProxy:
     """Forward everything to ``upstream`` (http://host:port) and record it."""
 
-    def __init__(self, upstream: str, port: int = 0):
+    def __init__(self, upstream: str, port: int = 0, latency: float = 0.0):
         u = urllib.parse.urlsplit(upstream)
+        # Seconds each request waits before it is forwarded: one network round trip
+        # (requests under way at once wait in parallel, as on a real network).
+        self.latency = latency
         assert u.scheme == "http", "only plain http upstreams"
         self.upstream_host, self.upstream_port = u.hostname, u.port or 80
         self.upstream_base = f"http://{self.upstream_host}:{self.upstream_port}"
@@ -484,6 +487,8 @@ class CountingProxy:
                              {k: v for k, v in self.headers.items()},
                              body if self.command not in ("GET", "HEAD") else None)
                 proxy._add(rec)
+                if proxy.latency > 0:
+                    time.sleep(proxy.latency)
                 hdrs = {k: v for k, v in self.headers.items() if k.lower() not in _HOP and k.lower() != "host"}
                 hdrs["Host"] = f"{proxy.upstream_host}:{proxy.upstream_port}"
                 if body is not None:

@@ -19,6 +19,8 @@ public final class BucketFileSystem: FileSystem, Sendable {
   private let onMounted: @Sendable () -> Void
   /// Tells the kernel to drop cached attributes, pages and names; none until mounted.
   let kernel = Mutex<KernelCache>(.none)
+  /// Memory read-ahead may hold, shared by all open files.
+  let readAhead: ReadAheadBudget
 
   struct State {
     var inodes: InodeTable
@@ -44,6 +46,13 @@ public final class BucketFileSystem: FileSystem, Sendable {
   /// parallel `stat`s of cold files then cost about one request's time.
   static let burstSize = 3
   let state: Mutex<State>
+  /// Files being written (Writes/), apart from `state` so reads and stats
+  /// of untouched files never wait on them; `stagedCount` spares them the lock.
+  let writes = Mutex(StagedFiles())
+  let stagedCount = Atomic<Int>(0)
+  let stages = Mutex<StageDirectory?>(nil)
+  let contentTypes: ContentTypes
+  let listings: SharedListings
   /// Tree walks and the listings they fetch ahead (SubtreeWalk.swift).
   let walks: SubtreeWalks
 
@@ -52,15 +61,20 @@ public final class BucketFileSystem: FileSystem, Sendable {
     clock: @escaping @Sendable () -> Double = BucketFileSystem.monotonicSeconds,
     onMounted: @escaping @Sendable () -> Void = {}
   ) {
-    self.store = store
+    let listings = SharedListings()
+    let warner = ConflictWarner()
+    let walks = SubtreeWalks(
+      store: store, pageSize: configuration.pageSize, freshness: configuration.metadataTTL, logger: logger,
+      clock: clock, onConflict: { warner($0) })
+    self.walks = walks
+    self.listings = listings
+    self.store = ListingAwareStore(inner: store, listings: listings, walks: walks, clock: clock)
     self.configuration = configuration
     self.logger = logger
     self.clock = clock
     self.onMounted = onMounted
-    let warner = ConflictWarner()
-    self.walks = SubtreeWalks(
-      store: store, pageSize: configuration.pageSize, freshness: configuration.metadataTTL, logger: logger,
-      clock: clock, onConflict: { warner($0) })
+    self.contentTypes = ContentTypes(mimeTypesPath: configuration.mimeTypesPath)
+    self.readAhead = ReadAheadBudget(capacity: configuration.readAheadBudget)
     self.state = Mutex(
       State(
         inodes: InodeTable(

@@ -22,11 +22,21 @@ public struct Configuration: Sendable {
   public var readAheadMaxChunk: Int = 8 << 20
   /// Bytes of read-ahead kept in flight per open file at most.
   public var readAheadMaxBytes: Int = 32 << 20
+  /// The private directory this mount stages written files in (created
+  /// 0700); the CLI picks a per-mount one under `--cache-dir`. Empty: a
+  /// directory under $TMPDIR (or /tmp) named after the process.
+  public var stageDirectory: String = ""
+  /// Give each new object a random UUID in `firebaseStorageDownloadTokens`.
+  public var firebaseDownloadTokens = false
+  /// Where new files' content types come from; nil: the built-in table only.
+  public var mimeTypesPath: String? = "/etc/mime.types"
   /// Objects a directory rename moves at most; a larger directory answers
   /// EXDEV, so `mv` copies it instead (docs/semantics/namespace.md).
   public var renameDirectoryLimit: Int = 1000
   /// Server-side moves or copies a directory rename runs at once.
   public var renameConcurrency: Int = 16
+  /// Bytes of read-ahead all open files together may hold (``ReadAheadBudget``).
+  public var readAheadBudget: Int = 256 << 20
 
   public init() {}
 }

@@ -31,7 +31,12 @@ extension BucketFileSystem {
   {
     guard let stream = state.withLock({ $0.directories[handle] }) else { throw Errno.badHandle }
     logger.trace("readdir \(stream.prefix) handle \(handle) offset \(offset)")
-    if offset == 0 { await stream.rewind() }
+    if offset == 0 {
+      await stream.rewind()
+      listingPassStarted(handle: handle, directory: stream.prefix)
+    }
+    var listedNames: [(String, Double)] = []
+    defer { listingPassNoted(handle: handle, names: listedNames, complete: false) }
     let own = attributes(inode: inode, kind: .directory, facts: nil)
     let dot = Entry(attributes: own, entryTimeout: 0, attributeTimeout: 0)
     if offset == 0, !buffer.add(name: ".", entry: dot, nextOffset: 1) { return }
@@ -51,7 +56,11 @@ extension BucketFileSystem {
         if added { return }
         throw errno
       }
-      if batch.isEmpty { return }
+      if batch.isEmpty {
+        listingPassNoted(handle: handle, names: listedNames, complete: true)
+        listedNames = []
+        return
+      }
       for listed in batch {
         // Fresh from when the page was answered, however long the reader paused.
         let now = listed.answeredAt
@@ -75,6 +84,7 @@ extension BucketFileSystem {
           return
         }
         added = true
+        listedNames.append((listed.name, listed.answeredAt))
         index += 1
         if listed.kind == .directory { subdirectories.append(listed.key) }
       }
@@ -85,5 +95,6 @@ extension BucketFileSystem {
     if let stream = state.withLock({ $0.directories.removeValue(forKey: handle) }) {
       walks.released(stream.prefix)
     }
+    listings.withLock { $0.dropPass(handle: handle) }
   }
 }

@@ -32,6 +32,9 @@ extension BucketFileSystem {
 
   public func getxattrAtHand(inode: UInt64, name: String) -> Result<[UInt8], Errno>? {
     guard let property = XattrName(name) else { return .failure(.notSupported) }
+    if let pending = stagedMetadata(inode) {
+      return Self.stagedValue(property, in: pending).map { .success(Array($0.utf8)) } ?? .failure(.noData)
+    }
     guard let (node, metadata) = metadataAtHand(inode) else { return nil }
     guard node.kind == .file else { return .failure(.noData) }
     guard let metadata, let value = property.value(in: metadata) else {
@@ -41,6 +44,7 @@ extension BucketFileSystem {
   }
 
   public func listxattrAtHand(inode: UInt64) -> Result<[String], Errno>? {
+    if let pending = stagedMetadata(inode) { return .success(Self.stagedNames(of: pending)) }
     guard let (node, metadata) = metadataAtHand(inode) else { return nil }
     guard node.kind == .file else { return .success([]) }
     return metadata.map { .success(XattrName.names(of: $0)) }
@@ -57,6 +61,7 @@ extension BucketFileSystem {
   }
 
   public func setxattr(inode: UInt64, name: String, value: [UInt8], flags: XattrFlags) async throws {
+    if try setStagedProperty(inode: inode, name: name, value: value, flags: flags) { return }
     let (property, node) = try writableProperty(inode: inode, name: name)
     guard let text = String(validating: value, as: UTF8.self) else { throw Errno.invalid }
     if case .custom = property, text.utf8.count > MetadataLimits.maxValueBytes { throw Errno.tooBig }
@@ -64,6 +69,7 @@ extension BucketFileSystem {
   }
 
   public func removexattr(inode: UInt64, name: String) async throws {
+    if try setStagedProperty(inode: inode, name: name, value: nil, flags: .replace) { return }
     let (property, node) = try writableProperty(inode: inode, name: name)
     try await update(property, to: nil, flags: .replace, inode: inode, node: node)
   }
@@ -85,13 +91,23 @@ extension BucketFileSystem {
   ) async throws {
     var metadata = try await currentMetadata(inode: inode, node: node)
     let patch = property.patch(value)
+    /// What the object is after our last PATCH, if that one was applied.
+    var intended: ObjectMetadata?
     for _ in 0..<5 {
+      // After a 412 the change may be ours: the client retries a PATCH whose
+      // 200 was lost, and the retry finds the metageneration it moved itself.
+      // Exactly one change since, giving exactly our result, is taken as ours.
+      if let intended, Self.isResult(metadata, of: intended) {
+        logger.debug("metadata of \(node.key) already shows the change; taking it as done")
+        return
+      }
       let exists = property.value(in: metadata) != nil
       if flags.contains(.create) && exists { throw Errno.exists }
       if flags.contains(.replace) && !exists { throw Errno.noData }
       var proposed = metadata
       patch.apply(to: &proposed)
       guard MetadataLimits.fits(proposed.custom) else { throw Errno.tooBig }
+      intended = proposed
       do {
         let updated = try await store.patch(node.key, patch, ifMetagenerationMatch: metadata.metageneration)
         let now = clock()
@@ -106,5 +122,13 @@ extension BucketFileSystem {
     }
     logger.warning("metadata of \(node.key) keeps changing; giving up this update")
     throw Errno(EAGAIN)
+  }
+
+  /// Whether `current` is `proposed` (what a PATCH based on metageneration
+  /// m would make) after exactly that one change: m + 1, same properties.
+  static func isResult(_ current: ObjectMetadata, of proposed: ObjectMetadata) -> Bool {
+    current.generation == proposed.generation && current.metageneration == proposed.metageneration + 1
+      && current.custom == proposed.custom
+      && ObjectMetadata.WritableField.allCases.allSatisfy { current[$0] == proposed[$0] }
   }
 }

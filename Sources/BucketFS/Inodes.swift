@@ -309,6 +309,19 @@ struct MetadataCache: Sendable {
       order.removeFirst(head)
       head = 0
     }
+    // Keys removed (forgotten) and inserted again leave stale places behind
+    // without ever filling the cache: drop them once they outnumber the live.
+    if order.count - head > 2 * capacity + 1024 { compact() }
+  }
+
+  /// Places in ``order``, stale ones included (for tests).
+  var orderCount: Int { order.count - head }
+
+  /// Keeps one place per live key, the oldest.
+  private mutating func compact() {
+    var seen = Set<String>()
+    order = order[head...].filter { entries[$0] != nil && seen.insert($0).inserted }
+    head = 0
   }
 
   mutating func remove(_ key: String) {

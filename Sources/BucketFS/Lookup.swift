@@ -19,7 +19,10 @@ extension BucketFileSystem {
     let parentKey = try node(parent, kind: .directory).key
     let fileKey = parentKey + name
     let directoryKey = fileKey + "/"
-    if let entry = cachedEntry(directoryKey) ?? cachedEntry(fileKey) { return entry }
+    if let entry = cachedEntry(directoryKey) ?? cachedEntry(fileKey) ?? stagedEntry(key: fileKey) {
+      return entry
+    }
+    if knownAbsent(parentKey, name) { return .negative(timeout: configuration.negativeTTL) }
 
     let shared = joinBurst(parentKey)
     defer { leaveBurst(parentKey) }
@@ -123,7 +126,7 @@ extension BucketFileSystem {
       return (attributes(inode: inode, kind: .directory, facts: nil), configuration.metadataTTL)
     }
     // An unlinked or replaced file held open: its name now means something else.
-    if let facts = node.facts, isFresh(node) || node.isDetached {
+    if let facts = node.facts, isFresh(node) || node.isDetached || stagedView(inode) != nil {
       return (attributes(inode: inode, kind: .file, facts: facts), configuration.metadataTTL)
     }
     let metadata = try await fetchMetadata(node.key)
@@ -163,10 +166,15 @@ extension BucketFileSystem {
         uid: configuration.uid, gid: configuration.gid, accessTime: mountTime, modificationTime: mountTime,
         changeTime: mountTime)
     }
-    let modified = facts.modified ?? facts.created ?? mountTime
-    let changed = facts.changed ?? modified
+    var modified = facts.modified ?? facts.created ?? mountTime
+    var size = facts.size
+    if let staged = stagedView(inode) {
+      size = staged.size
+      modified = staged.modified ?? modified
+    }
+    let changed = max(facts.changed ?? modified, modified)
     return FileAttributes(
-      inode: inode, kind: .file, size: facts.size, permissions: configuration.fileMode,
+      inode: inode, kind: .file, size: size, permissions: configuration.fileMode,
       uid: configuration.uid, gid: configuration.gid, accessTime: modified, modificationTime: modified,
       changeTime: changed)
   }

@@ -13,9 +13,12 @@ extension BucketFileSystem {
   // MARK: - Files
 
   public func open(inode: UInt64, flags: Int32) async throws -> OpenResult {
-    if flags & O_ACCMODE != O_RDONLY || flags & O_TRUNC != 0 { throw Errno.readOnly }
     let node = try node(inode)
     guard node.kind == .file else { throw Errno.isDirectory }
+    if flags & O_ACCMODE != O_RDONLY || flags & O_TRUNC != 0 {
+      return try await openForWriting(inode: inode, node: node, flags: flags)
+    }
+    if let staged = stagedFile(inode: inode) { return openStagedForReading(staged) }
     let facts: FileFacts
     if let known = node.facts, isFresh(node) {
       facts = known
@@ -24,7 +27,8 @@ extension BucketFileSystem {
     }
     let reader = FileReader(
       key: node.key, generation: facts.generation, size: facts.size, store: store,
-      maxSegment: configuration.readAheadMaxChunk, maxAhead: configuration.readAheadMaxBytes)
+      maxSegment: configuration.readAheadMaxChunk, maxAhead: configuration.readAheadMaxBytes,
+      budget: readAhead)
     return state.withLock { state in
       let keepCache = state.inodes[inode]?.openedGeneration == facts.generation
       state.inodes[inode]?.openedGeneration = facts.generation
@@ -36,10 +40,12 @@ extension BucketFileSystem {
   }
 
   public func readAtHand(inode: UInt64, handle: UInt64, offset: UInt64, size: Int) -> [ByteBuffer]? {
-    state.withLock({ $0.files[handle] })?.atHand(offset: offset, count: size)
+    if let staged = stagedBytes(inode: inode, offset: offset, size: size) { return try? staged.get() }
+    return state.withLock({ $0.files[handle] })?.atHand(offset: offset, count: size)
   }
 
   public func read(inode: UInt64, handle: UInt64, offset: UInt64, size: Int) async throws -> [ByteBuffer] {
+    if let staged = stagedBytes(inode: inode, offset: offset, size: size) { return try staged.get() }
     guard let reader = state.withLock({ $0.files[handle] }) else { throw Errno.badHandle }
     do {
       return try await reader.read(offset: offset, count: size)
@@ -50,5 +56,6 @@ extension BucketFileSystem {
 
   public func release(inode: UInt64, handle: UInt64) {
     _ = state.withLock { $0.files.removeValue(forKey: handle) }
+    releaseWriter(handle: handle)
   }
 }

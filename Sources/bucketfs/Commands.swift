@@ -53,9 +53,24 @@ struct Mount: ParsableCommand {
   var retryDeadline = 60.0
   @Option(help: "Objects a directory rename moves at most; a larger one fails with EXDEV, so mv copies it.")
   var renameDirLimit = 1000
+  @Option(
+    help: "Files up to this many bytes are uploaded in one request; larger ones in a resumable session.")
+  var uploadThreshold: Int64 = 8 << 20
+  @Option(help: "Bytes per request of a resumable upload, a multiple of 262144 (256 KiB).")
+  var uploadChunkSize = 16 << 20
+  @Option(help: "MiB of memory read-ahead may hold at once, all open files together.")
+  var readAheadBudget = 256
   @Option(help: "trace, debug, info, notice, warning, error or critical.") var logLevel = "info"
   @Option(help: "Append logs to this file (default: stderr in the foreground, syslog in the background).")
   var logFile: String?
+  @Option(
+    help: ArgumentHelp(
+      "Where written files are staged until uploaded, in a private subdirectory per mount.",
+      discussion: "Default: /var/cache/bucketfs for root, else $XDG_CACHE_HOME/bucketfs or ~/.cache/bucketfs."
+    ))
+  var cacheDir: String?
+  @Flag(help: "Give each new object a random firebaseStorageDownloadTokens, as the Firebase SDK does.")
+  var firebaseDownloadTokens = false
   @Option(help: .hidden) var readyFd: Int32?
 
   func validate() throws {
@@ -63,6 +78,14 @@ struct Mount: ParsableCommand {
     guard renameDirLimit >= 0 else { throw ValidationError("--rename-dir-limit must be 0 or more") }
     guard metadataTTL >= 0, negativeTTL >= 0 else { throw ValidationError("TTLs must not be negative") }
     guard requestTimeout > 0, retryDeadline > 0 else { throw ValidationError("timeouts must be positive") }
+    do {
+      _ = try UploadPolicy(threshold: uploadThreshold, chunkSize: uploadChunkSize)
+    } catch {
+      throw ValidationError("--upload-threshold / --upload-chunk-size: \(error)")
+    }
+    guard (1...(1 << 20)).contains(readAheadBudget) else {
+      throw ValidationError("--read-ahead-budget must be 1 to 1048576 MiB")
+    }
     guard Logger.Level(rawValue: logLevel) != nil else {
       throw ValidationError("unknown --log-level \(logLevel)")
     }
@@ -70,6 +93,12 @@ struct Mount: ParsableCommand {
 
   func run() throws {
     if !foreground {
+      // The background mount logs them too, but the terminal only sees this.
+      if let directory = stageDirectory() {
+        for leftover in Recovery.leftovers(in: directory) {
+          writeStandardError("bucketfs: unsaved staged file from an earlier mount: \(leftover.description)\n")
+        }
+      }
       throw ExitCode(daemonize(arguments: CommandLine.arguments + ["--foreground"], logFile: logFile))
     }
     // List pages (~1 MB of JSON each) and read segments are large and
@@ -149,8 +178,12 @@ struct Mount: ParsableCommand {
         throw MountFailure(message: "\(error)")
       }
     }
+    guard let uploads = try? UploadPolicy(threshold: uploadThreshold, chunkSize: uploadChunkSize) else {
+      throw MountFailure(message: "bad --upload-threshold or --upload-chunk-size")  // validate() said why
+    }
     let client = CloudStorageClient(
-      bucket: source.bucket, endpoint: endpoint, http: http, tokens: tokens, retry: retry, logger: logger)
+      bucket: source.bucket, endpoint: endpoint, http: http, tokens: tokens, retry: retry, uploads: uploads,
+      logger: logger)
 
     let where_ = "gs://\(source.bucket)/\(rootPrefix)"
     let check = blocking { () async -> Result<ListPage, any Error> in
@@ -180,7 +213,17 @@ struct Mount: ParsableCommand {
     configuration.fileMode = mountOptions.fileMode ?? configuration.fileMode
     configuration.directoryMode = mountOptions.directoryMode ?? configuration.directoryMode
     configuration.readOnly = mountOptions.readOnly
+    configuration.firebaseDownloadTokens = firebaseDownloadTokens
+    if let directory = stageDirectory() {
+      configuration.stageDirectory = directory
+      for leftover in Recovery.leftovers(in: directory) {
+        logger.warning(
+          "unsaved staged file from an earlier mount, not uploaded: \(leftover.description); copy it into the mount or delete it"
+        )
+      }
+    }
     configuration.renameDirectoryLimit = renameDirLimit
+    configuration.readAheadBudget = readAheadBudget << 20
 
     let fileSystem = BucketFileSystem(
       store: client, configuration: configuration, logger: logger, onMounted: { outcome.ready() })
@@ -230,6 +273,19 @@ struct Mount: ParsableCommand {
       }
       throw MountFailure(message: "mountpoint \(mountpoint) is busy: something is already mounted there")
     }
+  }
+
+  /// This mount's staging directory (see ``Recovery/stageDirectory``).
+  private func stageDirectory() -> String? {
+    guard let source = BucketSource(source), let prefix = Names.rootPrefix(source.subtree) else { return nil }
+    var place = mountpoint
+    if let resolved = realpath(mountpoint, nil) {
+      place = String(cString: resolved)
+      free(resolved)
+    }
+    return Recovery.stageDirectory(
+      cacheDirectory: cacheDir ?? Recovery.defaultCacheDirectory(), bucket: source.bucket, prefix: prefix,
+      mountpoint: place)
   }
 
   private func makeLogger() -> Logger {

@@ -96,8 +96,14 @@ final class FreshnessTests: XCTestCase {
       Task { try await fs.lookup(parent: directory, name: "a") },
       Task { try await fs.lookup(parent: directory, name: "b") },
     ]
-    let taken = await eventually { store.taken(.metadata) == 2 }
-    XCTAssertTrue(taken)
+    // Each also lists its own name's prefix; wait for those too, or one may
+    // land after the reset below.
+    let taken = await eventually {
+      store.taken(.metadata) == 2
+        && [.list(prefix: "d/a/", pageToken: nil), .list(prefix: "d/b/", pageToken: nil)].allSatisfy(
+          base.calls.contains)
+    }
+    XCTAssertTrue(taken, "\(base.calls)")
     base.resetCalls()
     let n1 = try await fs.lookup(parent: directory, name: "n1")
     XCTAssertNotNil(n1.attributes)

@@ -174,10 +174,10 @@ final class ReadTests: XCTestCase {
     XCTAssertFalse(third.keepCache, "new generation: drop the cached pages")
   }
 
-  func testOpenForWritingIsRefused() async throws {
+  func testOpenForWritingIsRefusedOnAReadOnlyMount() async throws {
     let store = InMemoryObjectStore(bucket: "demo")
     store.put("f", data: [1])
-    let fs = makeFileSystem(store)
+    let fs = makeFileSystem(store, readOnly: true)
     let inode = try await fs.inode(at: "f")
     await XCTAssertErrno(.readOnly) { _ = try await fs.open(inode: inode, flags: O_WRONLY) }
     await XCTAssertErrno(.readOnly) { _ = try await fs.open(inode: inode, flags: O_RDWR) }

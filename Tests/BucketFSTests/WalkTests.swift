@@ -131,6 +131,17 @@ final class WalkTests: XCTestCase {
     XCTAssertEqual(fs.walks.capacity, 4 * 50)
   }
 
+  func testSubdirectoryNamesKeptForLookAheadAreBounded() {
+    let walks = SubtreeWalks(
+      store: InMemoryObjectStore(bucket: "b"), pageSize: 10, freshness: 60, logger: quietLogger,
+      clock: ManualClock().read, onConflict: { _ in })
+    for d in 0..<100 {
+      walks.read("d\(d)/", subdirectories: (0..<30).map { "d\(d)/s\($0)/" })
+      XCTAssertLessThanOrEqual(walks.siblingKeysHeld, 8 * 10 + 20)
+    }
+    XCTAssertGreaterThan(walks.siblingKeysHeld, 0)
+  }
+
   func testInvalidatedListingsAreListedAgain() async throws {
     let store = InMemoryObjectStore(bucket: "b")
     Self.seedTree(store, top: 3, middle: 1, files: 2)
@@ -144,8 +155,8 @@ final class WalkTests: XCTestCase {
     // Through the mount (the write layer calls the entry point), d1/m0/f0 goes and d1/new comes.
     store.delete("d1/m0/f0")
     store.put("d1/new", data: [])
-    fs.walks.invalidateListings(under: "d1/m0/f0")
-    fs.walks.invalidateListings(under: "d1/new")
+    fs.invalidateListings(under: "d1/m0/f0")
+    fs.invalidateListings(under: "d1/new")
     await XCTAssertEqualAsync(try await fs.names(of: d1), ["m0", "new"])
     let m0 = try await fs.inode(at: "d1/m0")
     await XCTAssertEqualAsync(try await fs.names(of: m0), ["f1"])

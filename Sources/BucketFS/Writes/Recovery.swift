@@ -1,0 +1,120 @@
+#if canImport(FoundationEssentials)
+  import FoundationEssentials
+#else
+  import Foundation
+#endif
+
+#if canImport(Glibc)
+  import Glibc
+#endif
+
+/// Stages an earlier mount left behind (it was killed, or an upload was
+/// refused): listed at mount so the user can recover them, never uploaded
+/// and never deleted while they hold bytes that were not stored.
+public struct LeftoverStage: Sendable, Equatable {
+  /// The staged bytes.
+  public let path: String
+  /// The object they were meant to become, and the generation they were to replace (0: new).
+  public let key: String
+  public let baseGeneration: Int64
+  public let size: Int64
+
+  public var description: String {
+    let target = baseGeneration == 0 ? "new object" : "replacing generation \(baseGeneration)"
+    return "\(path): \(size) bytes for \(key) (\(target))"
+  }
+}
+
+public enum Recovery {
+  /// The stages in `directory` that hold unstored bytes, oldest name first.
+  /// Stages whose sidecar says they were stored, and data files without a
+  /// sidecar (only ever the opened object's own bytes), are deleted. Stages
+  /// of a live process are left alone.
+  public static func leftovers(in directory: String) -> [LeftoverStage] {
+    guard let dir = opendir(directory) else { return [] }
+    var names: [String] = []
+    while let entry = readdir(dir) {
+      let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
+        String(cString: raw.bindMemory(to: CChar.self).baseAddress!)
+      }
+      if name.hasPrefix("stage-") { names.append(name) }
+    }
+    closedir(dir)
+    var found: [LeftoverStage] = []
+    for name in names.sorted() where !name.hasSuffix(".json") && !name.hasSuffix(".tmp") {
+      let path = directory + "/" + name
+      guard !isLive(name) else { continue }
+      guard let record = readRecord(path + ".json") else {
+        unlink(path)
+        continue
+      }
+      if record.uploaded {
+        unlink(path + ".json")
+        unlink(path)
+        continue
+      }
+      var info = stat()
+      let size = stat(path, &info) == 0 ? Int64(info.st_size) : 0
+      found.append(
+        LeftoverStage(path: path, key: record.key, baseGeneration: record.baseGeneration, size: size))
+    }
+    for name in names where name.hasSuffix(".json.tmp") && !isLive(name) { unlink(directory + "/" + name) }
+    return found
+  }
+
+  /// Stage names carry the pid that made them (`stage-PID-N`).
+  private static func isLive(_ name: String) -> Bool {
+    let parts = name.split(separator: "-")
+    guard parts.count >= 3, let pid = Int32(parts[1]) else { return false }
+    if pid == getpid() { return true }
+    return kill(pid, 0) == 0 || errno == EPERM
+  }
+
+  static func readRecord(_ path: String) -> StageRecord? {
+    let fd = open(path, O_RDONLY | O_CLOEXEC)
+    guard fd >= 0 else { return nil }
+    defer { close(fd) }
+    var bytes: [UInt8] = []
+    var chunk = [UInt8](repeating: 0, count: 16384)
+    while true {
+      let n = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+      if n < 0 && errno == EINTR { continue }
+      if n <= 0 { break }
+      bytes += chunk[0..<n]
+      if bytes.count > 1 << 20 { return nil }
+    }
+    return try? JSONDecoder().decode(StageRecord.self, from: Data(bytes))
+  }
+
+  /// The per-mount staging directory under `cacheDirectory`: one per bucket,
+  /// prefix and mountpoint, so the next mount of the same place finds what
+  /// the last one left.
+  public static func stageDirectory(
+    cacheDirectory: String, bucket: String, prefix: String, mountpoint: String
+  )
+    -> String
+  {
+    let place = "gs://\(bucket)/\(prefix) at \(mountpoint)"
+    var hash: UInt64 = 0xcbf2_9ce4_8422_2325
+    for byte in place.utf8 {
+      hash ^= UInt64(byte)
+      hash = hash &* 0x0000_0100_0000_01b3
+    }
+    let hex = String(hash, radix: 16)
+    let padded = String(repeating: "0", count: 16 - hex.count) + hex
+    let base = cacheDirectory.hasSuffix("/") ? String(cacheDirectory.dropLast()) : cacheDirectory
+    return "\(base)/\(bucket)-\(padded)"
+  }
+
+  /// The default `--cache-dir`: /var/cache/bucketfs for root, else
+  /// $XDG_CACHE_HOME/bucketfs, else ~/.cache/bucketfs.
+  public static func defaultCacheDirectory() -> String {
+    func variable(_ name: String) -> String? {
+      getenv(name).map { String(cString: $0) }.flatMap { $0.isEmpty ? nil : $0 }
+    }
+    if getuid() == 0 { return "/var/cache/bucketfs" }
+    if let xdg = variable("XDG_CACHE_HOME") { return xdg + "/bucketfs" }
+    if let home = variable("HOME") { return home + "/.cache/bucketfs" }
+    return "/tmp/bucketfs-\(getuid())"
+  }
+}

@@ -1,0 +1,186 @@
+import NIOCore
+import ObjectStore
+import Synchronization
+
+#if canImport(FoundationEssentials)
+  import FoundationEssentials
+#else
+  import Foundation
+#endif
+
+#if canImport(Glibc)
+  import Glibc
+#endif
+
+/// A local failure of the staging disk (ENOSPC, EIO, …), passed to the
+/// caller as its own errno.
+struct StageFailure: Error, Equatable {
+  let code: Int32
+}
+
+/// The private per-mount directory that holds staged files (mode 0700), one
+/// data file and one sidecar per staged inode.
+final class StageDirectory: Sendable {
+  let path: String
+  private let counter = Atomic<UInt64>(0)
+  /// Test seam: errno the next local writes fail with, one per write.
+  let injectedFailures = Mutex<[Int32]>([])
+  private let pid = getpid()
+
+  /// Creates `path` (and missing parents) if needed and restricts it to its owner.
+  init(path: String) throws(StageFailure) {
+    self.path = path.hasSuffix("/") && path.count > 1 ? String(path.dropLast()) : path
+    try Self.makeDirectories(self.path)
+    if chmod(self.path, 0o700) != 0 { throw StageFailure(code: errno) }
+  }
+
+  static func makeDirectories(_ path: String) throws(StageFailure) {
+    var built = path.hasPrefix("/") ? "" : "."
+    for component in path.split(separator: "/") {
+      built += "/" + component
+      if mkdir(built, 0o700) != 0 && errno != EEXIST { throw StageFailure(code: errno) }
+    }
+  }
+
+  /// A fresh, empty stage file; names are unique within this process.
+  func makeStage() throws(StageFailure) -> Stage {
+    let number = counter.wrappingAdd(1, ordering: .relaxed).newValue
+    let name = "stage-\(pid)-\(number)"
+    let data = path + "/" + name
+    let fd = open(data, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+    guard fd >= 0 else { throw StageFailure(code: errno) }
+    return Stage(fd: fd, path: data, sidecarPath: data + ".json", directory: self)
+  }
+
+  /// The errno an injected fault makes the next local write fail with.
+  func takeInjectedFailure() -> Int32? {
+    injectedFailures.withLock { $0.isEmpty ? nil : $0.removeFirst() }
+  }
+}
+
+/// What the sidecar of a stage records: enough for the next mount to say
+/// what the staged bytes were meant to become.
+struct StageRecord: Codable, Equatable {
+  var key: String
+  /// The generation the upload was to replace; 0 for a new object.
+  var baseGeneration: Int64
+  /// True once the staged bytes are stored (nothing would be lost).
+  var uploaded: Bool
+  var fields: [String: String]
+  var custom: [String: String]
+}
+
+/// One staged file: the bytes of a file being written, on disk, never in memory.
+final class Stage: Sendable {
+  let fd: Int32
+  let path: String
+  let sidecarPath: String
+  let directory: StageDirectory
+
+  init(fd: Int32, path: String, sidecarPath: String, directory: StageDirectory) {
+    self.fd = fd
+    self.path = path
+    self.sidecarPath = sidecarPath
+    self.directory = directory
+  }
+
+  deinit { close(fd) }
+
+  /// Writes all of `data` at `offset`: 0, or the errno of the local failure.
+  func write(_ data: UnsafeRawBufferPointer, at offset: UInt64) -> Int32 {
+    if let injected = directory.takeInjectedFailure() { return injected }
+    var done = 0
+    while done < data.count {
+      let n = pwrite(fd, data.baseAddress! + done, data.count - done, off_t(offset) + off_t(done))
+      if n < 0 {
+        if errno == EINTR { continue }
+        return errno
+      }
+      done += n
+    }
+    return 0
+  }
+
+  func truncate(to size: UInt64) -> Int32 {
+    if let injected = directory.takeInjectedFailure() { return injected }
+    while ftruncate(fd, off_t(size)) != 0 {
+      if errno != EINTR { return errno }
+    }
+    return 0
+  }
+
+  /// Up to `count` bytes at `offset`, fewer only at the stage's end.
+  func read(at offset: Int64, count: Int) throws(StageFailure) -> ByteBuffer {
+    var buffer = ByteBufferAllocator().buffer(capacity: max(count, 0))
+    var failure: Int32 = 0
+    buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: max(count, 0)) { raw in
+      var done = 0
+      while done < count {
+        let n = pread(fd, raw.baseAddress! + done, count - done, off_t(offset) + off_t(done))
+        if n < 0 {
+          if errno == EINTR { continue }
+          failure = errno
+          return done
+        }
+        if n == 0 { break }
+        done += n
+      }
+      return done
+    }
+    if failure != 0 { throw StageFailure(code: failure) }
+    return buffer
+  }
+
+  /// Makes the staged bytes durable, for fsync.
+  func sync() -> Int32 {
+    fsync(fd) == 0 ? 0 : errno
+  }
+
+  /// Writes the sidecar atomically (a temporary file renamed over it).
+  func writeRecord(_ record: StageRecord) -> Int32 {
+    guard let json = try? JSONEncoder().encode(record) else { return EIO }
+    let temporary = sidecarPath + ".tmp"
+    let fd = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+    guard fd >= 0 else { return errno }
+    let failure = json.withUnsafeBytes { bytes -> Int32 in
+      var done = 0
+      while done < bytes.count {
+        let n = Glibc.write(fd, bytes.baseAddress! + done, bytes.count - done)
+        if n < 0 {
+          if errno == EINTR { continue }
+          return errno
+        }
+        done += n
+      }
+      return 0
+    }
+    close(fd)
+    if failure != 0 {
+      unlink(temporary)
+      return failure
+    }
+    return rename(temporary, sidecarPath) == 0 ? 0 : errno
+  }
+
+  /// Deletes the data file and its sidecar.
+  func remove() {
+    unlink(sidecarPath)
+    unlink(path)
+  }
+}
+
+/// The bytes of a stage as an upload reads them.
+struct StageSource: UploadSource {
+  let stage: Stage
+  let size: Int64
+
+  func read(at offset: Int64, count: Int) throws -> ByteBuffer {
+    let count = Int(max(0, min(Int64(count), size - offset)))
+    let bytes = try stage.read(at: offset, count: count)
+    guard bytes.readableBytes == count else {
+      // The stage shrank under the upload: never send a short object.
+      throw StageFailure(code: EIO)
+    }
+    return bytes
+  }
+}

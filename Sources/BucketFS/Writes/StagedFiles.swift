@@ -1,0 +1,142 @@
+import FUSE
+import ObjectStore
+import Synchronization
+
+/// One inode being written: its stage, the properties its upload will carry
+/// and the precondition it uploads with. Every handle of the inode shares it,
+/// so each sees the others' writes and stat shows the staged size.
+final class StagedFile: Sendable {
+  let inode: UInt64
+  let stage: Stage
+
+  struct State {
+    /// The object name the bytes go to (a rename changes it).
+    var key: String
+    /// ifGenerationMatch of the next upload: 0 for a new object, else the
+    /// generation opened (or last uploaded).
+    var baseGeneration: Int64
+    /// That generation's metadata, where its bytes come from when a write
+    /// needs them; nil for a new object.
+    var base: ObjectMetadata?
+    /// What the upload stores as writable properties.
+    var attributes: ObjectAttributes
+    /// Properties bucketfs chose (contentType from the name, a generated
+    /// download token), not the user or the replaced object.
+    var inferred: Set<XattrName>
+    var size: UInt64
+    /// The stage holds the file's bytes; until then they are `base`'s and
+    /// only writes that need none of them go to the stage without a download.
+    var loaded: Bool
+    var dirty = false
+    /// A download or an upload reads or fills the stage: writes wait.
+    var busy = false
+    /// Set by a refused upload (412) or a local failure: every later write,
+    /// fsync and close of the inode's handles fails with it.
+    var poisoned: Errno?
+    var unlinked = false
+    var handles = 0
+    /// The mtime stat shows; `mtimeSet` when utimens chose it.
+    var modified: Timestamp?
+    var mtimeSet = false
+    /// Whether the sidecar says "uploaded", to flip it once on the next change.
+    var recordUploaded = false
+  }
+  let state: Mutex<State>
+  /// Serializes the slow work (downloads into the stage, uploads).
+  let gate = AsyncGate()
+
+  init(inode: UInt64, stage: Stage, state: State) {
+    self.inode = inode
+    self.stage = stage
+    self.state = Mutex(state)
+  }
+
+  var record: StageRecord {
+    state.withLock { s in
+      StageRecord(
+        key: s.key, baseGeneration: s.baseGeneration, uploaded: s.recordUploaded,
+        fields: Dictionary(uniqueKeysWithValues: s.attributes.fields.map { ($0.key.rawValue, $0.value) }),
+        custom: s.attributes.custom)
+    }
+  }
+}
+
+/// Staged files by inode, and which write handles belong to which.
+struct StagedFiles: Sendable {
+  var byInode: [UInt64: StagedFile] = [:]
+  /// Handles opened on a staged inode (readers too): handle -> inode.
+  var handles: [UInt64: UInt64] = [:]
+  /// Properties bucketfs inferred per uploaded key and generation, for an
+  /// atomic save to tell them from the user's; bounded, oldest dropped first.
+  var inferred: [InferredKey: Set<XattrName>] = [:]
+  var inferredOrder: [InferredKey] = []
+  static let inferredCapacity = 4096
+
+  /// Objects this mount created lately (key -> when), for tools that set
+  /// xattrs on a new file after closing it (rsync -X reopens its temp file).
+  var created: [String: Double] = [:]
+  var createdOrder: [String] = []
+
+  mutating func remember(created key: String, at time: Double) {
+    if created.updateValue(time, forKey: key) == nil { createdOrder.append(key) }
+    if createdOrder.count > Self.inferredCapacity {
+      created[createdOrder.removeFirst()] = nil
+    }
+  }
+
+  struct InferredKey: Hashable, Sendable {
+    let key: String
+    let generation: Int64
+  }
+
+  mutating func remember(inferred properties: Set<XattrName>, key: String, generation: Int64) {
+    guard !properties.isEmpty else { return }
+    let id = InferredKey(key: key, generation: generation)
+    if inferred.updateValue(properties, forKey: id) == nil { inferredOrder.append(id) }
+    if inferredOrder.count > Self.inferredCapacity {
+      let drop = inferredOrder.count - Self.inferredCapacity
+      for old in inferredOrder.prefix(drop) { inferred[old] = nil }
+      inferredOrder.removeFirst(drop)
+    }
+  }
+}
+
+/// A lock for async work: waiters resume in order, none is lost.
+final class AsyncGate: Sendable {
+  private struct State {
+    var locked = false
+    var waiters: [CheckedContinuation<Void, Never>] = []
+  }
+  private let state = Mutex(State())
+
+  func lock() async {
+    await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+      let acquired = state.withLock { s -> Bool in
+        if !s.locked {
+          s.locked = true
+          return true
+        }
+        s.waiters.append(continuation)
+        return false
+      }
+      if acquired { continuation.resume() }
+    }
+  }
+
+  func unlock() {
+    let next = state.withLock { s -> CheckedContinuation<Void, Never>? in
+      if s.waiters.isEmpty {
+        s.locked = false
+        return nil
+      }
+      return s.waiters.removeFirst()
+    }
+    next?.resume()
+  }
+
+  func run<T: Sendable>(_ body: () async throws -> T) async throws -> T {
+    await lock()
+    defer { unlock() }
+    return try await body()
+  }
+}

@@ -1,0 +1,98 @@
+import FUSE
+import Logging
+import ObjectStore
+import StorageFake
+import XCTest
+
+@testable import BucketFS
+
+#if canImport(Glibc)
+  import Glibc
+#endif
+
+/// A fresh private directory for one test's stages.
+func makeStageDirectory() -> String {
+  var template = Array("/tmp/bucketfs-test-stages-XXXXXX".utf8CString)
+  let made = template.withUnsafeMutableBufferPointer { mkdtemp($0.baseAddress!) }
+  precondition(made != nil, "mkdtemp failed")
+  return String(cString: made!)
+}
+
+/// Every file name in `directory`.
+func filesIn(_ directory: String) -> [String] {
+  guard let dir = opendir(directory) else { return [] }
+  defer { closedir(dir) }
+  var names: [String] = []
+  while let entry = readdir(dir) {
+    let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
+      String(cString: raw.bindMemory(to: CChar.self).baseAddress!)
+    }
+    if name != "." && name != ".." { names.append(name) }
+  }
+  return names.sorted()
+}
+
+func makeWritingFileSystem(
+  _ store: any ObjectStore, stageDirectory: String = makeStageDirectory(), firebase: Bool = false,
+  clock: ManualClock = ManualClock(), mimeTypes: String? = "/etc/mime.types"
+) -> BucketFileSystem {
+  var configuration = Configuration()
+  configuration.uid = 1234
+  configuration.gid = 5678
+  configuration.stageDirectory = stageDirectory
+  configuration.firebaseDownloadTokens = firebase
+  configuration.mimeTypesPath = mimeTypes
+  return BucketFileSystem(store: store, configuration: configuration, logger: quietLogger, clock: clock.read)
+}
+
+extension BucketFileSystem {
+  /// create(2) of a path whose parent exists.
+  func createFile(_ path: String, flags: Int32 = O_WRONLY | O_CREAT) async throws -> (
+    inode: UInt64, handle: UInt64
+  ) {
+    var components = path.split(separator: "/").map(String.init)
+    let name = components.removeLast()
+    let parent = try await inode(at: components.joined(separator: "/"))
+    let (entry, opened) = try await create(parent: parent, name: name, mode: 0o644, flags: flags)
+    return (entry.attributes!.inode, opened.handle)
+  }
+
+  func openFile(_ path: String, flags: Int32) async throws -> (inode: UInt64, handle: UInt64) {
+    let inode = try await inode(at: path)
+    return (inode, try await open(inode: inode, flags: flags).handle)
+  }
+
+  /// A write as the session makes it: inline when it can be, else in a task.
+  func writeBytes(_ inode: UInt64, _ handle: UInt64, at offset: UInt64, _ data: [UInt8]) async throws -> Int {
+    let inline = data.withUnsafeBytes { writeAtHand(inode: inode, handle: handle, offset: offset, data: $0) }
+    if let inline { return try inline.get() }
+    return try await write(inode: inode, handle: handle, offset: offset, data: data)
+  }
+
+  func writeText(_ inode: UInt64, _ handle: UInt64, at offset: UInt64, _ text: String) async throws {
+    let written = try await writeBytes(inode, handle, at: offset, Array(text.utf8))
+    XCTAssertEqual(written, text.utf8.count)
+  }
+
+  /// Everything a handle reads from `offset` to the end.
+  func readAll(_ inode: UInt64, _ handle: UInt64, from offset: UInt64 = 0) async throws -> [UInt8] {
+    var result: [UInt8] = []
+    var at = offset
+    while true {
+      var pieces = readAtHand(inode: inode, handle: handle, offset: at, size: 1 << 16)
+      if pieces == nil { pieces = try await read(inode: inode, handle: handle, offset: at, size: 1 << 16) }
+      let chunk = pieces!.flatMap { Array($0.readableBytesView) }
+      if chunk.isEmpty { return result }
+      result += chunk
+      at += UInt64(chunk.count)
+    }
+  }
+
+  /// close(2): flush, then release.
+  func close(_ inode: UInt64, _ handle: UInt64) async throws {
+    defer { release(inode: inode, handle: handle) }
+    try await flush(inode: inode, handle: handle)
+  }
+}
+
+func text(_ bytes: [UInt8]?) -> String? { bytes.map { String(decoding: $0, as: UTF8.self) } }

@@ -1,0 +1,249 @@
+import FUSE
+import ObjectStore
+import StorageFake
+import XCTest
+
+@testable import BucketFS
+
+#if canImport(Glibc)
+  import Glibc
+#endif
+
+/// Writing files: staging, read-your-writes, uploads on close
+/// (docs/semantics/writes.md), against the exact in-process service.
+final class WriteTests: XCTestCase {
+  var store: InMemoryObjectStore!
+  var fs: BucketFileSystem!
+  var stages: String!
+
+  override func setUp() async throws {
+    store = InMemoryObjectStore(bucket: "demo")
+    store.put("docs/readme.txt", data: bytes("hello world"), contentType: "text/plain")
+    stages = makeStageDirectory()
+    fs = makeWritingFileSystem(store, stageDirectory: stages)
+  }
+
+  func testCreateWriteCloseMakesOneObjectWithOneUploadAtGenerationZero() async throws {
+    let (inode, handle) = try await fs.createFile("docs/new.txt")
+    store.resetCalls()
+    try await fs.writeText(inode, handle, at: 0, "first ")
+    try await fs.writeText(inode, handle, at: 6, "line\n")
+    XCTAssertNil(store.object("docs/new.txt"), "nothing is uploaded before close")
+    XCTAssertEqual(store.calls, [])
+    try await fs.close(inode, handle)
+    XCTAssertEqual(store.calls, [.upload("docs/new.txt", ifGenerationMatch: 0)])
+    XCTAssertEqual(text(store.data("docs/new.txt")), "first line\n")
+    XCTAssertEqual(store.object("docs/new.txt")?.contentType, "text/plain")
+    XCTAssertEqual(filesIn(stages).filter { $0.hasPrefix("stage-") }, [], "the stage goes once stored")
+    let attributes = try await fs.getattr(inode: inode).0
+    XCTAssertEqual(attributes.size, 11)
+    XCTAssertEqual(attributes.kind, .file)
+  }
+
+  func testAnEmptyNewFileIsStoredOnClose() async throws {
+    let (inode, handle) = try await fs.createFile("empty.bin")
+    try await fs.close(inode, handle)
+    XCTAssertEqual(store.data("empty.bin"), [])
+    XCTAssertEqual(store.object("empty.bin")?.contentType, "application/octet-stream")
+  }
+
+  func testCloseWithoutChangesUploadsNothing() async throws {
+    let (inode, handle) = try await fs.openFile("docs/readme.txt", flags: O_RDWR)
+    store.resetCalls()
+    try await fs.close(inode, handle)
+    XCTAssertEqual(store.calls, [])
+  }
+
+  func testTruncatingOpenNeverDownloadsAndReplacesTheOpenedGeneration() async throws {
+    let generation = store.object("docs/readme.txt")!.generation
+    let (inode, handle) = try await fs.openFile("docs/readme.txt", flags: O_WRONLY | O_TRUNC)
+    store.resetCalls()
+    await XCTAssertEqualAsync(try await fs.getattr(inode: inode).0.size, 0)
+    try await fs.writeText(inode, handle, at: 0, "new")
+    try await fs.close(inode, handle)
+    XCTAssertEqual(store.calls, [.upload("docs/readme.txt", ifGenerationMatch: generation)])
+    XCTAssertEqual(text(store.data("docs/readme.txt")), "new")
+  }
+
+  func testAWriteInsideAnExistingObjectDownloadsItOnceThenPatchesTheBytes() async throws {
+    let (inode, handle) = try await fs.openFile("docs/readme.txt", flags: O_WRONLY)
+    store.resetCalls()
+    try await fs.writeText(inode, handle, at: 6, "WORLD")
+    XCTAssertEqual(store.calls(.read).count, 1, "the bytes it does not overwrite are fetched")
+    try await fs.writeText(inode, handle, at: 0, "H")
+    XCTAssertEqual(store.calls(.read).count, 1, "once")
+    try await fs.close(inode, handle)
+    XCTAssertEqual(text(store.data("docs/readme.txt")), "Hello WORLD")
+  }
+
+  func testAWriteCoveringTheWholeObjectNeedsNoDownload() async throws {
+    let (inode, handle) = try await fs.openFile("docs/readme.txt", flags: O_WRONLY)
+    store.resetCalls()
+    try await fs.writeText(inode, handle, at: 0, "HELLO WORLD, longer")
+    XCTAssertEqual(store.calls(.read), [])
+    try await fs.close(inode, handle)
+    XCTAssertEqual(text(store.data("docs/readme.txt")), "HELLO WORLD, longer")
+  }
+
+  func testAppendAtTheEndKeepsTheOldBytes() async throws {
+    // The kernel turns O_APPEND into writes at the size it knows.
+    let (inode, handle) = try await fs.openFile("docs/readme.txt", flags: O_WRONLY | O_APPEND)
+    let size = try await fs.getattr(inode: inode).0.size
+    try await fs.writeText(inode, handle, at: size, "!\n")
+    await XCTAssertEqualAsync(try await fs.getattr(inode: inode).0.size, 13)
+    try await fs.close(inode, handle)
+    XCTAssertEqual(text(store.data("docs/readme.txt")), "hello world!\n")
+  }
+
+  func testTruncateDownAndUpThroughAHandle() async throws {
+    let (inode, handle) = try await fs.openFile("docs/readme.txt", flags: O_RDWR)
+    store.resetCalls()
+    _ = try await fs.setattr(inode: inode, handle: handle, changes: AttributeChanges(size: 5))
+    XCTAssertEqual(store.calls(.read).first, .read("docs/readme.txt", 0..<5), "only the bytes kept")
+    let grown = try await fs.setattr(inode: inode, handle: handle, changes: AttributeChanges(size: 8)).0
+    XCTAssertEqual(grown.size, 8)
+    await XCTAssertEqualAsync(try await fs.readAll(inode, handle), bytes("hello") + [0, 0, 0])
+    try await fs.close(inode, handle)
+    XCTAssertEqual(store.data("docs/readme.txt"), bytes("hello") + [0, 0, 0])
+  }
+
+  func testTruncateOfAFileNobodyHasOpenUploadsAtOnceAndToZeroDownloadsNothing() async throws {
+    let inode = try await fs.inode(at: "docs/readme.txt")
+    let generation = store.object("docs/readme.txt")!.generation
+    store.resetCalls()
+    let attributes = try await fs.setattr(inode: inode, handle: nil, changes: AttributeChanges(size: 0)).0
+    XCTAssertEqual(attributes.size, 0)
+    XCTAssertEqual(store.calls, [.upload("docs/readme.txt", ifGenerationMatch: generation)])
+    XCTAssertEqual(store.data("docs/readme.txt"), [])
+    XCTAssertEqual(store.object("docs/readme.txt")?.contentType, "text/plain", "metadata carried")
+  }
+
+  func testHandlesShareTheStageAndStatShowsTheStagedSize() async throws {
+    let (inode, writer) = try await fs.createFile("shared.txt")
+    let reader = try await fs.open(inode: inode, flags: O_RDONLY).handle
+    let second = try await fs.open(inode: inode, flags: O_WRONLY).handle
+    try await fs.writeText(inode, writer, at: 0, "abc")
+    try await fs.writeText(inode, second, at: 3, "def")
+    await XCTAssertEqualAsync(text(try await fs.readAll(inode, reader)), "abcdef")
+    await XCTAssertEqualAsync(try await fs.getattr(inode: inode).0.size, 6)
+    let looked = try await fs.lookup(parent: 1, name: "shared.txt")
+    XCTAssertEqual(looked.attributes?.size, 6, "a lookup finds the staged file, not yet stored")
+    try await fs.close(inode, writer)
+    XCTAssertEqual(text(store.data("shared.txt")), "abcdef")
+    // The second writer's close has nothing new to store.
+    store.resetCalls()
+    try await fs.close(inode, second)
+    try await fs.close(inode, reader)
+    XCTAssertEqual(store.calls(.upload), [])
+  }
+
+  func testAReaderOpenedBeforeTheWriteSeesTheStagedBytes() async throws {
+    let (inode, reader) = try await fs.openFile("docs/readme.txt", flags: O_RDONLY)
+    let writer = try await fs.open(inode: inode, flags: O_WRONLY | O_TRUNC).handle
+    try await fs.writeText(inode, writer, at: 0, "staged")
+    await XCTAssertEqualAsync(text(try await fs.readAll(inode, reader)), "staged")
+    try await fs.close(inode, writer)
+    try await fs.close(inode, reader)
+  }
+
+  func testFsyncUploadsAndTheNextCloseHasNothingToDo() async throws {
+    let (inode, handle) = try await fs.createFile("synced.txt")
+    try await fs.writeText(inode, handle, at: 0, "one")
+    try await fs.fsync(inode: inode, handle: handle, dataOnly: false)
+    XCTAssertEqual(text(store.data("synced.txt")), "one")
+    let first = store.object("synced.txt")!.generation
+    try await fs.writeText(inode, handle, at: 3, "two")
+    store.resetCalls()
+    try await fs.close(inode, handle)
+    XCTAssertEqual(store.calls, [.upload("synced.txt", ifGenerationMatch: first)], "replaces its own upload")
+    XCTAssertEqual(text(store.data("synced.txt")), "onetwo")
+  }
+
+  func testNamesThatBreakTheRulesFailBeforeAnyRequest() async throws {
+    store.resetCalls()
+    await XCTAssertErrno(.invalid) {
+      _ = try await self.fs.create(parent: 1, name: "..", mode: 0o644, flags: O_WRONLY)
+    }
+    await XCTAssertErrno(.invalid) {
+      _ = try await self.fs.create(parent: 1, name: "", mode: 0o644, flags: O_WRONLY)
+    }
+    let long = String(repeating: "x", count: 256)
+    await XCTAssertErrno(.nameTooLong) {
+      _ = try await self.fs.create(parent: 1, name: long, mode: 0o644, flags: O_WRONLY)
+    }
+    // Four components of 255 bytes make a key over 1024 bytes.
+    let part = String(repeating: "d", count: 255)
+    store.put("\(part)/\(part)/\(part)/\(part)/seed", data: [])
+    let deep = try await fs.inode(at: "\(part)/\(part)/\(part)/\(part)")
+    store.resetCalls()
+    await XCTAssertErrno(.nameTooLong) {
+      _ = try await self.fs.create(parent: deep, name: "file", mode: 0o644, flags: O_WRONLY)
+    }
+    XCTAssertEqual(store.calls, [])
+  }
+
+  func testReadOnlyMountRefusesEveryWrite() async throws {
+    var configuration = Configuration()
+    configuration.readOnly = true
+    configuration.stageDirectory = stages
+    let readOnly = BucketFileSystem(store: store, configuration: configuration, logger: quietLogger)
+    let inode = try await readOnly.inode(at: "docs/readme.txt")
+    await XCTAssertErrno(.readOnly) { _ = try await readOnly.open(inode: inode, flags: O_WRONLY) }
+    await XCTAssertErrno(.readOnly) {
+      _ = try await readOnly.create(parent: 1, name: "x", mode: 0o644, flags: O_WRONLY)
+    }
+    await XCTAssertErrno(.readOnly) {
+      _ = try await readOnly.setattr(inode: inode, handle: nil, changes: AttributeChanges(size: 0))
+    }
+  }
+
+  func testALocalWriteFailureIsThatErrnoAndNothingIsUploaded() async throws {
+    let (inode, handle) = try await fs.createFile("full.bin")
+    try await fs.writeText(inode, handle, at: 0, "kept")
+    fs.stages.withLock { $0 }!.injectedFailures.withLock { $0 = [ENOSPC] }
+    await XCTAssertErrno(Errno(ENOSPC)) { _ = try await self.fs.writeBytes(inode, handle, at: 4, [1, 2, 3]) }
+    await XCTAssertErrno(Errno(ENOSPC)) { try await self.fs.flush(inode: inode, handle: handle) }
+    fs.release(inode: inode, handle: handle)
+    XCTAssertNil(store.object("full.bin"), "nothing uploaded half")
+    XCTAssertEqual(store.calls(.upload), [])
+  }
+
+  func testCreateInADirectoryListedCompleteNeedsNoLookupRequest() async throws {
+    store.put("photos/a.jpg", data: bytes("a"))
+    let photos = try await fs.inode(at: "photos")
+    _ = try await fs.names(of: photos)
+    store.resetCalls()
+    let missing = try await fs.lookup(parent: photos, name: "b.jpg")
+    XCTAssertNil(missing.attributes)
+    let (inode, handle) = try await fs.createFile("photos/b.jpg")
+    try await fs.writeText(inode, handle, at: 0, "b")
+    try await fs.close(inode, handle)
+    XCTAssertEqual(
+      store.calls, [.upload("photos/b.jpg", ifGenerationMatch: 0)], "one upload and nothing else")
+    XCTAssertEqual(store.object("photos/b.jpg")?.contentType, "image/jpeg")
+    // Once stored, the name is no longer known absent.
+    fs.forget(inode: inode, count: 1)
+    let found = try await fs.lookup(parent: photos, name: "b.jpg")
+    XCTAssertEqual(found.attributes?.size, 1)
+  }
+}
+
+extension WriteTests {
+  func testTruncatingDownThroughAHandleAloneIsAChange() async throws {
+    let (inode, handle) = try await fs.openFile("docs/readme.txt", flags: O_WRONLY)
+    _ = try await fs.setattr(inode: inode, handle: handle, changes: AttributeChanges(size: 5))
+    try await fs.close(inode, handle)
+    XCTAssertEqual(text(store.data("docs/readme.txt")), "hello")
+  }
+
+  func testANewFileShowsNoGenerationOrTimesUntilStored() async throws {
+    let (inode, handle) = try await fs.createFile("fresh.txt")
+    let names = try await fs.listxattr(inode: inode)
+    XCTAssertFalse(names.contains("user.generation"))
+    XCTAssertFalse(names.contains("user.timeCreated"))
+    XCTAssertTrue(names.contains("user.contentType"))
+    // rsync -X removes the names its source lacks: quietly ignored.
+    try await fs.removexattr(inode: inode, name: "user.bucket")
+    try await fs.close(inode, handle)
+  }
+}
