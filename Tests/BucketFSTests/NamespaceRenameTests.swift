@@ -217,9 +217,9 @@ final class NamespaceRenameTests: XCTestCase {
   }
 }
 
-/// The atomic save with files written through the mount: what bucketfs
+/// Renames and unlinks of files written through the mount; the atomic save: what bucketfs
 /// inferred for the temp file never wins, what the user set always does.
-final class NamespaceAtomicSaveTests: XCTestCase {
+final class NamespaceWrittenFileTests: XCTestCase {
   var store: InMemoryObjectStore!
   var fs: BucketFileSystem!
   var stages: String!
@@ -258,6 +258,29 @@ final class NamespaceAtomicSaveTests: XCTestCase {
     try await fs.setxattr(inode: temp, name: "user.contentType", value: bytes("text/x-chosen"), flags: [])
     try await fs.rename(parent: 1, name: "doc.md.tmp", newParent: 1, newName: "doc.md", flags: [])
     XCTAssertEqual(store.object("doc.md")?.contentType, "text/x-chosen")
+  }
+
+  func testAnOpenDirtyFileIsUploadedThenRenamedAndItsHandleFollows() async throws {
+    let (inode, handle) = try await fs.createFile("draft.txt")
+    try await fs.writeText(inode, handle, at: 0, "first")
+    XCTAssertNil(store.object("draft.txt"), "not closed yet")
+    try await fs.rename(parent: 1, name: "draft.txt", newParent: 1, newName: "final.txt", flags: [])
+    XCTAssertEqual(store.names, ["doc.md", "final.txt"])
+    XCTAssertEqual(store.data("final.txt"), bytes("first"))
+    // The handle now uploads to the new name, replacing only the generation the rename made.
+    try await fs.writeText(inode, handle, at: 5, " and more")
+    try await fs.close(inode, handle)
+    XCTAssertEqual(store.data("final.txt"), bytes("first and more"))
+    XCTAssertEqual(store.names, ["doc.md", "final.txt"])
+  }
+
+  func testAFileUnlinkedWhileOpenIsNeverUploaded() async throws {
+    store.put("gone.txt", data: bytes("old"))
+    let (inode, handle) = try await fs.openFile("gone.txt", flags: O_WRONLY)
+    try await fs.writeText(inode, handle, at: 0, "new")
+    try await fs.unlink(parent: 1, name: "gone.txt")
+    try await fs.close(inode, handle)
+    XCTAssertEqual(store.names, ["doc.md"])
   }
 
   func testATempFileRenamedTwiceStaysInferred() async throws {
