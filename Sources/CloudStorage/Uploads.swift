@@ -29,8 +29,7 @@ extension CloudStorageClient {
   ) async throws -> ObjectMetadata {
     let contentType = Self.contentType(attributes)
     let metadata = try Self.objectBody(name: name, attributes: attributes, contentType: contentType)
-    var media = ByteBufferAllocator().buffer(capacity: Int(source.size))
-    try read(source, from: 0, count: Int(source.size), into: &media)
+    var media = try read(source, from: 0, count: Int(source.size))
     let boundary = Self.boundary(notIn: media)
     var body = ByteBufferAllocator().buffer(capacity: media.readableBytes + metadata.count + 512)
     body.writeString("--\(boundary)\r\nContent-Type: application/json; charset=UTF-8\r\n\r\n")
@@ -46,23 +45,37 @@ extension CloudStorageClient {
       .POST, url: uploadPath + queryString(query),
       headers: [("Content-Type", "multipart/related; boundary=\(boundary)")], body: body,
       operation: "upload \(name)", maxBody: 4 << 20, idempotent: ifGenerationMatch != nil)
-    return try await uploadedObject(answer, name: name)
+    return try await uploadedObject(answer, name: name, size: source.size)
   }
 
-  /// The object an upload answered with; a partial answer is completed by a GET.
-  func uploadedObject(_ body: ByteBuffer, name: String) async throws -> ObjectMetadata {
+  /// The object an upload answered with; a partial answer is completed by a
+  /// GET. An object of another size than the source is not what was sent
+  /// (fake-gcs-server stores what a session holds when asked its status): that
+  /// generation is deleted, under its own precondition, and the upload fails.
+  func uploadedObject(_ body: ByteBuffer, name: String, size: Int64) async throws -> ObjectMetadata {
     let resource = try read(body, what: "uploaded object \(name)", as: ObjectResource.init(reading:))
-    guard resource.isComplete else {
+    let stored: ObjectMetadata
+    if resource.isComplete {
+      stored = try resource.metadata(defaultBucket: bucket)
+    } else {
       logger.debug("upload \(name): incomplete answer; reading the metadata back")
-      return try await metadata(of: name)
+      stored = try await metadata(of: name)
     }
-    return try resource.metadata(defaultBucket: bucket)
+    guard stored.size == size else {
+      logger.error(
+        "upload \(name): the service stored \(stored.size) of \(size) bytes (generation \(stored.generation)); deleting it"
+      )
+      try? await delete(name, ifGenerationMatch: stored.generation)
+      throw StorageError.invalidResponse("upload \(name): stored \(stored.size) of \(size) bytes")
+    }
+    return stored
   }
 
-  /// `count` bytes of `source` from `offset`, appended to `buffer`, in pieces
-  /// of at most one chunk; a source that ends early is a local failure.
-  func read(_ source: any UploadSource, from offset: Int64, count: Int, into buffer: inout ByteBuffer) throws
-  {
+  /// `count` bytes of `source` from `offset`, read in pieces of at most one
+  /// chunk; the source's own buffer when one piece holds them all (no copy:
+  /// an upload holds about one chunk). A source that ends early is a local failure.
+  func read(_ source: any UploadSource, from offset: Int64, count: Int) throws -> ByteBuffer {
+    var buffer: ByteBuffer?
     var done = 0
     while done < count {
       var piece = try source.read(at: offset + Int64(done), count: min(uploads.chunkSize, count - done))
@@ -72,8 +85,11 @@ extension CloudStorageClient {
       }
       if piece.readableBytes > count - done { piece.moveWriterIndex(to: piece.readerIndex + count - done) }
       done += piece.readableBytes
-      buffer.writeBuffer(&piece)
+      if buffer == nil && done == count { return piece }
+      if buffer == nil { buffer = ByteBufferAllocator().buffer(capacity: count) }
+      buffer!.writeBuffer(&piece)
     }
+    return buffer ?? ByteBuffer()
   }
 
   /// The type sent both in the metadata and as the media's Content-Type: the
