@@ -106,6 +106,20 @@ final class ResumableUploadTests: XCTestCase {
     }
   }
 
+  /// The last chunk stored the object but its answer was lost: the session,
+  /// asked, answers with the object; nothing is sent again.
+  func testALostFinalAnswerIsFoundByAsking() async throws {
+    let data = pattern(2 * chunk + 11)
+    try await withFakeServer(uploads: smallChunks) { server, client in
+      server.injectFaults([.answerLost(reset: false)], when: chunkAt(2 * chunk))
+      let meta = try await client.upload("f", from: BytesSource(data), attributes: attributes, ifGenerationMatch: 0)
+      XCTAssertEqual(meta.size, Int64(data.count))
+      XCTAssertEqual(server.requests.map(\.kind).suffix(2), [.uploadChunk, .uploadStatus])
+      XCTAssertEqual(server.store.calls(.upload).count, 1, "stored once")
+      XCTAssertTrue(server.store.data("f") == data)
+    }
+  }
+
   /// The session kept part of a chunk: the upload goes on from that exact byte.
   func testAPartlyKeptChunkResumesAtTheExactByte() async throws {
     let data = pattern(3 * chunk)
