@@ -25,6 +25,9 @@ extension CloudStorageClient {
   /// - `idempotent`: safe to repeat after a transient failure (the request
   ///   may have reached the service); otherwise such a failure is final.
   /// - `deadline`: when retries stop (default: the policy's deadline from now).
+  /// - `sending`: bytes of body; an attempt may run past `deadline` for as
+  ///   long as they take at 64 KiB/s (a slow uplink still gets a large
+  ///   request through; stalls are caught by the attempt timeout).
   /// - `accepting`: statuses outside 2xx that are answers (a session's 308).
   /// - `settledAfterRetry`: statuses that, after an attempt that may have
   ///   reached the service, mean that attempt took effect (a delete's 404).
@@ -32,7 +35,7 @@ extension CloudStorageClient {
   /// - `window`: for a ranged GET answered 200 (the whole object), the bytes kept.
   func exchange(
     _ method: HTTPMethod, url: String, headers: [(String, String)] = [], body: ByteBuffer? = nil,
-    operation: String, maxBody: Int, idempotent: Bool, deadline: NIODeadline? = nil,
+    operation: String, maxBody: Int, idempotent: Bool, deadline: NIODeadline? = nil, sending: Int = 0,
     accepting: Set<Int> = [], settledAfterRetry: Set<Int> = [],
     validate: (@Sendable (Int, HTTPHeaders, ByteBuffer) -> String?)? = nil, window: Range<Int64>? = nil,
     spare: SpareBuffer? = nil
@@ -50,8 +53,12 @@ extension CloudStorageClient {
       refreshNext = false
       var outcome: Outcome
       do {
+        let slowest =
+          NIODeadline.now() + .milliseconds(Int64((retry.attemptTimeout + Double(sending) / 65536) * 1000))
         outcome = try await attemptOnce(
-          method, url: url, headers: headers, body: body, deadline: deadline, maxBody: maxBody,
+          method, url: url, headers: headers, body: body,
+          deadline: sending > 0 ? max(deadline, slowest) : deadline,
+          maxBody: maxBody,
           refreshToken: refresh, accepting: reachedBefore ? accepting.union(settledAfterRetry) : accepting,
           window: window, spare: spare)
       } catch let error as StorageError {

@@ -143,7 +143,8 @@ extension CloudStorageClient {
     let range = "bytes \(offset)-\(offset + Int64(count) - 1)/\(size)"
     let (status, headers, body) = try await exchange(
       .PUT, url: session, headers: [("Content-Range", range), ("Content-Type", contentType)], body: chunk,
-      operation: "upload \(name) \(range)", maxBody: 4 << 20, idempotent: false, accepting: [308, 404, 410])
+      operation: "upload \(name) \(range)", maxBody: 4 << 20, idempotent: false,
+      sending: count, accepting: [308, 404, 410])
     return try sessionState(status, headers, body, name: name, size: size)
   }
 

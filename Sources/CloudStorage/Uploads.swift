@@ -44,7 +44,8 @@ extension CloudStorageClient {
     let (_, _, answer) = try await exchange(
       .POST, url: uploadPath + queryString(query),
       headers: [("Content-Type", "multipart/related; boundary=\(boundary)")], body: body,
-      operation: "upload \(name)", maxBody: 4 << 20, idempotent: ifGenerationMatch != nil)
+      operation: "upload \(name)", maxBody: 4 << 20, idempotent: ifGenerationMatch != nil,
+      sending: body.readableBytes)
     return try await uploadedObject(answer, name: name, size: source.size)
   }
 

@@ -112,7 +112,8 @@ final class ResumableUploadTests: XCTestCase {
     let data = pattern(2 * chunk + 11)
     try await withFakeServer(uploads: smallChunks) { server, client in
       server.injectFaults([.answerLost(reset: false)], when: chunkAt(2 * chunk))
-      let meta = try await client.upload("f", from: BytesSource(data), attributes: attributes, ifGenerationMatch: 0)
+      let meta = try await client.upload(
+        "f", from: BytesSource(data), attributes: attributes, ifGenerationMatch: 0)
       XCTAssertEqual(meta.size, Int64(data.count))
       XCTAssertEqual(server.requests.map(\.kind).suffix(2), [.uploadChunk, .uploadStatus])
       XCTAssertEqual(server.store.calls(.upload).count, 1, "stored once")

@@ -154,6 +154,19 @@ final class UploadTests: XCTestCase {
     }
   }
 
+  /// An attempt that is sending a body may outlast the retry deadline (a slow
+  /// uplink): only new attempts stop at it. Stalls are still cut by the
+  /// attempt timeout.
+  func testASlowAnswerToALargeBodyIsNotCutByTheRetryDeadline() async throws {
+    try await withFakeServer(retry: .fast(attemptTimeout: 3, deadline: 0.3)) { server, client in
+      server.injectFaults([.stall(.milliseconds(900))], for: .upload)
+      let data = pattern(1 << 20)
+      _ = try await client.upload("f", from: BytesSource(data), attributes: attributes, ifGenerationMatch: 0)
+      XCTAssertEqual(server.requests(.upload).count, 1)
+      XCTAssertTrue(server.store.data("f") == data)
+    }
+  }
+
   func testForbiddenIsAccessDeniedAndUnauthorizedRefreshesTheToken() async throws {
     let tokens = ScriptedTokens { call, _ in call == 1 ? "old" : "new" }
     try await withFakeServer(tokens: tokens) { server, client in
