@@ -41,12 +41,43 @@ extension CloudStorageClient {
     var query = [("uploadType", "multipart")]
     if let ifGenerationMatch { query.append(("ifGenerationMatch", String(ifGenerationMatch))) }
     query.append(("fields", Fields.object))
-    let (_, _, answer) = try await exchange(
+    let (status, _, answer) = try await exchange(
       .POST, url: uploadPath + queryString(query),
       headers: [("Content-Type", "multipart/related; boundary=\(boundary)")], body: body,
       operation: "upload \(name)", maxBody: 4 << 20, idempotent: ifGenerationMatch != nil,
-      sending: body.readableBytes)
+      sending: body.readableBytes, settledAfterRetry: [412])
+    if status == 412 {
+      return try await ownObject(name, from: source, attributes: attributes, contentType: contentType)
+    }
     return try await uploadedObject(answer, name: name, size: source.size)
+  }
+
+  /// A repeat got 412: the first attempt may have stored the object and lost
+  /// its answer. The live object is taken as this upload's only if it has
+  /// the same size, CRC-32C and writable metadata; otherwise someone else's
+  /// change won and the 412 stands.
+  private func ownObject(
+    _ name: String, from source: any UploadSource, attributes: ObjectAttributes, contentType: String
+  ) async throws -> ObjectMetadata {
+    guard let live = try? await metadata(of: name), live.size == source.size, let crc = live.crc32c else {
+      throw StorageError.preconditionFailed
+    }
+    var sum: UInt32 = 0
+    var offset: Int64 = 0
+    while offset < source.size {
+      let piece = try read(
+        source, from: offset, count: Int(min(Int64(uploads.chunkSize), source.size - offset)))
+      sum = CRC32C.update(sum, piece)
+      offset += Int64(piece.readableBytes)
+    }
+    var sent = attributes
+    sent.contentType = contentType
+    guard CRC32C.base64(sum) == crc, ObjectAttributes(of: live) == sent else {
+      throw StorageError.preconditionFailed
+    }
+    logger.info(
+      "upload \(name): the repeat got 412, but generation \(live.generation) is this upload's (answer lost)")
+    return live
   }
 
   /// The object an upload answered with; a partial answer is completed by a
