@@ -31,6 +31,8 @@ public final class BucketFileSystem: FileSystem, Sendable {
     var warned: Set<String> = []
     /// Lookups under way per directory key, and the listing a burst of them shares.
     var bursts: [String: LookupBurst] = [:]
+    /// Refreshes after a read found its generation gone, per inode.
+    var staleReads: [UInt64: Task<Void, Never>] = [:]
   }
   struct LookupBurst {
     var inFlight = 0

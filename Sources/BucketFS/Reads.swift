@@ -14,6 +14,7 @@ extension BucketFileSystem {
 
   public func open(inode: UInt64, flags: Int32) async throws -> OpenResult {
     if flags & O_ACCMODE != O_RDONLY || flags & O_TRUNC != 0 { throw Errno.readOnly }
+    await settleStaleRead(inode)
     let node = try node(inode)
     guard node.kind == .file else { throw Errno.isDirectory }
     let facts: FileFacts
@@ -45,6 +46,9 @@ extension BucketFileSystem {
     do {
       return try await reader.read(offset: offset, count: size)
     } catch {
+      if Self.isGenerationGone(error) {
+        generationGone(inode: inode, key: reader.key, generation: reader.generation)
+      }
       throw failure(error, operation: "read", key: reader.key, context: .read)
     }
   }
