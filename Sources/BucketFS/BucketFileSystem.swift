@@ -33,6 +33,7 @@ public final class BucketFileSystem: FileSystem, Sendable {
     var bursts: [String: LookupBurst] = [:]
     /// Refreshes after a read found its generation gone, per inode.
     var staleReads: [UInt64: Task<Void, Never>] = [:]
+    var readDeadlines: ReadDeadlines
   }
   struct LookupBurst {
     var inFlight = 0
@@ -61,7 +62,8 @@ public final class BucketFileSystem: FileSystem, Sendable {
     self.state = Mutex(
       State(
         inodes: InodeTable(
-          rootKey: configuration.rootPrefix, metadataCapacity: configuration.metadataCacheEntries)))
+          rootKey: configuration.rootPrefix, metadataCapacity: configuration.metadataCacheEntries),
+        readDeadlines: ReadDeadlines(seconds: configuration.retryDeadline)))
   }
 
   public static func monotonicSeconds() -> Double {

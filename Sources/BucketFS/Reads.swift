@@ -43,9 +43,15 @@ extension BucketFileSystem {
 
   public func read(inode: UInt64, handle: UInt64, offset: UInt64, size: Int) async throws -> [ByteBuffer] {
     guard let reader = state.withLock({ $0.files[handle] }) else { throw Errno.badHandle }
+    let bound = state.withLock { $0.readDeadlines.begin(reader.key) }
     do {
-      return try await reader.read(offset: offset, count: size)
+      let pieces = try await OperationDeadline.$current.withValue(bound) {
+        try await reader.read(offset: offset, count: size)
+      }
+      state.withLock { $0.readDeadlines.end(reader.key, nil) }
+      return pieces
     } catch {
+      state.withLock { $0.readDeadlines.end(reader.key, error) }
       if Self.isGenerationGone(error) {
         generationGone(inode: inode, key: reader.key, generation: reader.generation)
       }

@@ -173,7 +173,8 @@ public final class CloudStorageClient: ObjectStore {
     operation: String, maxBody: Int, idempotent: Bool, spare: SpareBuffer? = nil
   ) async throws -> (status: Int, headers: HTTPHeaders, body: ByteBuffer) {
     let start = NIODeadline.now()
-    let deadline = start + .milliseconds(Int64(retry.deadline * 1000))
+    let bound = OperationDeadline.current
+    let deadline = min(start + .milliseconds(Int64(retry.deadline * 1000)), bound?.deadline ?? .distantFuture)
     var attempt = 0
     var refreshedToken = false
     // Only the attempt right after a 401 forces a refresh; later retries reuse the new token.
@@ -211,7 +212,7 @@ public final class CloudStorageClient: ObjectStore {
         guard idempotent else { throw StorageError.unavailable("\(operation): \(reason)") }
         let wait = retry.delay(attempt: attempt, retryAfter: retryAfter)
         let resumeAt = NIODeadline.now() + .milliseconds(Int64(wait * 1000))
-        guard resumeAt < deadline else {
+        guard bound?.retries ?? true, resumeAt < deadline else {
           logger.warning("\(operation): giving up after \(attempt) attempt(s): \(reason)")
           throw StorageError.unavailable("\(operation): \(reason)")
         }

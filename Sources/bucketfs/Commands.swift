@@ -183,6 +183,7 @@ struct Mount: ParsableCommand {
     configuration.directoryMode = mountOptions.directoryMode ?? configuration.directoryMode
     configuration.readOnly = mountOptions.readOnly
     configuration.readAheadBudget = readAheadBudget << 20
+    configuration.retryDeadline = retryDeadline
 
     let fileSystem = BucketFileSystem(
       store: client, configuration: configuration, logger: logger, onMounted: { outcome.ready() })
