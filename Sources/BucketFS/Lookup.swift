@@ -123,7 +123,9 @@ extension BucketFileSystem {
       return (attributes(inode: inode, kind: .directory, facts: nil), configuration.metadataTTL)
     }
     if let facts = node.facts, isFresh(node) {
-      return (attributes(inode: inode, kind: .file, facts: facts), configuration.metadataTTL)
+      // The kernel may keep them for what is left of the TTL since they were fetched.
+      let left = max(configuration.metadataTTL - max(clock() - node.fetchedAt, 0), 0)
+      return (attributes(inode: inode, kind: .file, facts: facts), left)
     }
     let metadata = try await fetchMetadata(node.key)
     return (attributes(inode: inode, kind: .file, facts: FileFacts(metadata)), configuration.metadataTTL)
@@ -142,7 +144,7 @@ extension BucketFileSystem {
       return (inode, node)
     }
     guard let (inode, node) = found else { return nil }
-    return entry(inode: inode, kind: node.kind, facts: node.facts)
+    return entry(inode: inode, kind: node.kind, facts: node.facts, answeredAt: node.fetchedAt)
   }
 
   /// The kernel may keep it for the TTL counted from when the service answered.
