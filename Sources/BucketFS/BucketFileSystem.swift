@@ -33,6 +33,9 @@ public final class BucketFileSystem: FileSystem, Sendable {
     var bursts: [String: LookupBurst] = [:]
     /// The bucket answered that it cannot move objects: renames copy and delete.
     var moveUnsupported = false
+    /// Refreshes after a read found its generation gone, per inode.
+    var staleReads: [UInt64: Task<Void, Never>] = [:]
+    var readDeadlines: ReadDeadlines
   }
   struct LookupBurst {
     var inFlight = 0
@@ -78,7 +81,8 @@ public final class BucketFileSystem: FileSystem, Sendable {
     self.state = Mutex(
       State(
         inodes: InodeTable(
-          rootKey: configuration.rootPrefix, metadataCapacity: configuration.metadataCacheEntries)))
+          rootKey: configuration.rootPrefix, metadataCapacity: configuration.metadataCacheEntries),
+        readDeadlines: ReadDeadlines(seconds: configuration.retryDeadline)))
     warner.set { [weak self] in self?.warnConflict($0) }
   }
 

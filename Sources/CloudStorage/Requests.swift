@@ -40,7 +40,11 @@ extension CloudStorageClient {
     validate: (@Sendable (Int, HTTPHeaders, ByteBuffer) -> String?)? = nil, window: Range<Int64>? = nil,
     spare: SpareBuffer? = nil
   ) async throws -> (status: Int, headers: HTTPHeaders, body: ByteBuffer) {
-    let deadline = deadline ?? NIODeadline.now() + .milliseconds(Int64(retry.deadline * 1000))
+    // A caller's bound (one user-visible read, OperationDeadline) can only shorten it.
+    let bound = OperationDeadline.current
+    let deadline = min(
+      deadline ?? NIODeadline.now() + .milliseconds(Int64(retry.deadline * 1000)),
+      bound?.deadline ?? .distantFuture)
     var attempt = 0
     var reachedBefore = false
     var refreshedToken = false
@@ -90,7 +94,7 @@ extension CloudStorageClient {
         reachedBefore = true
         let wait = retry.delay(attempt: attempt, retryAfter: retryAfter)
         let resumeAt = NIODeadline.now() + .milliseconds(Int64(wait * 1000))
-        guard resumeAt < deadline else {
+        guard bound?.retries ?? true, resumeAt < deadline else {
           logger.warning("\(operation): giving up after \(attempt) attempt(s): \(reason)")
           throw StorageError.unavailable("\(operation): \(reason)")
         }
