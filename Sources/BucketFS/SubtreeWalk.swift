@@ -7,7 +7,7 @@ import Synchronization
 /// subtree per call, instead of one delimiter listing per directory.
 ///
 /// - A walk is a *descent*: `opendir` of a directory whose parent's handle
-///   is open or was read within ``window`` seconds. `ls` of one directory,
+///   is open, or was read or descended from within ``window`` seconds. `ls` of one directory,
 ///   `ls -l`, `ls -f | head` open no child and never start one.
 /// - A descent asks for the flat listing of the directory's subtree:
 ///   ``TreeListing`` turns its pages into the complete listings of the
@@ -105,6 +105,8 @@ final class SubtreeWalks: Sendable {
       else { return (.none, []) }
       strong = activity.isDescent || activity.descents > 0
       activity.descents += 1
+      // A walk that spends long in each child (`cp -r`) is still under way.
+      activity.lastRead = now
       state.activity[parent] = activity
       state.activity[key]?.isDescent = true
       touchSiblings(parent, &state)
