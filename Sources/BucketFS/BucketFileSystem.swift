@@ -19,6 +19,8 @@ public final class BucketFileSystem: FileSystem, Sendable {
   private let onMounted: @Sendable () -> Void
   /// Tells the kernel to drop cached attributes, pages and names; none until mounted.
   let kernel = Mutex<KernelCache>(.none)
+  /// Memory read-ahead may hold, shared by all open files.
+  let readAhead: ReadAheadBudget
 
   struct State {
     var inodes: InodeTable
@@ -32,7 +34,10 @@ public final class BucketFileSystem: FileSystem, Sendable {
   }
   struct LookupBurst {
     var inFlight = 0
-    var page: Task<ListPage, any Error>?
+    var page: Task<AnsweredPage, any Error>?
+    /// When `page` was asked for: lookups that keep a burst alive must not
+    /// answer from one page forever.
+    var pageAskedAt: Double = 0
   }
   /// A lookup that finds this many others under way in its directory joins
   /// one shared list call instead of making two requests of its own: fifty
@@ -56,6 +61,7 @@ public final class BucketFileSystem: FileSystem, Sendable {
     self.walks = SubtreeWalks(
       store: store, pageSize: configuration.pageSize, freshness: configuration.metadataTTL, logger: logger,
       clock: clock, onConflict: { warner($0) })
+    self.readAhead = ReadAheadBudget(capacity: configuration.readAheadBudget)
     self.state = Mutex(
       State(
         inodes: InodeTable(
@@ -108,8 +114,8 @@ public final class BucketFileSystem: FileSystem, Sendable {
     do {
       let metadata = try await store.metadata(of: key)
       let now = clock()
-      state.withLock { $0.inodes.refresh(metadata, at: now) }
-      return metadata
+      // A PATCH may have answered with newer metadata while this GET was under way.
+      return state.withLock { $0.inodes.refresh(metadata, at: now) }
     } catch {
       throw failure(error, operation: "get metadata", key: key)
     }

@@ -22,6 +22,8 @@ public struct Configuration: Sendable {
   public var readAheadMaxChunk: Int = 8 << 20
   /// Bytes of read-ahead kept in flight per open file at most.
   public var readAheadMaxBytes: Int = 32 << 20
+  /// Bytes of read-ahead all open files together may hold (``ReadAheadBudget``).
+  public var readAheadBudget: Int = 256 << 20
 
   public init() {}
 }

@@ -16,7 +16,7 @@ extension BucketFileSystem {
     let key = try node(inode, kind: .directory).key
     let listed = await walks.opened(key, parent: SubtreeWalks.parent(of: key, root: configuration.rootPrefix))
     let stream = DirectoryStream(
-      prefix: key, store: store, pageSize: configuration.pageSize, listed: listed,
+      prefix: key, store: store, pageSize: configuration.pageSize, clock: clock, listed: listed,
       onConflict: { [weak self] in self?.warnConflict($0) })
     return state.withLock { state in
       let handle = state.nextHandle
@@ -52,21 +52,23 @@ extension BucketFileSystem {
         throw errno
       }
       if batch.isEmpty { return }
-      let now = clock()
       for listed in batch {
+        // Fresh from when the page was answered, however long the reader paused.
+        let now = listed.answeredAt
         let facts = listed.metadata.map(FileFacts.init)
-        let inode: UInt64 = state.withLock { state in
+        let (inode, shown): (UInt64, FileFacts?) = state.withLock { state in
           if buffer.isPlus {
-            return state.inodes.remember(
+            let inode = state.inodes.remember(
               key: listed.key, kind: listed.kind, metadata: listed.metadata, facts: facts, at: now)
+            return (inode, state.inodes[inode]?.facts ?? facts)
           }
           if let metadata = listed.metadata { state.inodes.refresh(metadata, at: now) }
-          return state.inodes.inode(of: listed.key) ?? InodeTable.hash(listed.key)
+          return (state.inodes.expectedInode(of: listed.key), facts)
         }
         let next = UInt64(index + 3)
         guard
           buffer.add(
-            name: listed.name, entry: entry(inode: inode, kind: listed.kind, facts: facts),
+            name: listed.name, entry: entry(inode: inode, kind: listed.kind, facts: shown, answeredAt: now),
             nextOffset: next)
         else {
           if buffer.isPlus { forget(inode: inode, count: 1) }

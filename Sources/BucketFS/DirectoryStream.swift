@@ -7,6 +7,8 @@ struct ListedEntry: Sendable {
   /// The object name (file) or prefix ending in `/` (directory).
   let key: String
   let metadata: ObjectMetadata?
+  /// When the service answered the page it came from.
+  let answeredAt: Double
 }
 
 /// Streams one directory from paged list calls (SPEC §2): the first page is
@@ -21,6 +23,7 @@ actor DirectoryStream {
   private let store: any ObjectStore
   private let pageSize: Int
   private let onConflict: @Sendable (String) -> Void
+  private let clock: @Sendable () -> Double
 
   /// The current page's entries and the listing index of the first one.
   private var entries: [ListedEntry] = []
@@ -32,7 +35,7 @@ actor DirectoryStream {
   private var deferred: [ListedEntry] = []
   /// Pages fetched since the start, and the next one when already under way.
   private var pagesFetched = 0
-  private var prefetch: Task<ListPage, any Error>?
+  private var prefetch: Task<AnsweredPage, any Error>?
   /// The page token `prefetch` was asked for with.
   private var prefetchToken: String?
   /// The number of the page the reader is waiting for, if any.
@@ -45,12 +48,14 @@ actor DirectoryStream {
   /// `listed`: the whole listing, already known (a tree walk's flat pages
   /// made it); a rewind lists again.
   init(
-    prefix: String, store: any ObjectStore, pageSize: Int, listed: [ListedEntry]? = nil,
+    prefix: String, store: any ObjectStore, pageSize: Int, clock: @escaping @Sendable () -> Double,
+    listed: [ListedEntry]? = nil,
     onConflict: @escaping @Sendable (String) -> Void
   ) {
     self.prefix = prefix
     self.store = store
     self.pageSize = pageSize
+    self.clock = clock
     self.onConflict = onConflict
     if let listed {
       entries = listed
@@ -98,7 +103,7 @@ actor DirectoryStream {
     let number = pagesFetched + 1
     awaited = number
     defer { awaited = nil }
-    let page: ListPage
+    let page: AnsweredPage
     do {
       if let ahead = prefetch {
         prefetch = nil
@@ -117,8 +122,8 @@ actor DirectoryStream {
       throw error
     }
     base += entries.count
-    entries = absorb(page)
-    nextPageToken = page.nextPageToken
+    entries = absorb(page.page, answeredAt: page.answeredAt)
+    nextPageToken = page.page.nextPageToken
     started = true
     pagesFetched += 1
     if let token = nextPageToken, prefetchToken != token {
@@ -146,23 +151,27 @@ actor DirectoryStream {
     prefetchToken = nil
   }
 
-  private func list(_ token: String?, number: Int) async throws -> ListPage {
+  private func list(_ token: String?, number: Int) async throws -> AnsweredPage {
     try await lister()(token, number)
   }
 
   /// Holds the stream weakly, so that dropping it cancels the prefetch.
-  private func lister() -> @Sendable (String?, Int) async throws -> ListPage {
-    let (store, prefix, pageSize, pass) = (self.store, self.prefix, self.pageSize, self.pass)
+  private func lister() -> @Sendable (String?, Int) async throws -> AnsweredPage {
+    let (store, prefix, pageSize, pass, clock) = (
+      self.store, self.prefix, self.pageSize, self.pass, self.clock
+    )
     let stream = WeakStream(self)
     return { token, number in
       // The first page's token is never used early (goal: one call for a reader that stops there).
       guard number >= 2 else {
-        return try await store.list(prefix: prefix, delimiter: "/", pageSize: pageSize, pageToken: token)
+        let page = try await store.list(prefix: prefix, delimiter: "/", pageSize: pageSize, pageToken: token)
+        return AnsweredPage(page: page, answeredAt: clock())
       }
-      return try await store.list(prefix: prefix, delimiter: "/", pageSize: pageSize, pageToken: token) {
+      let page = try await store.list(prefix: prefix, delimiter: "/", pageSize: pageSize, pageToken: token) {
         next in
         Task { await stream.value?.tokenArrived(next, page: number, pass: pass) }
       }
+      return AnsweredPage(page: page, answeredAt: clock())
     }
   }
 
@@ -173,7 +182,7 @@ actor DirectoryStream {
 
   /// Turns a page into entries in the service's order: invalid names and the
   /// directory's own placeholder dropped, files shadowed by a directory dropped.
-  private func absorb(_ page: ListPage) -> [ListedEntry] {
+  private func absorb(_ page: ListPage, answeredAt: Double) -> [ListedEntry] {
     let hasMore = page.nextPageToken != nil
     let lastKey = [page.items.last?.name, page.prefixes.last].compactMap { $0 }.max(by: Names.precedes)
     var directories: [ListedEntry] = []
@@ -181,14 +190,16 @@ actor DirectoryStream {
     for listed in page.prefixes {
       guard let name = Names.directoryComponent(listed: listed, under: prefix) else { continue }
       names.insert(name)
-      directories.append(ListedEntry(name: String(name), kind: .directory, key: listed, metadata: nil))
+      directories.append(
+        ListedEntry(name: String(name), kind: .directory, key: listed, metadata: nil, answeredAt: answeredAt))
     }
     var files: [ListedEntry] = []
     let carried = deferred
     deferred = []
     for item in page.items {
       guard let name = Names.fileComponent(item: item.name, under: prefix) else { continue }
-      files.append(ListedEntry(name: String(name), kind: .file, key: item.name, metadata: item))
+      files.append(
+        ListedEntry(name: String(name), kind: .file, key: item.name, metadata: item, answeredAt: answeredAt))
     }
     // Files from earlier pages sort before everything on this one.
     var result: [ListedEntry] = []

@@ -33,7 +33,9 @@ struct Node: Sendable {
 
 /// Inode numbers are a hash of the key, so a path keeps its number for the
 /// life of the mount (and across mounts) without a table of every path ever
-/// seen; only inodes the kernel holds are kept.
+/// seen; only inodes the kernel holds are kept. A key whose hash is held by
+/// another live key gets a number from the upper half (2^63 + n) for as long
+/// as the kernel holds it: two keys never share a node.
 ///
 /// Nodes live in fixed-size chunks and the hash table maps inode numbers to
 /// slots: a table of whole nodes costs their size in every empty bucket too,
@@ -46,12 +48,16 @@ struct InodeTable: Sendable {
   private var slotOf: [UInt64: Int32] = [:]
   private var vacant: [Int32] = []
   private(set) var metadata: MetadataCache
-  /// Keys whose hash collided with another live key, and the numbers they got.
-  private var collisions: [String: UInt64] = [:]
+  /// Live keys whose inode is not their hash (a collision), and their inodes.
+  private var mapped: [String: UInt64] = [:]
   private var nextCollisionInode: UInt64 = 1 << 63
+  private let hashOf: @Sendable (String) -> UInt64
 
-  init(rootKey: String, metadataCapacity: Int) {
+  /// `hash` is replaceable so tests can force collisions.
+  init(rootKey: String, metadataCapacity: Int, hash: @escaping @Sendable (String) -> UInt64 = InodeTable.hash)
+  {
     metadata = MetadataCache(capacity: metadataCapacity)
+    hashOf = hash
     self[Self.rootInode] = Node(
       key: rootKey, kind: .directory, lookups: 1, facts: nil, fetchedAt: 0, openedGeneration: nil)
   }
@@ -65,7 +71,13 @@ struct InodeTable: Sendable {
       hash ^= UInt64(byte)
       hash = hash &* 0x0000_0100_0000_01b3
     }
-    hash &= ~(1 << 63)  // the upper half is for collisions
+    return hash
+  }
+
+  /// The number `key` gets when its hash is free: in the lower half (the
+  /// upper is for collisions), never the root's.
+  func hashedInode(_ key: String) -> UInt64 {
+    let hash = hashOf(key) & ~(1 << 63)
     return hash < 2 ? hash + 2 : hash
   }
 
@@ -102,9 +114,14 @@ struct InodeTable: Sendable {
 
   /// The inode a key has now, if the kernel holds it.
   func inode(of key: String) -> UInt64? {
-    if let inode = collisions[key] { return inode }
-    let inode = Self.hash(key)
+    if let inode = mapped[key] { return inode }
+    let inode = hashedInode(key)
     return self[inode]?.key == key ? inode : nil
+  }
+
+  /// The inode a lookup of `key` would give now: what plain readdir shows as d_ino.
+  func expectedInode(of key: String) -> UInt64 {
+    inode(of: key) ?? hashedInode(key)
   }
 
   /// Records one more kernel reference to `key`, creating the node if needed,
@@ -118,9 +135,11 @@ struct InodeTable: Sendable {
       ?? Node(key: key, kind: kind, lookups: 0, facts: nil, fetchedAt: 0, openedGeneration: nil)
     node.lookups += 1
     if kind == .file, let metadata {
-      node.facts = facts ?? FileFacts(metadata)
-      node.fetchedAt = now
-      self.metadata.insert(metadata)
+      if !Self.isOlder(metadata, than: node.facts) {
+        node.facts = facts ?? FileFacts(metadata)
+        node.fetchedAt = max(node.fetchedAt, now)
+        self.metadata.insert(metadata)
+      }
     } else if kind == .directory {
       node.fetchedAt = now
     }
@@ -128,13 +147,27 @@ struct InodeTable: Sendable {
     return inode
   }
 
-  /// Refreshes cached metadata of a node the kernel already holds, if any.
-  mutating func refresh(_ metadata: ObjectMetadata, at now: Double) {
-    guard let inode = inode(of: metadata.name), var node = self[inode], node.kind == .file else { return }
+  /// Refreshes cached metadata of a node the kernel already holds, if any,
+  /// unless what it knows is newer; returns the newest metadata known.
+  @discardableResult
+  mutating func refresh(_ metadata: ObjectMetadata, at now: Double) -> ObjectMetadata {
+    guard let inode = inode(of: metadata.name), var node = self[inode], node.kind == .file else {
+      return metadata
+    }
+    if Self.isOlder(metadata, than: node.facts) { return self.metadata[metadata.name] ?? metadata }
     node.facts = FileFacts(metadata)
-    node.fetchedAt = now
+    node.fetchedAt = max(node.fetchedAt, now)
     self[inode] = node
     self.metadata.insert(metadata)
+    return metadata
+  }
+
+  /// Whether `metadata` is older than what is known: a lower generation, or
+  /// the same generation and a lower metageneration. A late answer (a GET or
+  /// a list page sent before a PATCH answered) never replaces a newer one.
+  static func isOlder(_ metadata: ObjectMetadata, than known: FileFacts?) -> Bool {
+    guard let known else { return false }
+    return (metadata.generation, metadata.metageneration) < (known.generation, known.metageneration)
   }
 
   mutating func forget(_ inode: UInt64, count: UInt64) {
@@ -142,27 +175,31 @@ struct InodeTable: Sendable {
     node.lookups = node.lookups > count ? node.lookups - count : 0
     if node.lookups == 0 {
       self[inode] = nil
-      collisions[node.key] = nil
+      if mapped[node.key] == inode { mapped[node.key] = nil }
       metadata.remove(node.key)
     } else {
       self[inode] = node
     }
   }
 
+  /// The key's hash if no live node holds it, else a number of the upper half.
   private mutating func allocate(_ key: String) -> UInt64 {
-    let inode = Self.hash(key)
-    guard slotOf[inode] == nil else { return inode }
-    nextCollisionInode += 1
-    collisions[key] = nextCollisionInode
+    let inode = hashedInode(key)
+    guard slotOf[inode] != nil else { return inode }
+    repeat {
+      nextCollisionInode = nextCollisionInode == .max ? 1 << 63 : nextCollisionInode + 1
+    } while slotOf[nextCollisionInode] != nil
+    mapped[key] = nextCollisionInode
     return nextCollisionInode
   }
 }
 
 /// The little of a file's metadata that stat needs, parsed once. Times are
-/// kept as nanoseconds (40 bytes in all): one is held for every inode.
+/// kept as nanoseconds (48 bytes in all): one is held for every inode.
 struct FileFacts: Sendable, Equatable {
   let size: UInt64
   let generation: Int64
+  let metageneration: Int64
   private let createdNanoseconds: Int64
   private let modifiedNanoseconds: Int64
   private let changedNanoseconds: Int64
@@ -175,6 +212,7 @@ struct FileFacts: Sendable, Equatable {
   init(_ metadata: ObjectMetadata) {
     size = UInt64(max(metadata.size, 0))
     generation = metadata.generation
+    metageneration = metadata.metageneration
     createdNanoseconds = Self.nanoseconds(RFC3339.parse(metadata.timeCreated))
     modifiedNanoseconds = Self.nanoseconds(
       metadata.custom["goog-reserved-file-mtime"].flatMap(RFC3339.parseMtime))
@@ -227,6 +265,19 @@ struct MetadataCache: Sendable {
       order.removeFirst(head)
       head = 0
     }
+    // Keys removed (forgotten) and inserted again leave stale places behind
+    // without ever filling the cache: drop them once they outnumber the live.
+    if order.count - head > 2 * capacity + 1024 { compact() }
+  }
+
+  /// Places in ``order``, stale ones included (for tests).
+  var orderCount: Int { order.count - head }
+
+  /// Keeps one place per live key, the oldest.
+  private mutating func compact() {
+    var seen = Set<String>()
+    order = order[head...].filter { entries[$0] != nil && seen.insert($0).inserted }
+    head = 0
   }
 
   mutating func remove(_ key: String) {

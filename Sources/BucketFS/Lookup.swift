@@ -49,18 +49,34 @@ extension BucketFileSystem {
       return entry(inode: inode, kind: .directory, facts: nil)
     }
     guard let metadata else { return .negative(timeout: configuration.negativeTTL) }
-    let inode = state.withLock { $0.inodes.remember(key: fileKey, kind: .file, metadata: metadata, at: now) }
-    return entry(inode: inode, kind: .file, facts: FileFacts(metadata))
+    return rememberFile(fileKey, metadata, at: now)
   }
 
-  func joinBurst(_ parentKey: String) -> Task<ListPage, any Error>? {
-    state.withLock { state in
+  /// Counts a lookup of a file and answers with the newest facts known of it.
+  func rememberFile(_ key: String, _ metadata: ObjectMetadata, at answeredAt: Double) -> Entry {
+    let (inode, facts) = state.withLock { state in
+      let inode = state.inodes.remember(key: key, kind: .file, metadata: metadata, at: answeredAt)
+      return (inode, state.inodes[inode]?.facts ?? FileFacts(metadata))
+    }
+    return entry(inode: inode, kind: .file, facts: facts, answeredAt: answeredAt)
+  }
+
+  func joinBurst(_ parentKey: String) -> Task<AnsweredPage, any Error>? {
+    let now = clock()
+    // A name missing from the page is answered ENOENT: the page may be no
+    // older than a negative answer may be remembered.
+    let maxAge = min(configuration.metadataTTL, configuration.negativeTTL)
+    return state.withLock { state in
       var burst = state.bursts[parentKey, default: LookupBurst()]
       burst.inFlight += 1
+      if burst.page != nil, now - burst.pageAskedAt > maxAge { burst.page = nil }
       if burst.page == nil, burst.inFlight >= Self.burstSize {
-        let (store, pageSize) = (self.store, configuration.pageSize)
+        let (store, pageSize, clock) = (self.store, configuration.pageSize, self.clock)
+        burst.pageAskedAt = now
         burst.page = Task {
-          try await store.list(prefix: parentKey, delimiter: "/", pageSize: pageSize, pageToken: nil)
+          let page = try await store.list(
+            prefix: parentKey, delimiter: "/", pageSize: pageSize, pageToken: nil)
+          return AnsweredPage(page: page, answeredAt: clock())
         }
       }
       state.bursts[parentKey] = burst
@@ -78,12 +94,13 @@ extension BucketFileSystem {
 
   /// The answer to a lookup from the first page of its directory's listing,
   /// when that page is enough to tell; nil when the name may be further on.
-  func resolve(fileKey: String, directoryKey: String, from page: ListPage) -> Entry? {
+  func resolve(fileKey: String, directoryKey: String, from answered: AnsweredPage) -> Entry? {
+    let page = answered.page
     if page.nextPageToken != nil {
       let last = [page.items.last?.name, page.prefixes.last].compactMap { $0 }.max(by: Names.precedes)
       guard let last, Names.precedes(directoryKey, last) else { return nil }
     }
-    let now = clock()
+    let now = answered.answeredAt
     let metadata = page.items.first { $0.name == fileKey }
     if page.prefixes.contains(directoryKey) {
       if metadata != nil { warnConflict(fileKey) }
@@ -93,8 +110,7 @@ extension BucketFileSystem {
       return entry(inode: inode, kind: .directory, facts: nil)
     }
     guard let metadata else { return .negative(timeout: configuration.negativeTTL) }
-    let inode = state.withLock { $0.inodes.remember(key: fileKey, kind: .file, metadata: metadata, at: now) }
-    return entry(inode: inode, kind: .file, facts: FileFacts(metadata))
+    return rememberFile(fileKey, metadata, at: now)
   }
 
   public func forget(inode: UInt64, count: UInt64) {
@@ -129,10 +145,13 @@ extension BucketFileSystem {
     return entry(inode: inode, kind: node.kind, facts: node.facts)
   }
 
-  func entry(inode: UInt64, kind: Node.Kind, facts: FileFacts?) -> Entry {
-    Entry(
-      attributes: attributes(inode: inode, kind: kind, facts: facts),
-      entryTimeout: configuration.metadataTTL, attributeTimeout: configuration.metadataTTL)
+  /// The kernel may keep it for the TTL counted from when the service answered.
+  func entry(inode: UInt64, kind: Node.Kind, facts: FileFacts?, answeredAt: Double? = nil) -> Entry {
+    let age = answeredAt.map { max(clock() - $0, 0) } ?? 0
+    let timeout = max(configuration.metadataTTL - age, 0)
+    return Entry(
+      attributes: attributes(inode: inode, kind: kind, facts: facts), entryTimeout: timeout,
+      attributeTimeout: timeout)
   }
 
   /// SPEC §3.

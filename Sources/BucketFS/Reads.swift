@@ -24,7 +24,8 @@ extension BucketFileSystem {
     }
     let reader = FileReader(
       key: node.key, generation: facts.generation, size: facts.size, store: store,
-      maxSegment: configuration.readAheadMaxChunk, maxAhead: configuration.readAheadMaxBytes)
+      maxSegment: configuration.readAheadMaxChunk, maxAhead: configuration.readAheadMaxBytes,
+      budget: readAhead)
     return state.withLock { state in
       let keepCache = state.inodes[inode]?.openedGeneration == facts.generation
       state.inodes[inode]?.openedGeneration = facts.generation

@@ -214,8 +214,9 @@ final class SubtreeWalks: Sendable {
         logger.debug("flat listing of \(root) failed (\(error)); its directories list themselves")
         break
       }
+      let answeredAt = clock()
       var done: [TreeListing.Listing] = []
-      for item in page.items { done += tree.add(item) }
+      for item in page.items { done += tree.add(item, answeredAt: answeredAt) }
       token = page.nextPageToken
       if token == nil { done += tree.finish() }
       keep(done, epoch: epoch)

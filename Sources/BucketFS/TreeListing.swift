@@ -33,8 +33,9 @@ struct TreeListing {
   }
 
   /// Takes the next object of the flat listing of the root prefix (in the
-  /// service's order); returns the listings it completes, deepest first.
-  mutating func add(_ item: ObjectMetadata) -> [Listing] {
+  /// service's order), from a page answered at `answeredAt`; returns the
+  /// listings it completes, deepest first.
+  mutating func add(_ item: ObjectMetadata, answeredAt: Double) -> [Listing] {
     let name = item.name
     var done: [Listing] = []
     while stack.count > 1, !name.utf8.starts(with: stack[stack.count - 1].key.utf8) {
@@ -54,7 +55,8 @@ struct TreeListing {
         let key = String(Substring(bytes[bytes.startIndex..<end]))
         if visible {
           stack[parent].entries.append(
-            ListedEntry(name: String(component), kind: .directory, key: key, metadata: nil))
+            ListedEntry(
+              name: String(component), kind: .directory, key: key, metadata: nil, answeredAt: answeredAt))
           held += 1
         }
         stack.append(Open(key: key, visible: visible))
@@ -65,7 +67,7 @@ struct TreeListing {
     let component = Substring(bytes[start...])
     if stack[stack.count - 1].visible, Names.isValidComponent(component) {
       stack[stack.count - 1].entries.append(
-        ListedEntry(name: String(component), kind: .file, key: name, metadata: item))
+        ListedEntry(name: String(component), kind: .file, key: name, metadata: item, answeredAt: answeredAt))
       held += 1
     }
     return done

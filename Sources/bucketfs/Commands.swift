@@ -51,6 +51,8 @@ struct Mount: ParsableCommand {
   var requestTimeout = 30.0
   @Option(help: "Seconds one operation may take, retries included, before it fails with EIO.")
   var retryDeadline = 60.0
+  @Option(help: "MiB of memory read-ahead may hold at once, all open files together.")
+  var readAheadBudget = 256
   @Option(help: "trace, debug, info, notice, warning, error or critical.") var logLevel = "info"
   @Option(help: "Append logs to this file (default: stderr in the foreground, syslog in the background).")
   var logFile: String?
@@ -60,6 +62,9 @@ struct Mount: ParsableCommand {
     guard (1...1000).contains(pageSize) else { throw ValidationError("--page-size must be 1 to 1000") }
     guard metadataTTL >= 0, negativeTTL >= 0 else { throw ValidationError("TTLs must not be negative") }
     guard requestTimeout > 0, retryDeadline > 0 else { throw ValidationError("timeouts must be positive") }
+    guard (1...(1 << 20)).contains(readAheadBudget) else {
+      throw ValidationError("--read-ahead-budget must be 1 to 1048576 MiB")
+    }
     guard Logger.Level(rawValue: logLevel) != nil else {
       throw ValidationError("unknown --log-level \(logLevel)")
     }
@@ -177,6 +182,7 @@ struct Mount: ParsableCommand {
     configuration.fileMode = mountOptions.fileMode ?? configuration.fileMode
     configuration.directoryMode = mountOptions.directoryMode ?? configuration.directoryMode
     configuration.readOnly = mountOptions.readOnly
+    configuration.readAheadBudget = readAheadBudget << 20
 
     let fileSystem = BucketFileSystem(
       store: client, configuration: configuration, logger: logger, onMounted: { outcome.ready() })

@@ -33,7 +33,7 @@ final class TreeListingTests: XCTestCase {
     var tree = TreeListing(root: "", onConflict: { warned.append($0) })
     var done: [TreeListing.Listing] = []
     for name in ["a", "a!", "a/", "a/b", "c/", "c/./x", "d//e"] {
-      done += tree.add(Self.object(name))
+      done += tree.add(Self.object(name), answeredAt: 0)
     }
     done += tree.finish()
     let listings = Dictionary(uniqueKeysWithValues: done.map { ($0.key, $0.entries.map(\.name)) })
@@ -79,7 +79,8 @@ final class TreeListingTests: XCTestCase {
     var result: [String: [Row]] = [:]
     var pending = [root]
     while let key = pending.popLast() {
-      let stream = DirectoryStream(prefix: key, store: store, pageSize: pageSize, onConflict: { _ in })
+      let stream = DirectoryStream(
+        prefix: key, store: store, pageSize: pageSize, clock: { 0 }, onConflict: { _ in })
       var rows: [Row] = []
       while true {
         let batch = try await stream.entries(from: rows.count)
@@ -102,7 +103,7 @@ final class TreeListingTests: XCTestCase {
     repeat {
       let page = try await store.list(prefix: root, delimiter: nil, pageSize: pageSize, pageToken: token)
       var done: [TreeListing.Listing] = []
-      for item in page.items { done += tree.add(item) }
+      for item in page.items { done += tree.add(item, answeredAt: 0) }
       token = page.nextPageToken
       if token == nil { done += tree.finish() }
       for (key, entries) in done {

@@ -1,0 +1,112 @@
+import NIOCore
+import ObjectStore
+import StorageFake
+import Synchronization
+
+/// The wrapped store, except that a held call takes its answer at once and
+/// delivers it only once released: a late answer to an early request, as when
+/// a GET or a list page sent before a PATCH arrives after its answer. A lost
+/// PATCH answer is applied and then answered 412, as the client's retry of
+/// it is.
+final class LateAnswers: ObjectStore, Sendable {
+  enum Kind: Sendable { case metadata, list }
+  let base: InMemoryObjectStore
+  private struct Hold {
+    var calls: Int
+    var taken = 0
+    var open = false
+  }
+  private let holds = Mutex<[Kind: Hold]>([:])
+  private let lostPatches = Mutex(0)
+
+  /// The next `count` patches are applied, then answered 412.
+  func losePatchAnswers(_ count: Int = 1) { lostPatches.withLock { $0 = count } }
+
+  init(_ base: InMemoryObjectStore) { self.base = base }
+
+  var bucket: String { base.bucket }
+
+  /// Holds the next `calls` calls of `kind` until ``release(_:)``.
+  func hold(_ kind: Kind, calls: Int = 1) {
+    holds.withLock { $0[kind] = Hold(calls: calls) }
+  }
+
+  /// Held calls that have their answer and wait.
+  func taken(_ kind: Kind) -> Int { holds.withLock { $0[kind]?.taken ?? 0 } }
+
+  func release(_ kind: Kind) { holds.withLock { $0[kind]?.open = true } }
+
+  private func deliver<T>(_ kind: Kind, _ answer: T) async -> T {
+    let held = holds.withLock { holds -> Bool in
+      guard var hold = holds[kind], hold.taken < hold.calls else { return false }
+      hold.taken += 1
+      holds[kind] = hold
+      return true
+    }
+    guard held else { return answer }
+    while !holds.withLock({ $0[kind]?.open ?? true }) { try? await Task.sleep(for: .milliseconds(2)) }
+    return answer
+  }
+
+  func list(prefix: String, delimiter: String?, pageSize: Int, pageToken: String?) async throws -> ListPage {
+    let page = try await base.list(
+      prefix: prefix, delimiter: delimiter, pageSize: pageSize, pageToken: pageToken)
+    return await deliver(.list, page)
+  }
+
+  func metadata(of name: String) async throws -> ObjectMetadata {
+    await deliver(.metadata, try await base.metadata(of: name))
+  }
+
+  func read(_ name: String, generation: Int64, range: Range<Int64>) async throws -> ByteBuffer {
+    try await base.read(name, generation: generation, range: range)
+  }
+
+  func patch(_ name: String, _ patch: MetadataPatch, ifMetagenerationMatch: Int64?) async throws
+    -> ObjectMetadata
+  {
+    let applied = try await base.patch(name, patch, ifMetagenerationMatch: ifMetagenerationMatch)
+    let lost = lostPatches.withLock { count in
+      defer { count = max(count - 1, 0) }
+      return count > 0
+    }
+    if lost { throw StorageError.preconditionFailed }
+    return applied
+  }
+
+  func upload(
+    _ name: String, from source: any UploadSource, attributes: ObjectAttributes, ifGenerationMatch: Int64?
+  ) async throws -> ObjectMetadata {
+    try await base.upload(name, from: source, attributes: attributes, ifGenerationMatch: ifGenerationMatch)
+  }
+
+  func delete(_ name: String, ifGenerationMatch: Int64?) async throws {
+    try await base.delete(name, ifGenerationMatch: ifGenerationMatch)
+  }
+
+  func copy(
+    _ source: String, sourceGeneration: Int64, to destination: String, attributes: ObjectAttributes?,
+    ifGenerationMatch: Int64?
+  ) async throws -> ObjectMetadata {
+    try await base.copy(
+      source, sourceGeneration: sourceGeneration, to: destination, attributes: attributes,
+      ifGenerationMatch: ifGenerationMatch)
+  }
+
+  func move(_ source: String, sourceGeneration: Int64, to destination: String, ifGenerationMatch: Int64?)
+    async throws -> ObjectMetadata
+  {
+    try await base.move(
+      source, sourceGeneration: sourceGeneration, to: destination, ifGenerationMatch: ifGenerationMatch)
+  }
+}
+
+/// Polls `condition` every few milliseconds for at most `seconds`.
+func eventually(_ seconds: Double = 10, _ condition: () -> Bool) async -> Bool {
+  let deadline = ContinuousClock.now + .milliseconds(Int64(seconds * 1000))
+  while ContinuousClock.now < deadline {
+    if condition() { return true }
+    try? await Task.sleep(for: .milliseconds(2))
+  }
+  return condition()
+}
