@@ -25,7 +25,7 @@ extension BucketFileSystem {
     let reader = FileReader(
       key: node.key, generation: facts.generation, size: facts.size, store: store,
       maxSegment: configuration.readAheadMaxChunk, maxAhead: configuration.readAheadMaxBytes,
-      budget: readAhead)
+      budget: readAhead, prefetched: prefetch.opened(node.key, generation: facts.generation))
     return state.withLock { state in
       let keepCache = state.inodes[inode]?.openedGeneration == facts.generation
       state.inodes[inode]?.openedGeneration = facts.generation
@@ -37,13 +37,19 @@ extension BucketFileSystem {
   }
 
   public func readAtHand(inode: UInt64, handle: UInt64, offset: UInt64, size: Int) -> [ByteBuffer]? {
-    state.withLock({ $0.files[handle] })?.atHand(offset: offset, count: size)
+    guard let reader = state.withLock({ $0.files[handle] }),
+      let pieces = reader.atHand(offset: offset, count: size)
+    else { return nil }
+    if offset + UInt64(size) >= reader.size { prefetch.readToEnd(reader.key) }
+    return pieces
   }
 
   public func read(inode: UInt64, handle: UInt64, offset: UInt64, size: Int) async throws -> [ByteBuffer] {
     guard let reader = state.withLock({ $0.files[handle] }) else { throw Errno.badHandle }
     do {
-      return try await reader.read(offset: offset, count: size)
+      let pieces = try await reader.read(offset: offset, count: size)
+      if offset + UInt64(size) >= reader.size { prefetch.readToEnd(reader.key) }
+      return pieces
     } catch {
       throw failure(error, operation: "read", key: reader.key, context: .read)
     }
