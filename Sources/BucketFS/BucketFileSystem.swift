@@ -21,6 +21,8 @@ public final class BucketFileSystem: FileSystem, Sendable {
   let kernel = Mutex<KernelCache>(.none)
   /// Memory read-ahead may hold, shared by all open files.
   let readAhead: ReadAheadBudget
+  /// Small files fetched ahead of a reader going through a directory (SiblingPrefetch.swift).
+  let prefetch: SiblingPrefetch
 
   struct State {
     var inodes: InodeTable
@@ -78,6 +80,7 @@ public final class BucketFileSystem: FileSystem, Sendable {
     self.onMounted = onMounted
     self.contentTypes = ContentTypes(mimeTypesPath: configuration.mimeTypesPath)
     self.readAhead = ReadAheadBudget(capacity: configuration.readAheadBudget)
+    self.prefetch = SiblingPrefetch(store: store, budget: readAhead, clock: clock)
     self.state = Mutex(
       State(
         inodes: InodeTable(

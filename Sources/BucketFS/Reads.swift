@@ -29,7 +29,7 @@ extension BucketFileSystem {
     let reader = FileReader(
       key: node.key, generation: facts.generation, size: facts.size, store: store,
       maxSegment: configuration.readAheadMaxChunk, maxAhead: configuration.readAheadMaxBytes,
-      budget: readAhead)
+      budget: readAhead, prefetched: prefetch.opened(node.key, generation: facts.generation))
     return state.withLock { state in
       let keepCache = state.inodes[inode]?.openedGeneration == facts.generation
       state.inodes[inode]?.openedGeneration = facts.generation
@@ -42,7 +42,11 @@ extension BucketFileSystem {
 
   public func readAtHand(inode: UInt64, handle: UInt64, offset: UInt64, size: Int) -> [ByteBuffer]? {
     if let staged = stagedBytes(inode: inode, offset: offset, size: size) { return try? staged.get() }
-    return state.withLock({ $0.files[handle] })?.atHand(offset: offset, count: size)
+    guard let reader = state.withLock({ $0.files[handle] }),
+      let pieces = reader.atHand(offset: offset, count: size)
+    else { return nil }
+    if offset + UInt64(size) >= reader.size { prefetch.readToEnd(reader.key) }
+    return pieces
   }
 
   public func read(inode: UInt64, handle: UInt64, offset: UInt64, size: Int) async throws -> [ByteBuffer] {
@@ -54,6 +58,7 @@ extension BucketFileSystem {
         try await reader.read(offset: offset, count: size)
       }
       state.withLock { $0.readDeadlines.end(reader.key, nil) }
+      if offset + UInt64(size) >= reader.size { prefetch.readToEnd(reader.key) }
       return pieces
     } catch {
       state.withLock { $0.readDeadlines.end(reader.key, error) }

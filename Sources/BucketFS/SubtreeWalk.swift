@@ -7,7 +7,7 @@ import Synchronization
 /// subtree per call, instead of one delimiter listing per directory.
 ///
 /// - A walk is a *descent*: `opendir` of a directory whose parent's handle
-///   is open or was read within ``window`` seconds. `ls` of one directory,
+///   is open, or was read or descended from within ``window`` seconds. `ls` of one directory,
 ///   `ls -l`, `ls -f | head` open no child and never start one.
 /// - A descent asks for the flat listing of the directory's subtree:
 ///   ``TreeListing`` turns its pages into the complete listings of the
@@ -105,6 +105,8 @@ final class SubtreeWalks: Sendable {
       else { return (.none, []) }
       strong = activity.isDescent || activity.descents > 0
       activity.descents += 1
+      // A walk that spends long in each child (`cp -r`) is still under way.
+      activity.lastRead = now
       state.activity[parent] = activity
       state.activity[key]?.isDescent = true
       touchSiblings(parent, &state)
@@ -212,8 +214,8 @@ final class SubtreeWalks: Sendable {
         logger.debug("flat listing of \(root) failed (\(error)); its directories list themselves")
         break
       }
-      var done: [TreeListing.Listing] = []
       let answeredAt = clock()
+      var done: [TreeListing.Listing] = []
       for item in page.items { done += tree.add(item, answeredAt: answeredAt) }
       token = page.nextPageToken
       if token == nil { done += tree.finish() }
