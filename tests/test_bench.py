@@ -19,14 +19,14 @@ def made(counts: dict) -> dict:
 def test_bench_runs_every_measurement_with_the_expected_requests(bucketfs_bin, tmp_path):
     out_json, out_md = tmp_path / "bench.json", tmp_path / "bench.md"
     args = [sys.executable, str(REPO / "bench" / "run.py"), "--quick", "--n1", "30", "--n2", "3500",
-            "--size-mib", "2", "--xattr-files", "12", "--stat-files", "8", "--tools", "bucketfs",
+            "--size-mib", "2", "--xattr-files", "12", "--stat-files", "8", "--write-files", "10", "--tools", "bucketfs",
             "--bucketfs-bin", bucketfs_bin, "--json", str(out_json), "--markdown", str(out_md)]
     r = subprocess.run(args, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL,
                        env={k: v for k, v in os.environ.items() if k != "STORAGE_EMULATOR_HOST"})
     assert r.returncode == 0, r.stderr[-3000:]
 
     res = json.loads(out_json.read_text())["results"]
-    assert sorted(res) == ["1", "2", "4", "5", "6"]
+    assert sorted(res) == ["1", "2", "4", "5", "6", "7"]
     bfs = {k: res[k]["bucketfs"] for k in ("1", "2", "5", "6")}
     # 1: 30 objects are one page: one list call, no per-object request
     assert made(bfs["1"]["req"]) == {"list": 1}, bfs["1"]["req"]
@@ -47,8 +47,14 @@ def test_bench_runs_every_measurement_with_the_expected_requests(bucketfs_bin, t
     assert asked and asked.keys() <= {"list", "metadata"} and sum(asked.values()) <= 2 * 8, asked
     assert all(res["6"][k]["s"] > 0 for k in ("one request", "one list", "local")), res["6"]
 
+    # 7: a copy into the mount was timed against curl's upload, and cp of 10 small files
+    # into a listed directory made one upload each (the proxy counts them as "other")
+    assert res["7"]["bucketfs cp"]["mbs"] > 0 and res["7"]["curl"]["mbs"] > 0, res["7"]
+    assert res["7"]["bucketfs cp"]["hwm_kib"], res["7"]
+    assert made(res["7"]["bucketfs cp -r"]["req"]) == {"other": 10}, res["7"]["bucketfs cp -r"]["req"]
+
     table = out_md.read_text()
     for row in ("| 1 | cold `ls -l`", "| 2 | `ls -f", "| 3 | peak RSS", "| 4 | sequential read",
                 "| 5 | `getfattr -d`", "| 6 | `stat`", "curl into a tmpfs file", "one list of the directory",
-                "the same stats on a local tmpfs"):
+                "the same stats on a local tmpfs", "| 7 | `cp` of", "requests per file"):
         assert row in table, row
