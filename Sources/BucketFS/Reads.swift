@@ -39,12 +39,16 @@ extension BucketFileSystem {
   }
 
   public func readAtHand(inode: UInt64, handle: UInt64, offset: UInt64, size: Int) -> [ByteBuffer]? {
-    if let staged = stagedBytes(inode: inode, handle: handle, offset: offset, size: size) { return try? staged.get() }
+    if let staged = stagedBytes(inode: inode, handle: handle, offset: offset, size: size) {
+      return try? staged.get()
+    }
     return state.withLock({ $0.files[handle] })?.atHand(offset: offset, count: size)
   }
 
   public func read(inode: UInt64, handle: UInt64, offset: UInt64, size: Int) async throws -> [ByteBuffer] {
-    if let staged = stagedBytes(inode: inode, handle: handle, offset: offset, size: size) { return try staged.get() }
+    if let staged = stagedBytes(inode: inode, handle: handle, offset: offset, size: size) {
+      return try staged.get()
+    }
     guard let reader = state.withLock({ $0.files[handle] }) else { throw Errno.badHandle }
     do {
       return try await reader.read(offset: offset, count: size)
