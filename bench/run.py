@@ -20,6 +20,10 @@ once, puts the request-counting proxy in front of it, and measures:
      one GET per file in sequence
   9. `cat` of the stat set's files after `ls` of their directory, against one GET
      per file in sequence
+  10. writes: `cp` of a SIZE file into the mount vs curl uploading it (and the
+      mount's peak RSS meanwhile); `cp` of 1,000 small files into an empty,
+      listed directory vs rclone mount --vfs-cache-mode writes, with requests
+      per file
 
 --latency-ms L makes the counting proxy hold every request L ms (one network
 round trip); every timing then goes through the proxy, references included,
@@ -65,6 +69,7 @@ for _k in ("STORAGE_EMULATOR_HOST", "GOOGLE_APPLICATION_CREDENTIALS"):
 B_LS, B_BIG, B_XATTR, B_STAT, B_READ = "bench-ls", "bench-big", "bench-xattr", "bench-stat", "bench-read"
 B_PAR = "bench-parallel"
 B_TREE, B_CP = "bench-tree", "bench-cp"
+B_WRITE = "bench-write"
 DIR = "dir"  # every set is the directory DIR/ of its bucket
 
 
@@ -209,8 +214,9 @@ class Mount:
 
     kind = "?"
 
-    def __init__(self, root: str, bucket: str, endpoint: str, log_dir: str):
-        self.bucket, self.endpoint = bucket, endpoint
+    def __init__(self, root: str, bucket: str, endpoint: str, log_dir: str, extra: tuple = ()):
+        self.bucket, self.endpoint, self.extra = bucket, endpoint, list(extra)
+        self.root = root
         self.path = tempfile.mkdtemp(prefix=f"mnt-{self.kind}-", dir=root)
         self.log_path = os.path.join(log_dir, os.path.basename(self.path) + ".log")
         self.proc: subprocess.Popen | None = None
@@ -276,7 +282,8 @@ class BucketFSMount(Mount):
 
     def open(self) -> None:
         args = [self.binary, "mount", f"gs://{self.bucket}", self.path, "--endpoint", self.endpoint,
-                "--anonymous", "--log-level", "warning", "--log-file", self.log_path]
+                "--anonymous", "--log-level", "warning", "--log-file", self.log_path,
+                "--cache-dir", os.path.join(self.root, "cache"), *self.extra]
         r = subprocess.run(args, env=ENV, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
         if r.returncode != 0 or not self.mounted:
             raise RuntimeError(f"bucketfs mount failed ({r.returncode}): {r.stderr.strip()}")
@@ -300,7 +307,7 @@ class RcloneMount(Mount):
                    RCLONE_CONFIG_BENCHGCS_ENDPOINT=self.endpoint + "/storage/v1/",
                    RCLONE_CONFIG_BENCHGCS_BUCKET_POLICY_ONLY="true", RCLONE_CONFIG="/dev/null")
         args = ["rclone", "mount", f"benchgcs:{self.bucket}", self.path, "--log-file", self.log_path,
-                "--log-level", "NOTICE"]
+                "--log-level", "NOTICE", *self.extra]
         self.proc = subprocess.Popen(args, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                      stderr=subprocess.DEVNULL, start_new_session=True)
         if not wait_for(lambda: self.mounted or self.proc.poll() is not None, 30) or not self.mounted:
@@ -403,8 +410,8 @@ class Bench:
         self.a, self.gcs, self.proxy, self.root, self.log_dir = a, gcs, proxy, root, log_dir
         self.res: dict = {}
 
-    def mount(self, tool: str, bucket: str, url: str) -> Mount:
-        return TOOLS[tool](self.root, bucket, url, self.log_dir)
+    def mount(self, tool: str, bucket: str, url: str, extra: tuple = ()) -> Mount:
+        return TOOLS[tool](self.root, bucket, url, self.log_dir, extra)
 
     # 1 -------------------------------------------------------------------
     def t1_ls(self):
@@ -541,6 +548,63 @@ class Bench:
             return dt
         out["direct"] = timed_and_counted(self, 1, direct)
         self.res["5"] = out
+
+    # 7 -------------------------------------------------------------------
+    def t10_write(self):
+        a, out = self.a, {}
+        size = a.size_mib << 20
+        src = os.path.join(self.root, "write-src.bin")
+        with open(src, "wb") as f:
+            for _ in range(a.size_mib):
+                f.write(os.urandom(1 << 20))
+        small = os.path.join(self.root, "write-small")
+        os.makedirs(small, exist_ok=True)
+        for i in range(a.write_files):
+            with open(os.path.join(small, f"f{i:04d}.txt"), "w") as f:
+                f.write(f"small file {i}\n" * 8)
+        client = self.gcs.client()
+        client.create_bucket(B_WRITE)
+        serial = iter(range(1_000_000))
+        extra = {"rclone": ("--vfs-cache-mode", "writes")}
+        for tool in a.tools:
+            def big(url, proxied):
+                with self.mount(tool, B_WRITE, url, extra.get(tool, ())) as m:
+                    pid = m.pid()
+                    name = f"big-{next(serial)}.bin"
+                    t0 = time.perf_counter()
+                    subprocess.run(["cp", src, m.p(name)], check=True, env=ENV)
+                    if tool == "rclone":  # it uploads after close: time until the object exists
+                        wait_for(lambda: client.exists(B_WRITE, name), 300, 0.1)
+                    dt = time.perf_counter() - t0
+                    return dt, {"mbs": size / dt / 1e6, "hwm_kib": proc_status(pid).get("VmHWM")}
+            s, extra_big, alls = median_run(a.repeat, lambda: big(self.gcs.url, False))
+            out[tool + " cp"] = {"s": s, "all": alls, **extra_big}
+
+            def many(url, proxied):
+                dest = f"w{next(serial)}"
+                client.upload(B_WRITE, dest + "/", b"")
+                with self.mount(tool, B_WRITE, url, extra.get(tool, ())) as m:
+                    os.listdir(m.p(dest))  # listed fresh and complete: the names are known absent
+                    if proxied:
+                        self.proxy.settle(0.3, 5)
+                        self.proxy.reset()
+                    t0 = time.perf_counter()
+                    subprocess.run(["cp", "-r", small + "/.", m.p(dest) + "/"], check=True, env=ENV)
+                    if tool == "rclone":  # it uploads after close: time until the objects exist
+                        wait_for(lambda: len(client.list(B_WRITE, dest + "/")[0]) > a.write_files, 300, 0.2)
+                    dt = time.perf_counter() - t0
+                    if proxied:
+                        self.proxy.settle(0.5, 30)
+                    return dt
+            out[tool + " cp -r"] = timed_and_counted(self, a.repeat, many)
+
+        url = f"{self.gcs.url}/upload/storage/v1/b/{B_WRITE}/o?uploadType=media&name=curl-"
+        def curl():
+            return sh(["curl", "-sf", "-o", "/dev/null", "-X", "POST", "--data-binary", "@" + src,
+                       "-H", "Content-Type: application/octet-stream", url + str(next(serial))]), {}
+        s, _, alls = median_run(a.repeat, curl)
+        out["curl"] = {"s": s, "mbs": size / s / 1e6, "all": alls}
+        self.res["10"] = out
 
     # 6 -------------------------------------------------------------------
     def t6_stat(self):
@@ -835,6 +899,26 @@ def report(a, r: dict) -> str:
             f"{ratio(g('9','bucketfs'), g('9','rclone'))} | ≤ 0.5× |")
         add(f"| 9 | … requests | {fmt_req(g('9','bucketfs','req'))} | {fmt_req(g('9','rclone','req'))} | "
             f"{fmt_req(g('9','GETs','req'))} | | | |")
+    # 10
+    def w(key, f="s"):
+        return r.get("10", {}).get(key, {}).get(f)
+    def wmbs(key):
+        v = w(key, "mbs")
+        return f"{v:.0f} MB/s ({fmt_s(w(key))})" if v else "not run"
+    add(f"| 10 | `cp` of a {a.size_mib} MiB file into the mount (until stored) | {wmbs('bucketfs cp')} | {wmbs('rclone cp')} | "
+        f"curl upload {wmbs('curl')} | {ratio(w('bucketfs cp', 'mbs'), w('curl', 'mbs'))} of curl | "
+        f"{ratio(w('bucketfs cp', 'mbs'), w('rclone cp', 'mbs'))} | ≥ 0.8× curl |")
+    hwm = w("bucketfs cp", "hwm_kib")
+    rhwm = w("rclone cp", "hwm_kib")
+    add(f"| 10 | … peak RSS (VmHWM) of the mount | {f'{hwm / 1024:.1f} MiB' if hwm else 'not run'} | "
+        f"{f'{rhwm / 1024:.1f} MiB' if rhwm else 'not run'} | | | | < 64 MiB |")
+    def per_file(key):
+        c = w(key, "req")
+        return f"{sum(c.values()) / a.write_files:.2f} ({fmt_req(c)})" if c else "not run"
+    add(f"| 10 | `cp -r` of {a.write_files:,} small files into an empty, listed directory: wall | "
+        f"{cell('10', 'bucketfs cp -r')} | {cell('10', 'rclone cp -r')} (until stored) | | | "
+        f"{ratio(w('bucketfs cp -r'), w('rclone cp -r'))} | < rclone |")
+    add(f"| 10 | … requests per file | {per_file('bucketfs cp -r')} | {per_file('rclone cp -r')} | | | | 1 upload, nothing else |")
     add("")
     if a.latency_ms:
         add(f"Every request waited {a.latency_ms:g} ms in the counting proxy (one round trip); every timing, "
@@ -854,11 +938,12 @@ def main() -> int:
     ap.add_argument("--size-mib", type=int, help="size of the object read sequentially (default 256)")
     ap.add_argument("--xattr-files", type=int, default=1000)
     ap.add_argument("--stat-files", type=int, default=50)
+    ap.add_argument("--write-files", type=int, default=1000, help="small files copied in measurement 7")
     ap.add_argument("--repeat", type=int, help="repetitions per timing, the median is reported (default 3; quick 1)")
     ap.add_argument("--tools", default="bucketfs,rclone", help="comma-separated: bucketfs,rclone")
     ap.add_argument("--parallel-files", type=int, default=64, help="files read at once in (7)")
     ap.add_argument("--parallel-mib", type=int, help="size of each file of (7) (default 16; quick 4)")
-    ap.add_argument("--only", default="1,2,4,5,6,7,8,9", help="measurements to run (3 comes with 2)")
+    ap.add_argument("--only", default="1,2,4,5,6,7,8,9,10", help="measurements to run (3 comes with 2)")
     ap.add_argument("--tree", default=None, help="shape of the walked tree (8): fan-outs per level, then files "
                     "per leaf directory (default 10x5x10x10: 5,000 files in 560 directories; quick 3x4x5x10)")
     ap.add_argument("--cp-tree", default=None, help="shape of the copied tree (8) (default 5x10x10: 500 files)")
@@ -905,7 +990,8 @@ def main() -> int:
         proxy = F.CountingProxy(gcs.url, latency=a.latency_ms / 1000).start()
         b = Bench(a, gcs, proxy, root, log_dir)
         steps = {"1": b.t1_ls, "2": b.t2_head_and_rss, "4": b.t4_read, "5": b.t5_getfattr, "6": b.t6_stat,
-                 "7": b.t7_parallel_rss, "8": b.t8_tree, "9": b.t9_cat}
+                 "7": b.t7_parallel_rss, "8": b.t8_tree, "9": b.t9_cat,
+                 "10": b.t10_write}
         for k in a.only.split(","):
             t0 = time.monotonic()
             log(f"measurement {k} ...")

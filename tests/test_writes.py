@@ -285,3 +285,18 @@ def test_o_direct_mmap_shared_and_fallocate(mount, bucket, client):
     finally:
         os.close(fd)
     assert client.download(bucket, "alloc.bin") == b"\0" * 4096
+
+
+def test_cp_p_carries_the_mtime_in_the_upload(mount, bucket, client):
+    m, _ = mount_rw(mount, bucket)
+    src = os.path.join(SESSION_TMP, "dated.txt")
+    with open(src, "w") as f:
+        f.write("dated\n")
+    os.utime(src, (1_500_000_000, 1_500_000_000))
+    m.proxy.reset()
+    run(["cp", "-p", src, m.p("dated.txt")])
+    meta = client.get(bucket, "dated.txt")
+    assert meta["metadata"]["goog-reserved-file-mtime"] == "1500000000"
+    assert m.proxy.count("patch") == 0, m.describe()
+    assert len(uploads(m)) == 1, m.describe()
+    assert int(os.stat(m.p("dated.txt")).st_mtime) == 1_500_000_000

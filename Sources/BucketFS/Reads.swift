@@ -41,7 +41,9 @@ extension BucketFileSystem {
   }
 
   public func readAtHand(inode: UInt64, handle: UInt64, offset: UInt64, size: Int) -> [ByteBuffer]? {
-    if let staged = stagedBytes(inode: inode, offset: offset, size: size) { return try? staged.get() }
+    if let staged = stagedBytes(inode: inode, handle: handle, offset: offset, size: size) {
+      return try? staged.get()
+    }
     guard let reader = state.withLock({ $0.files[handle] }),
       let pieces = reader.atHand(offset: offset, count: size)
     else { return nil }
@@ -50,7 +52,9 @@ extension BucketFileSystem {
   }
 
   public func read(inode: UInt64, handle: UInt64, offset: UInt64, size: Int) async throws -> [ByteBuffer] {
-    if let staged = stagedBytes(inode: inode, offset: offset, size: size) { return try staged.get() }
+    if let staged = stagedBytes(inode: inode, handle: handle, offset: offset, size: size) {
+      return try staged.get()
+    }
     guard let reader = state.withLock({ $0.files[handle] }) else { throw Errno.badHandle }
     let bound = state.withLock { $0.readDeadlines.begin(reader.key) }
     do {

@@ -151,17 +151,16 @@ extension BucketFileSystem {
       return handle
     }
     staged.state.withLock { $0.handles += 1 }
-    writes.withLock { $0.handles[handle] = staged.inode }
+    writes.withLock { $0.handles[handle] = staged }
     return handle
   }
 
   private func register(_ staged: StagedFile, handle: UInt64) {
     writes.withLock { writes in
-      if writes.byInode.updateValue(staged, forKey: staged.inode) == nil {
-        stagedCount.add(1, ordering: .relaxed)
-      }
-      writes.handles[handle] = staged.inode
+      writes.byInode[staged.inode] = staged
+      writes.handles[handle] = staged
     }
+    stagedCount.add(1, ordering: .relaxed)
   }
 
   func makeStage() throws -> Stage {
@@ -188,7 +187,7 @@ extension BucketFileSystem {
   /// The staged file a write handle belongs to.
   func stagedFile(handle: UInt64) -> StagedFile? {
     guard stagedCount.load(ordering: .relaxed) > 0 else { return nil }
-    return writes.withLock { writes in writes.handles[handle].flatMap { writes.byInode[$0] } }
+    return writes.withLock { $0.handles[handle] }
   }
 
   func stagedFile(inode: UInt64) -> StagedFile? {
@@ -351,8 +350,8 @@ extension BucketFileSystem {
 
   /// The bytes of a loaded stage, for any handle of the inode; nil when the
   /// inode is not staged or its bytes are still the object's.
-  func stagedBytes(inode: UInt64, offset: UInt64, size: Int) -> Result<[ByteBuffer], Errno>? {
-    guard let staged = stagedFile(inode: inode) else { return nil }
+  func stagedBytes(inode: UInt64, handle: UInt64, offset: UInt64, size: Int) -> Result<[ByteBuffer], Errno>? {
+    guard let staged = stagedFile(handle: handle) ?? stagedFile(inode: inode) else { return nil }
     guard let total = staged.state.withLock({ $0.loaded ? $0.size : nil }) else { return nil }
     guard offset < total, size > 0 else { return .success([]) }
     let count = Int(min(UInt64(size), total - offset))
@@ -393,15 +392,13 @@ extension BucketFileSystem {
   func releaseWriter(handle: UInt64) {
     guard stagedCount.load(ordering: .relaxed) > 0 else { return }
     let closed = writes.withLock { writes -> StagedFile? in
-      guard let inode = writes.handles.removeValue(forKey: handle), let staged = writes.byInode[inode] else {
-        return nil
-      }
+      guard let staged = writes.handles.removeValue(forKey: handle) else { return nil }
       let last = staged.state.withLock { s in
         s.handles -= 1
         return s.handles <= 0
       }
       guard last else { return nil }
-      writes.byInode[inode] = nil
+      if writes.byInode[staged.inode] === staged { writes.byInode[staged.inode] = nil }
       stagedCount.subtract(1, ordering: .relaxed)
       return staged
     }
