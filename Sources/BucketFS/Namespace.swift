@@ -41,8 +41,7 @@ extension BucketFileSystem {
     let fileKey = try newKey(parentKey, name)
     let directoryKey = fileKey + "/"
     defer { walks.invalidateListings(under: directoryKey) }
-    let held = probe(fileKey: fileKey, directoryKey: directoryKey)
-    if held.kind != nil { throw Errno.exists }
+    // The bucket decides, not a held node: an implicit directory vanishes with its last object.
     let found = try await lookInBucket(fileKey: fileKey, directoryKey: directoryKey)
     if found.file != nil || found.directory != nil { throw Errno.exists }
     do {
@@ -54,8 +53,10 @@ extension BucketFileSystem {
       throw failure(error, operation: "create placeholder", key: directoryKey)
     }
     let now = clock()
-    let inode = state.withLock {
-      $0.inodes.remember(key: directoryKey, kind: .directory, metadata: nil, at: now)
+    let inode = state.withLock { state in
+      // The bucket had no file of that name: a node the mount still holds for one is stale.
+      if let stale = state.inodes.inode(of: fileKey) { state.inodes.detach(stale) }
+      return state.inodes.remember(key: directoryKey, kind: .directory, metadata: nil, at: now)
     }
     return entry(inode: inode, kind: .directory, facts: nil)
   }

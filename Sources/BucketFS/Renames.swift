@@ -108,6 +108,9 @@ extension BucketFileSystem {
       } else if let other = state.inodes.inode(of: moved.name) {
         state.inodes.detach(other)
       }
+      // The bucket had no directory of that name (it was checked): one the
+      // mount still holds had vanished with its last object.
+      if let vanished = state.inodes.inode(of: moved.name + "/") { state.inodes.detach(vanished) }
       state.inodes.removeMetadata(of: from)
       state.inodes.refresh(moved, at: now)
     }

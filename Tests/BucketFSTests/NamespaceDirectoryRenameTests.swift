@@ -89,6 +89,16 @@ final class NamespaceDirectoryRenameTests: XCTestCase {
     XCTAssertEqual(store.names, ["e/", "e/a"])
   }
 
+  func testARenamedDirectoryIsNotKnownAbsentFromItsParentsCompleteListing() async throws {
+    store.put("d/a", data: bytes("a"))
+    // A plain readdir of the root, first entry to last: the root's listing is complete.
+    _ = try await fs.entries(of: 1, plus: false)
+    try await fs.rename(parent: 1, name: "d", newParent: 1, newName: "e", flags: [])
+    store.resetCalls()
+    let entry = try await fs.lookup(parent: 1, name: "e")
+    XCTAssertEqual(entry.attributes?.kind, .directory, "calls: \(store.calls)")
+  }
+
   func testMoreObjectsThanTheLimitIsEXDEVAndMovesNothing() async throws {
     fs = makeFileSystem(store, limit: 3, concurrency: 16)
     seedTree()
