@@ -19,6 +19,7 @@ struct ReadDeadlines {
     var exhaustedAt: NIODeadline?
   }
   private var byKey: [String: Trouble] = [:]
+  private var nextSweep = 1024
   let length: TimeAmount
 
   init(seconds: Double) {
@@ -27,6 +28,7 @@ struct ReadDeadlines {
 
   /// What a read of `key` starting now may do; pair it with ``end(_:_:)``.
   mutating func begin(_ key: String, now: NIODeadline = .now()) -> OperationDeadline {
+    if byKey.count >= nextSweep { sweep(now) }
     if var trouble = byKey[key] {
       if let exhaustedAt = trouble.exhaustedAt {
         if now < exhaustedAt + length {
@@ -64,4 +66,13 @@ struct ReadDeadlines {
   }
 
   var count: Int { byKey.count }
+
+  /// Objects failing and never read again would otherwise stay here for
+  /// good; sweeps grow apart as the live entries grow, so they cost O(1) a read.
+  private mutating func sweep(_ now: NIODeadline) {
+    byKey = byKey.filter { _, trouble in
+      trouble.readers > 0 || (trouble.exhaustedAt.map { now < $0 + length } ?? false)
+    }
+    nextSweep = max(1024, 2 * byKey.count)
+  }
 }

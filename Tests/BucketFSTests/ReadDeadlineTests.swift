@@ -51,6 +51,21 @@ final class ReadDeadlineTests: XCTestCase {
     XCTAssertEqual(later.deadline, at(40))
   }
 
+  func testObjectsThatFailedAndWereNeverReadAgainAreForgotten() {
+    var deadlines = ReadDeadlines(seconds: 10)
+    for i in 0..<5000 {
+      _ = deadlines.begin("f\(i)", now: at(0))
+      deadlines.end("f\(i)", StorageError.unavailable("503"), now: at(10))
+    }
+    XCTAssertEqual(deadlines.count, 5000, "still fresh: reads of them try once")
+    // Long after, another storm of failures: the old ones are swept, not kept for good.
+    for i in 0..<10000 {
+      _ = deadlines.begin("g\(i)", now: at(30))
+      deadlines.end("g\(i)", StorageError.unavailable("503"), now: at(40))
+    }
+    XCTAssertEqual(deadlines.count, 10000)
+  }
+
   func testOrdinaryReadsLeaveNothingBehind() {
     var deadlines = ReadDeadlines(seconds: 60)
     for i in 0..<100 {
