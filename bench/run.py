@@ -11,10 +11,23 @@ once, puts the request-counting proxy in front of it, and measures:
   4. sequential read of a SIZE object with dd bs=1M vs curl (direct)
   5. `getfattr -d` over X files right after `ls -l` of their directory
   6. `stat` of 50 different cold files of one directory in parallel
-  7. writes: `cp` of a SIZE file into the mount vs curl uploading it (and the
+  7. peak RSS (VmHWM) of each mount process while 64 files of P MiB are read
+     in parallel with dd (bucketfs: all read-ahead shares one budget,
+     --read-ahead-budget, default 256 MiB)
+  8. cold `find`, `du -sb`, `getfattr -R -d` of a tree (TREE shape: fan-outs per
+     level, then files per leaf directory) against a flat paged listing of its
+     prefix; cold `cp -r` of a tree of small files against one flat listing plus
+     one GET per file in sequence
+  9. `cat` of the stat set's files after `ls` of their directory, against one GET
+     per file in sequence
+ 10. writes: `cp` of a SIZE file into the mount vs curl uploading it (and the
      mount's peak RSS meanwhile); `cp` of 1,000 small files into an empty,
      listed directory vs rclone mount --vfs-cache-mode writes, with requests
      per file
+
+--latency-ms L makes the counting proxy hold every request L ms (one network
+round trip); every timing then goes through the proxy, references included,
+and each run is also the counted one.
 
 Each data set lives in its own bucket: the emulator's memory backend inserts
 in O(objects in the bucket), so seeding one bucket of 100,000 is quadratic;
@@ -54,6 +67,8 @@ for _k in ("STORAGE_EMULATOR_HOST", "GOOGLE_APPLICATION_CREDENTIALS"):
     ENV.pop(_k, None)
 
 B_LS, B_BIG, B_XATTR, B_STAT, B_READ = "bench-ls", "bench-big", "bench-xattr", "bench-stat", "bench-read"
+B_PAR = "bench-parallel"
+B_TREE, B_CP = "bench-tree", "bench-cp"
 B_WRITE = "bench-write"
 DIR = "dir"  # every set is the directory DIR/ of its bucket
 
@@ -78,7 +93,38 @@ def names(n: int) -> list[str]:
     return [f"{DIR}/f{i:07d}" for i in range(n)]
 
 
-PRELOADED = (B_LS, B_BIG, B_STAT)
+PRELOADED = (B_LS, B_BIG, B_STAT, B_TREE, B_CP)
+
+
+def shape(text: str) -> list[int]:
+    """'10x5x10x10': fan-outs per directory level, then files per leaf directory."""
+    parts = [int(x) for x in text.split("x")]
+    if len(parts) < 2 or min(parts) < 1:
+        raise SystemExit(f"bench: bad tree shape {text!r}")
+    return parts
+
+
+def tree_names(fanouts: list[int]) -> list[str]:
+    """DIR/l0-3/l1-2/.../f-007 for every leaf directory and file of a tree shape."""
+    paths = [DIR]
+    for level, fan in enumerate(fanouts[:-1]):
+        paths = [f"{p}/l{level}-{i:03d}" for p in paths for i in range(fan)]
+    return [f"{p}/f-{i:04d}" for p in paths for i in range(fanouts[-1])]
+
+
+def xattrs_of(path: str) -> dict[str, bytes]:
+    try:
+        return {k: os.getxattr(path, k) for k in os.listxattr(path)}
+    except OSError:  # a mount without xattrs
+        return {}
+
+
+def tree_dirs(fanouts: list[int]) -> int:
+    n, total = 1, 0
+    for fan in fanouts[:-1]:
+        n *= fan
+        total += n
+    return total
 
 
 def write_preload(data_dir: str, a) -> float:
@@ -88,19 +134,22 @@ def write_preload(data_dir: str, a) -> float:
     string per object, so uploading 100,000 takes over an hour where the preload takes
     about 15 minutes (measured: 20,000 in 33 s, quadratic).
     Returns the seconds the emulator is expected to need to load them."""
-    for bucket, n in ((B_LS, a.n1), (B_BIG, a.n2), (B_STAT, a.stat_files)):
-        d = os.path.join(data_dir, bucket, DIR)
-        os.makedirs(d)
-        for name in names(n):
-            with open(os.path.join(data_dir, bucket, name), "wb") as f:
-                f.write(name.encode())
-    return 2.5 * sum(33.0 * (n / 20000) ** 2 for n in (a.n1, a.n2, a.stat_files))
+    sets = [(B_LS, names(a.n1)), (B_BIG, names(a.n2)), (B_STAT, names(a.stat_files)),
+            (B_TREE, tree_names(a.tree)), (B_CP, tree_names(a.cp_tree))]
+    for bucket, listed in sets:
+        for name in listed:
+            path = os.path.join(data_dir, bucket, name)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "wb") as f:
+                # small files of a few KiB for the copy, the name elsewhere
+                f.write(name.encode() * (200 if bucket == B_CP else 1))
+    return 2.5 * sum(33.0 * (len(listed) / 20000) ** 2 for _, listed in sets)
 
 
 def seed(gcs: F.FakeGCS, a) -> dict:
     """What the preload does not cover: metadata-rich objects and the large blob."""
     c = gcs.client()
-    for b in (B_XATTR, B_READ):
+    for b in (B_XATTR, B_READ, B_PAR):
         c.create_bucket(b)
     t0 = time.monotonic()
     # metadata-rich objects for getfattr: contentType, cacheControl, custom metadata (multipart)
@@ -108,6 +157,10 @@ def seed(gcs: F.FakeGCS, a) -> dict:
                                   metadata={"owner": "bench", "index": n[-7:]}) for n in names(a.xattr_files)],
                   workers=a.seed_workers)
     upload_big(gcs.url, B_READ, f"{DIR}/blob", a.size_mib << 20)
+    if "7" in a.only.split(","):
+        with ThreadPoolExecutor(4) as pool:
+            list(pool.map(lambda i: upload_big(gcs.url, B_PAR, f"{DIR}/p{i:02d}", a.parallel_mib << 20),
+                          range(a.parallel_files)))
     return {"uploads": time.monotonic() - t0}
 
 
@@ -301,12 +354,14 @@ def median_run(reps: int, fn) -> tuple[float, dict, list[float]]:
     return mid[0], mid[1], [r[0] for r in runs]
 
 
-def direct_list(url: str, bucket: str, prefix: str, page: int = 1000) -> float:
+def direct_list(url: str, bucket: str, prefix: str, page: int = 1000, flat: bool = False) -> float:
     s = requests.Session()
     t0 = time.perf_counter()
     token, n = None, 0
     while True:
-        params = {"prefix": prefix, "delimiter": "/", "maxResults": str(page)}
+        params = {"prefix": prefix, "maxResults": str(page)}
+        if not flat:
+            params["delimiter"] = "/"
         if token:
             params["pageToken"] = token
         r = s.get(f"{url}/storage/v1/b/{bucket}/o", params=params, timeout=120)
@@ -328,6 +383,17 @@ def timed_and_counted(bench, reps: int, once) -> dict:
     in one more run through the proxy."""
     def norm(v):
         return v if isinstance(v, tuple) else (v, {})
+    if bench.a.latency_ms:
+        # The latency lives in the proxy: every run goes through it and is counted.
+        def through():
+            holder = {}
+            def run():
+                holder["v"] = norm(once(bench.proxy.url, True))
+                return holder["v"][0]
+            dt, c = counted(bench.proxy, run)
+            return dt, {**holder["v"][1], "req": c}
+        s, extra, alls = median_run(reps, through)
+        return {"s": s, "all": alls, **extra, "proxied_s": s}
     def plain():
         return norm(once(bench.gcs.url, False))
     s, extra, alls = median_run(reps, plain)
@@ -433,6 +499,29 @@ class Bench:
         out["curl tmpfs"] = {"s": s, "mbs": size / s / 1e6, "all": alls}
         self.res["4"] = out
 
+    # 7 -------------------------------------------------------------------
+    def t7_parallel_rss(self):
+        """64 sequential readers at once: read-ahead memory is what grows with them."""
+        a, out = self.a, {}
+        files = [f"p{i:02d}" for i in range(a.parallel_files)]
+        for tool in a.tools:
+            with self.mount(tool, B_PAR, self.gcs.url) as m:
+                pid = m.pid()
+                for f in files:
+                    os.stat(m.p(DIR, f))
+                before = proc_status(pid).get("VmHWM")
+                t0 = time.perf_counter()
+                procs = [subprocess.Popen(["dd", f"if={m.p(DIR, f)}", "of=/dev/null", "bs=1M"],
+                                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for f in files]
+                failed = [p.args[1] for p in procs if p.wait(timeout=1800) != 0]
+                dt = time.perf_counter() - t0
+                if failed:
+                    raise RuntimeError(f"{tool}: dd failed for {failed[:3]}")
+                st = proc_status(pid)
+                out[tool] = {"s": dt, "hwm_kib": st.get("VmHWM"), "hwm_before_kib": before,
+                             "mbs": a.parallel_files * (a.parallel_mib << 20) / dt / 1e6}
+        self.res["7"] = out
+
     # 5 -------------------------------------------------------------------
     def t5_getfattr(self):
         a, out = self.a, {}
@@ -460,8 +549,8 @@ class Bench:
         out["direct"] = timed_and_counted(self, 1, direct)
         self.res["5"] = out
 
-    # 7 -------------------------------------------------------------------
-    def t7_write(self):
+    # 10 ------------------------------------------------------------------
+    def t10_write(self):
         a, out = self.a, {}
         size = a.size_mib << 20
         src = os.path.join(self.root, "write-src.bin")
@@ -515,7 +604,7 @@ class Bench:
                        "-H", "Content-Type: application/octet-stream", url + str(next(serial))]), {}
         s, _, alls = median_run(a.repeat, curl)
         out["curl"] = {"s": s, "mbs": size / s / 1e6, "all": alls}
-        self.res["7"] = out
+        self.res["10"] = out
 
     # 6 -------------------------------------------------------------------
     def t6_stat(self):
@@ -596,6 +685,97 @@ class Bench:
         out["direct x50 parallel"] = timed_and_counted(self, a.repeat, par)
         self.res["6"] = out
 
+    # 8 -------------------------------------------------------------------
+    WALKS = {"find": "find '{p}' > /dev/null", "du": "du -sb '{p}' > /dev/null",
+             "getfattr": "getfattr -R -d --absolute-names '{p}' > /dev/null 2>&1"}
+
+    def t8_tree(self):
+        a, out = self.a, {}
+        for tool in a.tools:
+            for key, cmd in self.WALKS.items():
+                def once(url, proxied, cmd=cmd):
+                    with self.mount(tool, B_TREE, url) as m:
+                        os.stat(m.p(DIR))
+                        if proxied:
+                            self.proxy.settle(0.3, 5)
+                            self.proxy.reset()
+                        # getfattr exits 1 on a mount without xattrs (rclone) after walking it all
+                        dt = sh(cmd.format(p=m.p(DIR)), ok_fail=key == "getfattr")
+                        if key != "getfattr":
+                            return dt
+                        # the xattrs one file shows (cached: no request), for the local floor below
+                        return dt, {"xattrs": xattrs_of(m.p(tree_names(a.tree)[0]))}
+                out[f"{tool} {key}"] = timed_and_counted(self, a.repeat, once)
+
+            def copy(url, proxied):
+                dest = tempfile.mkdtemp(prefix="bench-cp-", dir=self.root)
+                try:
+                    with self.mount(tool, B_CP, url) as m:
+                        os.stat(m.p(DIR))
+                        if proxied:
+                            self.proxy.settle(0.3, 5)
+                            self.proxy.reset()
+                        return sh(["cp", "-r", m.p(DIR), dest])
+                finally:
+                    shutil.rmtree(dest, ignore_errors=True)
+            out[f"{tool} cp"] = timed_and_counted(self, a.repeat, copy)
+        out["flat list"] = timed_and_counted(
+            self, a.repeat, lambda url, _: direct_list(url, B_TREE, DIR + "/", flat=True))
+        # the same tree on a local tmpfs with as many xattrs per file as bucketfs shows: what
+        # `getfattr -R -d` costs without any network (its xattr calls, not the walk's listings)
+        shown = out.get("bucketfs getfattr", {}).get("xattrs") or {}
+        if shown:
+            local = tempfile.mkdtemp(prefix="bench-xattr-tree-", dir="/dev/shm")
+            try:
+                for n in tree_names(a.tree):
+                    path = os.path.join(local, n)
+                    os.makedirs(os.path.dirname(path), exist_ok=True)
+                    Path(path).write_bytes(n.encode())
+                    for k, v in shown.items():
+                        os.setxattr(path, k, v)
+                s_, _, alls = median_run(a.repeat, lambda: (sh(self.WALKS["getfattr"].format(p=local)), {}))
+                out["local getfattr"] = {"s": s_, "all": alls, "xattrs": len(shown)}
+            except OSError as e:
+                log(f"local xattr floor skipped: {e}")
+            finally:
+                shutil.rmtree(local, ignore_errors=True)
+
+        def list_and_get(url, _):
+            s = requests.Session()
+            t0 = time.perf_counter()
+            direct_list(url, B_CP, DIR + "/", flat=True)
+            for n in tree_names(a.cp_tree):
+                s.get(f"{url}/storage/v1/b/{B_CP}/o/{F.q(n)}", params={"alt": "media"}, timeout=30).raise_for_status()
+            dt = time.perf_counter() - t0
+            s.close()
+            return dt
+        out["flat list + GETs"] = timed_and_counted(self, a.repeat, list_and_get)
+        self.res["8"] = out
+
+    # 9 -------------------------------------------------------------------
+    def t9_cat(self):
+        a, out = self.a, {}
+        for tool in a.tools:
+            def once(url, proxied):
+                with self.mount(tool, B_STAT, url) as m:
+                    sh(["ls", "-l", m.p(DIR)])
+                    if proxied:
+                        self.proxy.settle(0.3, 5)
+                        self.proxy.reset()
+                    return sh(f"cat '{m.p(DIR)}'/* > /dev/null")
+            out[tool] = timed_and_counted(self, a.repeat, once)
+
+        def gets(url, _):
+            s = requests.Session()
+            t0 = time.perf_counter()
+            for n in names(a.stat_files):
+                s.get(f"{url}/storage/v1/b/{B_STAT}/o/{F.q(n)}", params={"alt": "media"}, timeout=30).raise_for_status()
+            dt = time.perf_counter() - t0
+            s.close()
+            return dt
+        out["GETs"] = timed_and_counted(self, a.repeat, gets)
+        self.res["9"] = out
+
 
 # ---------------------------------------------------------------------------
 # report
@@ -610,8 +790,8 @@ def fmt_s(s: float) -> str:
 def fmt_req(c: dict | None) -> str:
     if not c:
         return ""
-    other = sum(v for k, v in c.items() if k not in ("list", "metadata"))
-    return f"list {c.get('list', 0)}, metadata {c.get('metadata', 0)}, other {other}"
+    other = sum(v for k, v in c.items() if k not in ("list", "metadata", "media"))
+    return f"list {c.get('list', 0)}, metadata {c.get('metadata', 0)}, media {c.get('media', 0)}, other {other}"
 
 
 def ratio(x: float | None, y: float | None) -> str:
@@ -676,30 +856,77 @@ def report(a, r: dict) -> str:
         f"{ratio(g('6','bucketfs'), g('6','rclone'))} | ≈ one request |")
     add(f"| 6 | … requests | {fmt_req(g('6','bucketfs','req'))} | {fmt_req(g('6','rclone','req'))} | "
         f"{fmt_req(g('6','direct x50 parallel','req'))} | | | |")
+
     # 7
+    def par(tool):
+        v = g("7", tool, "hwm_kib")
+        return f"{v / 1024:.1f} MiB ({g('7', tool, 'mbs'):.0f} MB/s)" if v else "not run"
+    add(f"| 7 | peak RSS (VmHWM), {a.parallel_files} files × {a.parallel_mib} MiB read in parallel (dd bs=1M) | "
+        f"{par('bucketfs')} | {par('rclone')} | | | {ratio(g('7','bucketfs','hwm_kib'), g('7','rclone','hwm_kib'))} | "
+        f"< read-ahead budget (256 MiB) + 64 MiB |")
+    # 8
+    r8 = r.get("8", {})
+    def c8(k, f="s"):
+        v = r8.get(k, {}).get(f)
+        return v
+    def t8(k):
+        v = c8(k)
+        return fmt_s(v) if v is not None else "not run"
+    files, dirs = len(tree_names(a.tree)), tree_dirs(a.tree)
+    pages = math.ceil(files / 1000)
+    for key, label in (("find", "cold `find`"), ("du", "cold `du -sb`"), ("getfattr", "cold `getfattr -R -d`")):
+        if "8" not in r:
+            break
+        add(f"| 8 | {label}, {files:,} files in {dirs:,} directories: wall | {t8('bucketfs ' + key)} | "
+            f"{t8('rclone ' + key)}{' (no xattrs)' if key == 'getfattr' else ''} | {t8('flat list')} (flat listing, {pages} pages) | "
+            f"{ratio(c8('bucketfs ' + key), c8('flat list'))} | {ratio(c8('bucketfs ' + key), c8('rclone ' + key))} | ≤ 2× flat listing |")
+        if key == "getfattr" and c8("local getfattr"):
+            add(f"| 8 | … the same `getfattr -R -d` on a local tmpfs copy of the tree, "
+                f"{r8['local getfattr']['xattrs']} xattrs a file (no network) | | | {t8('local getfattr')} | "
+                f"{ratio(c8('bucketfs getfattr'), c8('local getfattr'))} | | |")
+        add(f"| 8 | … requests | {fmt_req(c8('bucketfs ' + key, 'req'))} | {fmt_req(c8('rclone ' + key, 'req'))} | "
+            f"{fmt_req(c8('flat list', 'req'))} | | | ≈ pages |")
+    if "8" in r:
+        cp_files = len(tree_names(a.cp_tree))
+        add(f"| 8 | cold `cp -r` of {cp_files:,} small files: wall | {t8('bucketfs cp')} | {t8('rclone cp')} | "
+            f"{t8('flat list + GETs')} (flat listing + one GET per file in sequence) | "
+            f"{ratio(c8('bucketfs cp'), c8('flat list + GETs'))} | {ratio(c8('bucketfs cp'), c8('rclone cp'))} | ≤ 0.5× |")
+        add(f"| 8 | … requests | {fmt_req(c8('bucketfs cp', 'req'))} | {fmt_req(c8('rclone cp', 'req'))} | "
+            f"{fmt_req(c8('flat list + GETs', 'req'))} | | | |")
+    if "9" in r:
+        add(f"| 9 | `cat` of {a.stat_files} small files after `ls -l`: wall | {cell('9','bucketfs')} | {cell('9','rclone')} | "
+            f"{cell('9','GETs')} (one GET per file in sequence) | {ratio(g('9','bucketfs'), g('9','GETs'))} | "
+            f"{ratio(g('9','bucketfs'), g('9','rclone'))} | ≤ 0.5× |")
+        add(f"| 9 | … requests | {fmt_req(g('9','bucketfs','req'))} | {fmt_req(g('9','rclone','req'))} | "
+            f"{fmt_req(g('9','GETs','req'))} | | | |")
+    # 10
     def w(key, f="s"):
-        return r.get("7", {}).get(key, {}).get(f)
+        return r.get('10', {}).get(key, {}).get(f)
     def wmbs(key):
         v = w(key, "mbs")
         return f"{v:.0f} MB/s ({fmt_s(w(key))})" if v else "not run"
-    add(f"| 7 | `cp` of a {a.size_mib} MiB file into the mount (until stored) | {wmbs('bucketfs cp')} | {wmbs('rclone cp')} | "
+    add(f"| 10 | `cp` of a {a.size_mib} MiB file into the mount (until stored) | {wmbs('bucketfs cp')} | {wmbs('rclone cp')} | "
         f"curl upload {wmbs('curl')} | {ratio(w('bucketfs cp', 'mbs'), w('curl', 'mbs'))} of curl | "
         f"{ratio(w('bucketfs cp', 'mbs'), w('rclone cp', 'mbs'))} | ≥ 0.8× curl |")
     hwm = w("bucketfs cp", "hwm_kib")
     rhwm = w("rclone cp", "hwm_kib")
-    add(f"| 7 | … peak RSS (VmHWM) of the mount | {f'{hwm / 1024:.1f} MiB' if hwm else 'not run'} | "
+    add(f"| 10 | … peak RSS (VmHWM) of the mount | {f'{hwm / 1024:.1f} MiB' if hwm else 'not run'} | "
         f"{f'{rhwm / 1024:.1f} MiB' if rhwm else 'not run'} | | | | < 64 MiB |")
     def per_file(key):
         c = w(key, "req")
         return f"{sum(c.values()) / a.write_files:.2f} ({fmt_req(c)})" if c else "not run"
-    add(f"| 7 | `cp -r` of {a.write_files:,} small files into an empty, listed directory: wall | "
-        f"{cell('7', 'bucketfs cp -r')} | {cell('7', 'rclone cp -r')} (until stored) | | | "
+    add(f"| 10 | `cp -r` of {a.write_files:,} small files into an empty, listed directory: wall | "
+        f"{cell('10', 'bucketfs cp -r')} | {cell('10', 'rclone cp -r')} (until stored) | | | "
         f"{ratio(w('bucketfs cp -r'), w('rclone cp -r'))} | < rclone |")
-    add(f"| 7 | … requests per file | {per_file('bucketfs cp -r')} | {per_file('rclone cp -r')} | | | | 1 upload, nothing else |")
+    add(f"| 10 | … requests per file | {per_file('bucketfs cp -r')} | {per_file('rclone cp -r')} | | | | 1 upload, nothing else |")
     add("")
-    add("Wall times: median of the runs against the emulator itself; requests: one more run through "
-        "the counting proxy (a Python process with latency of its own, so it is not timed). "
-        "Reads (4) go straight to the emulator, like curl.")
+    if a.latency_ms:
+        add(f"Every request waited {a.latency_ms:g} ms in the counting proxy (one round trip); every timing, "
+            "references included, went through it and is also the counted run.")
+    else:
+        add("Wall times: median of the runs against the emulator itself; requests: one more run through "
+            "the counting proxy (a Python process with latency of its own, so it is not timed).")
+    add("Reads (4) go straight to the emulator, like curl.")
     return "\n".join(L)
 
 
@@ -711,10 +938,17 @@ def main() -> int:
     ap.add_argument("--size-mib", type=int, help="size of the object read sequentially (default 256)")
     ap.add_argument("--xattr-files", type=int, default=1000)
     ap.add_argument("--stat-files", type=int, default=50)
-    ap.add_argument("--write-files", type=int, default=1000, help="small files copied in measurement 7")
+    ap.add_argument("--write-files", type=int, default=1000, help="small files copied in measurement 10")
     ap.add_argument("--repeat", type=int, help="repetitions per timing, the median is reported (default 3; quick 1)")
     ap.add_argument("--tools", default="bucketfs,rclone", help="comma-separated: bucketfs,rclone")
-    ap.add_argument("--only", default="1,2,4,5,6,7", help="measurements to run (3 comes with 2)")
+    ap.add_argument("--parallel-files", type=int, default=64, help="files read at once in (7)")
+    ap.add_argument("--parallel-mib", type=int, help="size of each file of (7) (default 16; quick 4)")
+    ap.add_argument("--only", default="1,2,4,5,6,7,8,9,10", help="measurements to run (3 comes with 2)")
+    ap.add_argument("--tree", default=None, help="shape of the walked tree (8): fan-outs per level, then files "
+                    "per leaf directory (default 10x5x10x10: 5,000 files in 560 directories; quick 3x4x5x10)")
+    ap.add_argument("--cp-tree", default=None, help="shape of the copied tree (8) (default 5x10x10: 500 files)")
+    ap.add_argument("--latency-ms", type=float, default=0.0,
+                    help="hold every request this long in the counting proxy and time through it")
     ap.add_argument("--bucketfs-bin", default=os.environ.get("BUCKETFS_BIN") or BucketFSMount.binary)
     ap.add_argument("--seed-workers", type=int, default=8)
     ap.add_argument("--json", help="also write the raw results here")
@@ -724,7 +958,10 @@ def main() -> int:
     a.n1 = a.n1 or (2000 if q else 10000)
     a.n2 = a.n2 or (10000 if q else 100000)
     a.size_mib = a.size_mib or (32 if q else 256)
+    a.parallel_mib = a.parallel_mib or (4 if q else 16)
     a.repeat = a.repeat or (1 if q else 3)
+    a.tree = shape(a.tree or ("3x4x5x10" if q else "10x5x10x10"))
+    a.cp_tree = shape(a.cp_tree or "5x10x10")
     a.tools = [t for t in a.tools.split(",") if t]
     BucketFSMount.binary = a.bucketfs_bin
     if "bucketfs" in a.tools and not os.access(a.bucketfs_bin, os.X_OK):
@@ -750,9 +987,10 @@ def main() -> int:
         log(f"emulator {gcs.url}; seeding xattr={a.xattr_files} size={a.size_mib} MiB")
         seeding |= seed(gcs, a)
         log("seeded in " + ", ".join(f"{k} {v:.1f} s" for k, v in seeding.items()))
-        proxy = F.CountingProxy(gcs.url).start()
+        proxy = F.CountingProxy(gcs.url, latency=a.latency_ms / 1000).start()
         b = Bench(a, gcs, proxy, root, log_dir)
-        steps = {"1": b.t1_ls, "2": b.t2_head_and_rss, "4": b.t4_read, "5": b.t5_getfattr, "6": b.t6_stat, "7": b.t7_write}
+        steps = {"1": b.t1_ls, "2": b.t2_head_and_rss, "4": b.t4_read, "5": b.t5_getfattr, "6": b.t6_stat,
+                 "7": b.t7_parallel_rss, "8": b.t8_tree, "9": b.t9_cat, "10": b.t10_write}
         for k in a.only.split(","):
             t0 = time.monotonic()
             log(f"measurement {k} ...")
@@ -761,7 +999,9 @@ def main() -> int:
         table = report(a, b.res)
         binary = os.path.realpath(a.bucketfs_bin)
         head = (f"bucketfs binary: {binary} ({'release' if '/release/' in binary else 'debug' if '/debug/' in binary else '?'}); "
-                f"N1={a.n1} N2={a.n2} SIZE={a.size_mib} MiB xattr files={a.xattr_files} stat files={a.stat_files}; "
+                f"N1={a.n1} N2={a.n2} SIZE={a.size_mib} MiB xattr files={a.xattr_files} stat files={a.stat_files} "
+                f"parallel={a.parallel_files}×{a.parallel_mib} MiB; "
+                f"tree {'x'.join(map(str, a.tree))} cp {'x'.join(map(str, a.cp_tree))}; latency {a.latency_ms:g} ms; "
                 f"median of {a.repeat}; seeding {sum(seeding.values()):.0f} s; total {time.monotonic() - t_start:.0f} s")
         print(head)
         print()

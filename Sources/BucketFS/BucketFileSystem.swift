@@ -19,6 +19,10 @@ public final class BucketFileSystem: FileSystem, Sendable {
   private let onMounted: @Sendable () -> Void
   /// Tells the kernel to drop cached attributes, pages and names; none until mounted.
   let kernel = Mutex<KernelCache>(.none)
+  /// Memory read-ahead may hold, shared by all open files.
+  let readAhead: ReadAheadBudget
+  /// Small files fetched ahead of a reader going through a directory (SiblingPrefetch.swift).
+  let prefetch: SiblingPrefetch
 
   struct State {
     var inodes: InodeTable
@@ -29,6 +33,11 @@ public final class BucketFileSystem: FileSystem, Sendable {
     var warned: Set<String> = []
     /// Lookups under way per directory key, and the listing a burst of them shares.
     var bursts: [String: LookupBurst] = [:]
+    /// The bucket answered that it cannot move objects: renames copy and delete.
+    var moveUnsupported = false
+    /// Refreshes after a read found its generation gone, per inode.
+    var staleReads: [UInt64: Task<Void, Never>] = [:]
+    var readDeadlines: ReadDeadlines
   }
   struct LookupBurst {
     var inFlight = 0
@@ -70,10 +79,13 @@ public final class BucketFileSystem: FileSystem, Sendable {
     self.clock = clock
     self.onMounted = onMounted
     self.contentTypes = ContentTypes(mimeTypesPath: configuration.mimeTypesPath)
+    self.readAhead = ReadAheadBudget(capacity: configuration.readAheadBudget)
+    self.prefetch = SiblingPrefetch(store: store, budget: readAhead, clock: clock)
     self.state = Mutex(
       State(
         inodes: InodeTable(
-          rootKey: configuration.rootPrefix, metadataCapacity: configuration.metadataCacheEntries)))
+          rootKey: configuration.rootPrefix, metadataCapacity: configuration.metadataCacheEntries),
+        readDeadlines: ReadDeadlines(seconds: configuration.retryDeadline)))
     warner.set { [weak self] in self?.warnConflict($0) }
   }
 

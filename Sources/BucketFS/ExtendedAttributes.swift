@@ -91,13 +91,23 @@ extension BucketFileSystem {
   ) async throws {
     var metadata = try await currentMetadata(inode: inode, node: node)
     let patch = property.patch(value)
+    /// What the object is after our last PATCH, if that one was applied.
+    var intended: ObjectMetadata?
     for _ in 0..<5 {
+      // After a 412 the change may be ours: the client retries a PATCH whose
+      // 200 was lost, and the retry finds the metageneration it moved itself.
+      // Exactly one change since, giving exactly our result, is taken as ours.
+      if let intended, Self.isResult(metadata, of: intended) {
+        logger.debug("metadata of \(node.key) already shows the change; taking it as done")
+        return
+      }
       let exists = property.value(in: metadata) != nil
       if flags.contains(.create) && exists { throw Errno.exists }
       if flags.contains(.replace) && !exists { throw Errno.noData }
       var proposed = metadata
       patch.apply(to: &proposed)
       guard MetadataLimits.fits(proposed.custom) else { throw Errno.tooBig }
+      intended = proposed
       do {
         let updated = try await store.patch(node.key, patch, ifMetagenerationMatch: metadata.metageneration)
         let now = clock()
@@ -112,5 +122,13 @@ extension BucketFileSystem {
     }
     logger.warning("metadata of \(node.key) keeps changing; giving up this update")
     throw Errno(EAGAIN)
+  }
+
+  /// Whether `current` is `proposed` (what a PATCH based on metageneration
+  /// m would make) after exactly that one change: m + 1, same properties.
+  static func isResult(_ current: ObjectMetadata, of proposed: ObjectMetadata) -> Bool {
+    current.generation == proposed.generation && current.metageneration == proposed.metageneration + 1
+      && current.custom == proposed.custom
+      && ObjectMetadata.WritableField.allCases.allSatisfy { current[$0] == proposed[$0] }
   }
 }

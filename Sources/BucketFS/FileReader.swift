@@ -19,14 +19,24 @@ final class FileReader: Sendable {
   private let firstSegment: UInt64 = 256 << 10
   private let maxSegment: UInt64
   private let maxAhead: UInt64
+  /// Shared by all readers: every segment and kept spare holds a grant.
+  private let budget: ReadAheadBudget
+  /// The smallest segment worth fetching ahead when the budget is short.
+  private static let minimumGrant = 64 << 10
 
   private struct Segment {
     let id: Int
     let start: UInt64
     let end: UInt64
     let task: Task<ByteBuffer, any Error>
+    /// Budget held for it, at least its length.
+    let grant: Int
     /// Set once the bytes have arrived.
     var bytes: ByteBuffer?
+  }
+  private struct Spare {
+    let bytes: ByteBuffer
+    let grant: Int
   }
   private struct State {
     /// Contiguous segments, in order.
@@ -36,24 +46,42 @@ final class FileReader: Sendable {
     var lastEnd: UInt64 = 0
     var nextID = 0
     /// Buffers of consumed segments, for the next segments to fill.
-    var spares: [ByteBuffer] = []
+    var spares: [Spare] = []
   }
   /// Enough to cycle while a sequential reader consumes one segment at a time.
   private static let maxSpares = 2
   private let state = Mutex(State())
 
-  init(key: String, generation: Int64, size: UInt64, store: any ObjectStore, maxSegment: Int, maxAhead: Int) {
+  init(
+    key: String, generation: Int64, size: UInt64, store: any ObjectStore, maxSegment: Int, maxAhead: Int,
+    budget: ReadAheadBudget, prefetched: (task: Task<ByteBuffer, any Error>, grant: Int)? = nil
+  ) {
     self.key = key
     self.generation = generation
     self.size = size
     self.store = store
     self.maxSegment = UInt64(max(maxSegment, 256 << 10))
     self.maxAhead = UInt64(max(maxAhead, maxSegment))
+    self.budget = budget
+    // The whole file, fetched ahead (SiblingPrefetch): the first segment, holding its grant.
+    if let prefetched {
+      let task = Task { [weak self] in
+        let bytes = try await prefetched.task.value
+        self?.arrived(0, bytes)
+        return bytes
+      }
+      state.withLock { state in
+        state.segments = [Segment(id: 0, start: 0, end: size, task: task, grant: prefetched.grant)]
+        state.nextID = 1
+      }
+    }
   }
 
   deinit {
     state.withLock { state in
-      for segment in state.segments { segment.task.cancel() }
+      drop(&state)
+      for spare in state.spares { budget.release(spare.grant) }
+      state.spares = []
     }
   }
 
@@ -96,15 +124,18 @@ final class FileReader: Sendable {
         // The kernel's own read-ahead may reorder neighbouring reads a little.
         let nearLast = offset >= state.lastEnd ? offset - state.lastEnd : state.lastEnd - offset
         state.streak = 0
-        guard offset == 0 || nearLast <= (1 << 20) else { return nil }
-        append(&state, from: offset)
+        // Without a grant the reader gets only what it asks for.
+        guard offset == 0 || nearLast <= (1 << 20), append(&state, from: offset) else { return nil }
       }
       topUp(&state, from: offset)
       return state.segments.filter { $0.start < end && $0.end > offset }
     }
-    guard let planned else { return [try await direct(offset, end)] }
+    guard let planned, let first = planned.first, first.start <= offset else {
+      return [try await direct(offset, end)]
+    }
 
     var pieces: [ByteBuffer] = []
+    var at = offset
     for segment in planned {
       let bytes: ByteBuffer
       do {
@@ -124,6 +155,10 @@ final class FileReader: Sendable {
         // Forget the failed segment and everything after it so the next read retries.
         state.withLock { state in
           if let index = state.segments.firstIndex(where: { $0.id == segment.id }) {
+            for dropped in state.segments[index...] {
+              dropped.task.cancel()
+              budget.release(dropped.grant)
+            }
             state.segments.removeSubrange(index...)
           }
         }
@@ -131,10 +166,15 @@ final class FileReader: Sendable {
       }
       if let piece = slice(bytes, of: segment, from: max(offset, segment.start), to: end) {
         pieces.append(piece)
+        at += UInt64(piece.readableBytes)
       }
       if UInt64(bytes.readableBytes) < segment.end - segment.start { break }  // object shorter than expected
     }
     state.withLock { state in retire(&state, upTo: end) }
+    // Segments stopped short of the request (the budget ran out): the rest directly.
+    if at < end, let last = planned.last, last.end < end, at == last.end {
+      pieces.append(try await direct(at, end))
+    }
     return pieces
   }
 
@@ -150,32 +190,48 @@ final class FileReader: Sendable {
     try await store.read(key, generation: generation, range: Int64(offset)..<Int64(end))
   }
 
-  /// Keeps a few segments in flight ahead of the reader.
+  /// Keeps a few segments in flight ahead of the reader, as far as the budget allows.
   private func topUp(_ state: inout State, from offset: UInt64) {
     while let last = state.segments.last, last.end < size,
-      last.end - offset < min(maxAhead, segmentSize(state.streak) * 4)
-    {
+      last.end - offset < min(maxAhead, segmentSize(state.streak) * 4),
       append(&state, from: last.end)
-    }
+    {}
   }
 
   private func segmentSize(_ streak: Int) -> UInt64 {
     min(maxSegment, firstSegment << UInt64(min(streak, 16)))
   }
 
-  private func append(_ state: inout State, from start: UInt64) {
-    let end = min(start + segmentSize(state.streak), size)
+  /// Starts fetching a segment from `start`, as large as the streak and the
+  /// budget allow; false when the budget has too little left.
+  private func append(_ state: inout State, from start: UInt64) -> Bool {
+    let wanted = Int(min(start + segmentSize(state.streak), size) - start)
+    var grant = 0
+    var reused: ByteBuffer?
+    if let spare = state.spares.popLast() {
+      if spare.grant >= wanted {
+        (grant, reused) = (spare.grant, spare.bytes)
+      } else {
+        budget.release(spare.grant)
+      }
+    }
+    if grant == 0 {
+      grant = budget.acquire(upTo: wanted, atLeast: min(wanted, Self.minimumGrant))
+      guard grant > 0 else { return false }
+    }
+    let end = start + UInt64(min(grant, wanted))
     let id = state.nextID
     state.nextID += 1
     let (store, key, generation) = (self.store, self.key, self.generation)
-    let spare = SpareBuffer(state.spares.popLast())
+    let spare = SpareBuffer(reused)
     let task = Task { [weak self] in
       let bytes = try await store.read(
         key, generation: generation, range: Int64(start)..<Int64(end), reusing: spare)
       self?.arrived(id, bytes)
       return bytes
     }
-    state.segments.append(Segment(id: id, start: start, end: end, task: task))
+    state.segments.append(Segment(id: id, start: start, end: end, task: task, grant: grant))
+    return true
   }
 
   private func arrived(_ id: Int, _ bytes: ByteBuffer) {
@@ -187,15 +243,24 @@ final class FileReader: Sendable {
   /// Drops the segments a read has consumed, keeping their memory for reuse.
   /// The reply may still hold slices of it: a later write then copies
   /// (ByteBuffer is copy-on-write), so reuse never touches bytes in use.
+  /// A spare keeps its grant; none is kept while the budget is short.
   private func retire(_ state: inout State, upTo end: UInt64) {
     while let first = state.segments.first, first.end <= end {
       state.segments.removeFirst()
-      if let bytes = first.bytes, state.spares.count < Self.maxSpares { state.spares.append(bytes) }
+      if let bytes = first.bytes, state.spares.count < Self.maxSpares, budget.available >= budget.capacity / 4
+      {
+        state.spares.append(Spare(bytes: bytes, grant: first.grant))
+      } else {
+        budget.release(first.grant)
+      }
     }
   }
 
   private func drop(_ state: inout State) {
-    for segment in state.segments { segment.task.cancel() }
+    for segment in state.segments {
+      segment.task.cancel()
+      budget.release(segment.grant)
+    }
     state.segments = []
   }
 }

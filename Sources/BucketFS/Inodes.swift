@@ -29,6 +29,17 @@ struct Node: Sendable {
     self.openedGeneration = openedGeneration
     self.kind = kind
   }
+
+  /// The same node under another key (a rename moves the kernel's inode to it).
+  func withKey(_ key: String) -> Node {
+    Node(
+      key: key, kind: kind, lookups: lookups, facts: facts, fetchedAt: fetchedAt,
+      openedGeneration: openedGeneration)
+  }
+
+  /// A node unlinked or replaced while the kernel still holds it: found by
+  /// its number only. Its key starts with a NUL, which no shown name has.
+  var isDetached: Bool { key.utf8.first == 0 }
 }
 
 /// Inode numbers are a hash of the key, so a path keeps its number for the
@@ -182,6 +193,39 @@ struct InodeTable: Sendable {
     }
   }
 
+  /// Moves the node of `inode` to `newKey` (a rename: the kernel keeps the
+  /// number for the moved name), through the explicit map when the number
+  /// is not `newKey`'s hash. Another node holding `newKey` is detached.
+  mutating func rekey(_ inode: UInt64, to newKey: String) {
+    guard let node = self[inode], node.key != newKey else { return }
+    if let other = self.inode(of: newKey), other != inode { detach(other) }
+    if mapped[node.key] == inode { mapped[node.key] = nil }
+    metadata.remove(node.key)
+    self[inode] = node.withKey(newKey)
+    mapped[newKey] = hashedInode(newKey) == inode ? nil : inode
+  }
+
+  /// Unhooks `inode` from its key (unlinked or replaced while the kernel
+  /// holds it), so the name's next object gets a node of its own.
+  mutating func detach(_ inode: UInt64) {
+    guard inode != Self.rootInode, let node = self[inode], !node.isDetached else { return }
+    if self.inode(of: node.key) == inode {
+      mapped[node.key] = nil
+      metadata.remove(node.key)
+    }
+    self[inode] = node.withKey("\u{0}" + node.key)
+  }
+
+  mutating func removeMetadata(of key: String) { metadata.remove(key) }
+
+  /// Held nodes whose key starts with `prefix` (a directory's descendants).
+  func inodes(under prefix: String) -> [(inode: UInt64, node: Node)] {
+    slotOf.compactMap { inode, slot in
+      let node = self[slot: slot]
+      return node.key.utf8.starts(with: prefix.utf8) && node.key != prefix ? (inode, node) : nil
+    }
+  }
+
   /// The key's hash if no live node holds it, else a number of the upper half.
   private mutating func allocate(_ key: String) -> UInt64 {
     let inode = hashedInode(key)
@@ -265,6 +309,19 @@ struct MetadataCache: Sendable {
       order.removeFirst(head)
       head = 0
     }
+    // Keys removed (forgotten) and inserted again leave stale places behind
+    // without ever filling the cache: drop them once they outnumber the live.
+    if order.count - head > 2 * capacity + 1024 { compact() }
+  }
+
+  /// Places in ``order``, stale ones included (for tests).
+  var orderCount: Int { order.count - head }
+
+  /// Keeps one place per live key, the oldest.
+  private mutating func compact() {
+    var seen = Set<String>()
+    order = order[head...].filter { entries[$0] != nil && seen.insert($0).inserted }
+    head = 0
   }
 
   mutating func remove(_ key: String) {

@@ -7,7 +7,7 @@ import Synchronization
 /// subtree per call, instead of one delimiter listing per directory.
 ///
 /// - A walk is a *descent*: `opendir` of a directory whose parent's handle
-///   is open or was read within ``window`` seconds. `ls` of one directory,
+///   is open, or was read or descended from within ``window`` seconds. `ls` of one directory,
 ///   `ls -l`, `ls -f | head` open no child and never start one.
 /// - A descent asks for the flat listing of the directory's subtree:
 ///   ``TreeListing`` turns its pages into the complete listings of the
@@ -66,6 +66,10 @@ final class SubtreeWalks: Sendable {
     var unfinished: Set<String> = []
     /// Bumped by every invalidation: a fetch started before keeps nothing.
     var epoch = 0
+    /// Directories holding subdirectory lists, least recently used first, and
+    /// the keys in those lists: look-ahead needs only the few a walk is in.
+    var siblingLists: [String] = []
+    var siblingKeys = 0
   }
   private let state = Mutex(State())
 
@@ -101,8 +105,11 @@ final class SubtreeWalks: Sendable {
       else { return (.none, []) }
       strong = activity.isDescent || activity.descents > 0
       activity.descents += 1
+      // A walk that spends long in each child (`cp -r`) is still under way.
+      activity.lastRead = now
       state.activity[parent] = activity
       state.activity[key]?.isDescent = true
+      touchSiblings(parent, &state)
       let siblings = Self.following(key, in: activity.subdirectories, count: ahead)
       if let listing = take(key, now: now, &state) { return (.ready(listing), siblings) }
       if let fetch = state.fetches.first(where: { key.utf8.starts(with: $0.key.utf8) })?.value {
@@ -127,11 +134,14 @@ final class SubtreeWalks: Sendable {
     state.withLock { state in
       var activity = state.activity[key, default: Activity(lastRead: now)]
       activity.lastRead = now
+      let before = activity.subdirectories.count
       activity.subdirectories += subdirectories
       if activity.subdirectories.count > 2 * pageSize {
         activity.subdirectories.removeFirst(activity.subdirectories.count - pageSize)
       }
+      state.siblingKeys += activity.subdirectories.count - before
       state.activity[key] = activity
+      if !subdirectories.isEmpty { touchSiblings(key, &state) }
       if state.activity.count > 512 { prune(now: now, &state) }
     }
   }
@@ -164,6 +174,11 @@ final class SubtreeWalks: Sendable {
   var heldEntries: Int { state.withLock { $0.held } }
 
   var fetchesUnderWay: Int { state.withLock { $0.fetches.count } }
+
+  /// Subdirectory keys held for look-ahead (for tests of their bound).
+  var siblingKeysHeld: Int {
+    state.withLock { state in state.activity.values.reduce(0) { $0 + $1.subdirectories.count } }
+  }
 
   // MARK: - Fetching
 
@@ -199,8 +214,8 @@ final class SubtreeWalks: Sendable {
         logger.debug("flat listing of \(root) failed (\(error)); its directories list themselves")
         break
       }
-      var done: [TreeListing.Listing] = []
       let answeredAt = clock()
+      var done: [TreeListing.Listing] = []
       for item in page.items { done += tree.add(item, answeredAt: answeredAt) }
       token = page.nextPageToken
       if token == nil { done += tree.finish() }
@@ -259,6 +274,21 @@ final class SubtreeWalks: Sendable {
 
   private func prune(now: Double, _ state: inout State) {
     state.activity = state.activity.filter { $0.value.handles > 0 || now - $0.value.lastRead < window }
+    let activity = state.activity
+    state.siblingLists.removeAll { activity[$0] == nil }
+    state.siblingKeys = state.siblingLists.reduce(0) { $0 + (activity[$1]?.subdirectories.count ?? 0) }
+  }
+
+  /// Marks `key`'s subdirectory list used; drops the least recently used
+  /// lists beyond 64 or beyond 8 pages of keys.
+  private func touchSiblings(_ key: String, _ state: inout State) {
+    if let index = state.siblingLists.lastIndex(of: key) { state.siblingLists.remove(at: index) }
+    state.siblingLists.append(key)
+    while state.siblingLists.count > 64 || state.siblingKeys > 8 * pageSize, state.siblingLists.count > 1 {
+      let oldest = state.siblingLists.removeFirst()
+      state.siblingKeys -= state.activity[oldest]?.subdirectories.count ?? 0
+      state.activity[oldest]?.subdirectories = []
+    }
   }
 
   /// Up to `count` keys after `key` in `keys`.
@@ -287,5 +317,15 @@ final class ConflictWarner: Sendable {
 
   func callAsFunction(_ key: String) {
     target.withLock { $0 }?(key)
+  }
+}
+
+extension BucketFileSystem {
+  /// For the write and namespace operations: a name under `key` (an object
+  /// name or a directory prefix) was created, removed or replaced through the
+  /// mount; listings a walk fetched before must not be shown. Call it before
+  /// replying.
+  public func invalidateListings(under key: String) {
+    walks.invalidateListings(under: key)
   }
 }

@@ -55,7 +55,7 @@ extension CloudStorageClient {
     let text = message(in: body, status: status)
     let lower = text.lowercased()
     let refusal = [
-      "hierarchical namespace", "not supported", "unsupported", "not enabled", "not implemented",
+      "hierarchical namespace", "not support", "unsupported", "not enabled", "not implemented",
     ]
     if status != 400 || refusal.contains(where: lower.contains) {
       throw rememberUnsupported("HTTP \(status): \(text)")

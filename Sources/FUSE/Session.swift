@@ -40,8 +40,9 @@ public final class FUSESession: @unchecked Sendable {
   let fileSystem: FileSystem
   let logger: Logger
   private var session: OpaquePointer?
-  /// The session for notifications from other threads; cleared (under the
-  /// lock) before the session is destroyed, so no notification outlives it.
+  /// The session for notifications and exit requests from other threads;
+  /// cleared (under the lock) before the session is destroyed, so neither
+  /// outlives it.
   private let notifyTarget = Mutex<UInt>(0)
   private var mountpoint = ""
   private let inflight = Mutex<[UInt: InflightRequest]>([:])
@@ -93,10 +94,11 @@ public final class FUSESession: @unchecked Sendable {
     return result
   }
 
-  /// Asks the loop to return; safe from any thread (not a signal handler).
+  /// Asks the loop to return; safe from any thread (not a signal handler),
+  /// also during and after ``shutdown(grace:)`` (a second SIGINT): the
+  /// session is reached only through the lock that shutdown clears it under.
   public func requestExit() {
-    guard let session else { return }
-    fuse_session_exit(session)
+    guard withSession({ fuse_session_exit($0) }) != nil else { return }
     // The loop thread may sit in read(2) on /dev/fuse: interrupt it until it
     // notices. Repeated because the signal can land just before the read.
     for _ in 0..<100 where loopRunning.load(ordering: .sequentiallyConsistent) {

@@ -51,6 +51,15 @@ struct Mount: ParsableCommand {
   var requestTimeout = 30.0
   @Option(help: "Seconds one operation may take, retries included, before it fails with EIO.")
   var retryDeadline = 60.0
+  @Option(help: "Objects a directory rename moves at most; a larger one fails with EXDEV, so mv copies it.")
+  var renameDirLimit = 1000
+  @Option(
+    help: "Files up to this many bytes are uploaded in one request; larger ones in a resumable session.")
+  var uploadThreshold: Int64 = 8 << 20
+  @Option(help: "Bytes per request of a resumable upload, a multiple of 262144 (256 KiB).")
+  var uploadChunkSize = 16 << 20
+  @Option(help: "MiB of memory read-ahead may hold at once, all open files together.")
+  var readAheadBudget = 256
   @Option(help: "trace, debug, info, notice, warning, error or critical.") var logLevel = "info"
   @Option(help: "Append logs to this file (default: stderr in the foreground, syslog in the background).")
   var logFile: String?
@@ -66,8 +75,17 @@ struct Mount: ParsableCommand {
 
   func validate() throws {
     guard (1...1000).contains(pageSize) else { throw ValidationError("--page-size must be 1 to 1000") }
+    guard renameDirLimit >= 0 else { throw ValidationError("--rename-dir-limit must be 0 or more") }
     guard metadataTTL >= 0, negativeTTL >= 0 else { throw ValidationError("TTLs must not be negative") }
     guard requestTimeout > 0, retryDeadline > 0 else { throw ValidationError("timeouts must be positive") }
+    do {
+      _ = try UploadPolicy(threshold: uploadThreshold, chunkSize: uploadChunkSize)
+    } catch {
+      throw ValidationError("--upload-threshold / --upload-chunk-size: \(error)")
+    }
+    guard (1...(1 << 20)).contains(readAheadBudget) else {
+      throw ValidationError("--read-ahead-budget must be 1 to 1048576 MiB")
+    }
     guard Logger.Level(rawValue: logLevel) != nil else {
       throw ValidationError("unknown --log-level \(logLevel)")
     }
@@ -160,8 +178,12 @@ struct Mount: ParsableCommand {
         throw MountFailure(message: "\(error)")
       }
     }
+    guard let uploads = try? UploadPolicy(threshold: uploadThreshold, chunkSize: uploadChunkSize) else {
+      throw MountFailure(message: "bad --upload-threshold or --upload-chunk-size")  // validate() said why
+    }
     let client = CloudStorageClient(
-      bucket: source.bucket, endpoint: endpoint, http: http, tokens: tokens, retry: retry, logger: logger)
+      bucket: source.bucket, endpoint: endpoint, http: http, tokens: tokens, retry: retry, uploads: uploads,
+      logger: logger)
 
     let where_ = "gs://\(source.bucket)/\(rootPrefix)"
     let check = blocking { () async -> Result<ListPage, any Error> in
@@ -200,6 +222,9 @@ struct Mount: ParsableCommand {
         )
       }
     }
+    configuration.renameDirectoryLimit = renameDirLimit
+    configuration.readAheadBudget = readAheadBudget << 20
+    configuration.retryDeadline = retryDeadline
 
     let fileSystem = BucketFileSystem(
       store: client, configuration: configuration, logger: logger, onMounted: { outcome.ready() })

@@ -5,7 +5,9 @@ import Synchronization
 
 /// The wrapped store, except that a held call takes its answer at once and
 /// delivers it only once released: a late answer to an early request, as when
-/// a GET or a list page sent before a PATCH arrives after its answer.
+/// a GET or a list page sent before a PATCH arrives after its answer. A lost
+/// PATCH answer is applied and then answered 412, as the client's retry of
+/// it is.
 final class LateAnswers: ObjectStore, Sendable {
   enum Kind: Sendable { case metadata, list }
   let base: InMemoryObjectStore
@@ -15,6 +17,10 @@ final class LateAnswers: ObjectStore, Sendable {
     var open = false
   }
   private let holds = Mutex<[Kind: Hold]>([:])
+  private let lostPatches = Mutex(0)
+
+  /// The next `count` patches are applied, then answered 412.
+  func losePatchAnswers(_ count: Int = 1) { lostPatches.withLock { $0 = count } }
 
   init(_ base: InMemoryObjectStore) { self.base = base }
 
@@ -59,7 +65,13 @@ final class LateAnswers: ObjectStore, Sendable {
   func patch(_ name: String, _ patch: MetadataPatch, ifMetagenerationMatch: Int64?) async throws
     -> ObjectMetadata
   {
-    try await base.patch(name, patch, ifMetagenerationMatch: ifMetagenerationMatch)
+    let applied = try await base.patch(name, patch, ifMetagenerationMatch: ifMetagenerationMatch)
+    let lost = lostPatches.withLock { count in
+      defer { count = max(count - 1, 0) }
+      return count > 0
+    }
+    if lost { throw StorageError.preconditionFailed }
+    return applied
   }
 
   func upload(

@@ -41,10 +41,12 @@ let quietLogger: Logger = {
 
 func makeFileSystem(
   _ store: any ObjectStore, pageSize: Int = 1000, root: String = "", readOnly: Bool = false,
-  clock: ManualClock = ManualClock(), readAheadMaxChunk: Int = Configuration().readAheadMaxChunk
+  clock: ManualClock = ManualClock(), readAheadMaxChunk: Int = Configuration().readAheadMaxChunk,
+  readAheadBudget: Int = Configuration().readAheadBudget
 ) -> BucketFileSystem {
   var configuration = Configuration()
   configuration.readAheadMaxChunk = readAheadMaxChunk
+  configuration.readAheadBudget = readAheadBudget
   configuration.pageSize = pageSize
   configuration.rootPrefix = root
   configuration.readOnly = readOnly

@@ -131,6 +131,32 @@ final class WalkTests: XCTestCase {
     XCTAssertEqual(fs.walks.capacity, 4 * 50)
   }
 
+  func testAWalkThatSpendsLongInEachChildStaysAWalk() async throws {
+    let store = InMemoryObjectStore(bucket: "b")
+    Self.seedTree(store, top: 4, middle: 1, files: 1)
+    let clock = ManualClock()
+    let fs = makeFileSystem(store, clock: clock)
+    _ = try await fs.names(of: InodeTable.rootInode)
+    for t in 0..<4 {
+      let inode = try await fs.inode(at: "d\(t)")
+      _ = try await fs.names(of: inode)
+      clock.advance(4)  // copying the child's files takes a while
+    }
+    // Every top directory was a descent (8 s after the root was read): flat listings only.
+    XCTAssertEqual(Set(store.flatLists), ["d0/", "d1/", "d2/", "d3/"], "\(store.calls)")
+  }
+
+  func testSubdirectoryNamesKeptForLookAheadAreBounded() {
+    let walks = SubtreeWalks(
+      store: InMemoryObjectStore(bucket: "b"), pageSize: 10, freshness: 60, logger: quietLogger,
+      clock: ManualClock().read, onConflict: { _ in })
+    for d in 0..<100 {
+      walks.read("d\(d)/", subdirectories: (0..<30).map { "d\(d)/s\($0)/" })
+      XCTAssertLessThanOrEqual(walks.siblingKeysHeld, 8 * 10 + 20)
+    }
+    XCTAssertGreaterThan(walks.siblingKeysHeld, 0)
+  }
+
   func testInvalidatedListingsAreListedAgain() async throws {
     let store = InMemoryObjectStore(bucket: "b")
     Self.seedTree(store, top: 3, middle: 1, files: 2)
@@ -144,8 +170,8 @@ final class WalkTests: XCTestCase {
     // Through the mount (the write layer calls the entry point), d1/m0/f0 goes and d1/new comes.
     store.delete("d1/m0/f0")
     store.put("d1/new", data: [])
-    fs.walks.invalidateListings(under: "d1/m0/f0")
-    fs.walks.invalidateListings(under: "d1/new")
+    fs.invalidateListings(under: "d1/m0/f0")
+    fs.invalidateListings(under: "d1/new")
     await XCTAssertEqualAsync(try await fs.names(of: d1), ["m0", "new"])
     let m0 = try await fs.inode(at: "d1/m0")
     await XCTAssertEqualAsync(try await fs.names(of: m0), ["f1"])

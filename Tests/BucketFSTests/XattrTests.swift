@@ -125,10 +125,13 @@ final class XattrTests: XCTestCase {
     XCTAssertEqual(now.contentLanguage, "de", "the other writer's change is not overwritten")
     XCTAssertEqual(store.calls(.patch).count, 2)
 
-    // A removal whose property vanished meanwhile answers ENODATA.
+    // A removal whose property vanished meanwhile in another change answers
+    // ENODATA. (Had the other change been exactly this removal, it could
+    // have been ours with its answer lost: EdgeTests.)
     store.resetCalls()
     store.beforeNextPatch { store in
-      _ = try? store.applyPatch("images/forest.jpg", MetadataPatch(custom: ["activity": nil]))
+      _ = try? store.applyPatch(
+        "images/forest.jpg", MetadataPatch(fields: [.contentLanguage: "it"], custom: ["activity": nil]))
     }
     await XCTAssertErrno(.noData) {
       try await self.fs.removexattr(inode: self.forest, name: "user.custom.activity")

@@ -40,7 +40,7 @@ func testLogger() -> Logger {
 /// the server is stopped and the HTTP client shut down whether `body` succeeds or throws.
 func withFakeServer(
   bucket: String = "bkt", clientBucket: String? = nil, retry: RetryPolicy = .fast(),
-  tokens: (any AccessTokenProvider)? = nil,
+  uploads: UploadPolicy = UploadPolicy(), tokens: (any AccessTokenProvider)? = nil,
   _ body: (FakeStorageServer, CloudStorageClient) async throws -> Void
 ) async throws {
   let server = FakeStorageServer(bucket: bucket)
@@ -51,7 +51,7 @@ func withFakeServer(
     let endpoint = try Endpoint(server.endpoint)
     let client = CloudStorageClient(
       bucket: clientBucket ?? bucket, endpoint: endpoint, http: http, tokens: tokens, retry: retry,
-      logger: testLogger())
+      uploads: uploads, logger: testLogger())
     try await body(server, client)
     outcome = .success(())
   } catch {
@@ -64,7 +64,7 @@ func withFakeServer(
 
 /// Runs `body` with a client pointed at a ``CannedHTTPServer`` answering with `handler`.
 func withCannedServer(
-  bucket: String = "bkt", retry: RetryPolicy = .fast(),
+  bucket: String = "bkt", retry: RetryPolicy = .fast(), uploads: UploadPolicy = UploadPolicy(),
   handler: @escaping @Sendable (CannedHTTPServer.Request) -> CannedHTTPServer.Response,
   _ body: (CannedHTTPServer, CloudStorageClient) async throws -> Void
 ) async throws {
@@ -74,7 +74,7 @@ func withCannedServer(
   do {
     let client = CloudStorageClient(
       bucket: bucket, endpoint: try Endpoint("http://127.0.0.1:\(server.port)"), http: http, tokens: nil,
-      retry: retry, logger: testLogger())
+      retry: retry, uploads: uploads, logger: testLogger())
     try await body(server, client)
     outcome = .success(())
   } catch {

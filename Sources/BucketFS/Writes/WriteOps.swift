@@ -124,7 +124,8 @@ extension BucketFileSystem {
         // Reads before the first write come from the object.
         state.files[handle] = FileReader(
           key: base.name, generation: base.generation, size: UInt64(base.size), store: store,
-          maxSegment: configuration.readAheadMaxChunk, maxAhead: configuration.readAheadMaxBytes)
+          maxSegment: configuration.readAheadMaxChunk, maxAhead: configuration.readAheadMaxBytes,
+          budget: readAhead)
       }
       return handle
     }
@@ -360,7 +361,8 @@ extension BucketFileSystem {
       if let base {
         state.files[handle] = FileReader(
           key: base.name, generation: base.generation, size: UInt64(base.size), store: store,
-          maxSegment: configuration.readAheadMaxChunk, maxAhead: configuration.readAheadMaxBytes)
+          maxSegment: configuration.readAheadMaxChunk, maxAhead: configuration.readAheadMaxBytes,
+          budget: readAhead)
       }
       return OpenResult(handle: handle, keepCache: false)
     }

@@ -1,0 +1,30 @@
+import ObjectStore
+
+/// The metadata of a rename that replaces a file (an editor's atomic save:
+/// write a temp file, rename it over the original). Without this the temp
+/// file's metadata wins and the original's custom keys, content type and
+/// download tokens are lost, as on every other mount.
+///
+/// The rule (docs/semantics/namespace.md), property by property over the
+/// writable ones (contentType, cacheControl, contentDisposition,
+/// contentEncoding, contentLanguage, each custom key):
+/// 1. the source's value, if it has one that was set explicitly (its own
+///    stored metadata, setxattr, `cp --preserve=xattr`, `rsync -X`);
+/// 2. else the replaced file's value, if it has one;
+/// 3. else the source's inferred value (a contentType from the temp file's
+///    name, a generated download token), if any;
+/// 4. else absent.
+enum AtomicSave {
+  static func attributes(
+    source: ObjectAttributes, inferred: Set<XattrName>, replaced: ObjectAttributes
+  ) -> ObjectAttributes {
+    var result = replaced
+    for (field, value) in source.fields {
+      if !inferred.contains(.writable(field)) || result.fields[field] == nil { result.fields[field] = value }
+    }
+    for (key, value) in source.custom {
+      if !inferred.contains(.custom(key)) || result.custom[key] == nil { result.custom[key] = value }
+    }
+    return result
+  }
+}

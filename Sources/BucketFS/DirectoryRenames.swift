@@ -1,0 +1,136 @@
+import FUSE
+import Logging
+import ObjectStore
+
+#if canImport(Glibc)
+  import Glibc
+#endif
+
+/// rename of a directory: every object under its prefix moved server-side,
+/// several at once, up to `renameDirectoryLimit` objects (beyond: EXDEV, so
+/// `mv` copies). Not atomic: others may see it half done, and a failure
+/// midway leaves it half done (EIO, and the log says which objects moved).
+extension BucketFileSystem {
+  func renameDirectory(_ from: String, to: String, replacingPlaceholder replaced: ObjectMetadata?)
+    async throws
+  {
+    // Dirty files go up first, so the listing has them.
+    let heldFiles = state.withLock { $0.inodes.inodes(under: from) }.filter { $0.node.kind == .file }
+    for (inode, _) in heldFiles { try await commitStaged(inode: inode) }
+
+    let objects = try await objectsToMove(under: from)
+    if objects.isEmpty { throw Errno.noEntry }
+    let targets = objects.map {
+      to + String(decoding: $0.name.utf8.dropFirst(from.utf8.count), as: UTF8.self)
+    }
+    if targets.contains(where: { $0.utf8.count > Self.maxObjectNameBytes }) { throw Errno.nameTooLong }
+
+    let outcome = await moveAll(objects, to: targets, replacing: replaced, into: to)
+    if let (name, error) = outcome.failure {
+      let moved = outcome.moved.map { "\($0.from) -> \($0.to.name)" }
+      let kept = outcome.sourceKept.map { "\($0) (copied, source kept)" }
+      let left = objects.map(\.name).filter { name in !outcome.moved.contains { $0.from == name } }
+      logger.error(
+        """
+        rename \(from) to \(to) failed at \(name): \(error). \
+        Moved (\(moved.count)): \(moved.joined(separator: ", ")). \
+        Not moved (\(left.count)): \(left.joined(separator: ", ")).\(kept.isEmpty ? "" : " " + kept.joined(separator: ", "))
+        """)
+      // What moved is no longer under the old names.
+      for moved in outcome.moved { forgetKey(moved.from) }
+      throw Errno.io
+    }
+
+    let now = clock()
+    let renamed: [(UInt64, String, Int64)] = state.withLock { state in
+      for (inode, node) in state.inodes.inodes(under: from) {
+        state.inodes.rekey(
+          inode, to: to + String(decoding: node.key.utf8.dropFirst(from.utf8.count), as: UTF8.self))
+      }
+      if let inode = state.inodes.inode(of: from) { state.inodes.rekey(inode, to: to) }
+      var renamed: [(UInt64, String, Int64)] = []
+      for moved in outcome.moved {
+        state.inodes.refresh(moved.to, at: now)
+        if let inode = state.inodes.inode(of: moved.to.name), state.inodes[inode]?.kind == .file {
+          renamed.append((inode, moved.to.name, moved.to.generation))
+        }
+      }
+      return renamed
+    }
+    for (inode, key, generation) in renamed {
+      stagedFileRenamed(inode: inode, to: key, generation: generation)
+    }
+  }
+
+  /// Every object under `prefix` (placeholder included), or EXDEV when
+  /// there are more than the limit: nothing is moved then.
+  func objectsToMove(under prefix: String) async throws -> [ObjectMetadata] {
+    let limit = configuration.renameDirectoryLimit
+    var objects: [ObjectMetadata] = []
+    var token: String?
+    repeat {
+      let page: ListPage
+      do {
+        page = try await store.list(
+          prefix: prefix, delimiter: nil, pageSize: min(1000, limit + 1 - objects.count), pageToken: token)
+      } catch {
+        throw failure(error, operation: "list", key: prefix)
+      }
+      objects += page.items
+      if objects.count > limit {
+        logger.notice(
+          "rename \(prefix): more than \(limit) objects (--rename-dir-limit); answering EXDEV, so mv copies")
+        throw Errno(EXDEV)
+      }
+      token = page.nextPageToken
+    } while token != nil
+    return objects
+  }
+
+  struct MoveOutcome {
+    var moved: [(from: String, to: ObjectMetadata)] = []
+    var sourceKept: [String] = []
+    var failure: (String, any Error)?
+  }
+
+  /// Moves each object to its target, `renameConcurrency` at a time; after
+  /// a failure starts no more, and lets the ones under way finish.
+  func moveAll(
+    _ objects: [ObjectMetadata], to targets: [String], replacing replaced: ObjectMetadata?, into to: String
+  )
+    async -> MoveOutcome
+  {
+    var outcome = MoveOutcome()
+    await withTaskGroup(of: (String, Result<ObjectMetadata, any Error>).self) { group in
+      var next = 0
+      func startNext() {
+        let (object, target) = (objects[next], targets[next])
+        next += 1
+        // The placeholder of an empty directory being replaced is replaced in turn.
+        let match = target == to ? replaced?.generation ?? 0 : 0
+        group.addTask {
+          do {
+            return (
+              object.name,
+              .success(try await self.relocate(object, to: target, attributes: nil, ifGenerationMatch: match))
+            )
+          } catch {
+            return (object.name, .failure(error))
+          }
+        }
+      }
+      while next < min(objects.count, max(configuration.renameConcurrency, 1)) { startNext() }
+      for await (name, result) in group {
+        switch result {
+        case .success(let moved):
+          outcome.moved.append((name, moved))
+        case .failure(let error):
+          if case RelocationFailure.sourceKept = error { outcome.sourceKept.append(name) }
+          if outcome.failure == nil { outcome.failure = (name, error) }
+        }
+        if outcome.failure == nil, next < objects.count { startNext() }
+      }
+    }
+    return outcome
+  }
+}

@@ -1,0 +1,184 @@
+import FUSE
+import Logging
+import ObjectStore
+
+#if canImport(Glibc)
+  import Glibc
+#endif
+
+/// rename of a file: server-side, with preconditions on both names, and the
+/// atomic-save rule when it replaces a file (docs/semantics/namespace.md).
+extension BucketFileSystem {
+  public func rename(parent: UInt64, name: String, newParent: UInt64, newName: String, flags: RenameFlags)
+    async throws
+  {
+    try checkWritable()
+    // Two objects cannot be swapped in one step; whiteouts are for overlays.
+    guard flags.subtracting(.noReplace).isEmpty else { throw Errno.invalid }
+    let fromParent = try node(parent, kind: .directory).key
+    let toParent = try node(newParent, kind: .directory).key
+    guard name.utf8.count <= 255 else { throw Errno.nameTooLong }
+    guard Names.isValidComponent(name) else { throw Errno.noEntry }
+    let from = fromParent + name
+    let to = try newKey(toParent, newName)
+    defer {
+      walks.invalidateListings(under: from)
+      walks.invalidateListings(under: to)
+    }
+
+    let held = probe(fileKey: from, directoryKey: from + "/")
+    var kind = held.kind
+    if kind == nil {
+      let found = try await lookInBucket(fileKey: from, directoryKey: from + "/")
+      kind = found.directory != nil ? .directory : found.file != nil ? .file : nil
+    }
+    guard let kind else { throw Errno.noEntry }
+    if from == to { return }
+    if kind == .directory, (to + "/").utf8.starts(with: (from + "/").utf8) { throw Errno.invalid }
+    let target = try await lookInBucket(fileKey: to, directoryKey: to + "/")
+    if flags.contains(.noReplace), target.file != nil || target.directory != nil { throw Errno.exists }
+    switch kind {
+    case .file:
+      // A directory wins over a file of the same name (SPEC §1): that is what the name shows.
+      if target.directory != nil { throw Errno.isDirectory }
+      try await renameFile(from, to: to, replacing: target.file, noReplace: flags.contains(.noReplace))
+    case .directory:
+      let replaced: ObjectMetadata?
+      switch target.directory {
+      case .nonEmpty: throw Errno(ENOTEMPTY)
+      case .empty(let placeholder): replaced = placeholder
+      case nil:
+        if target.file != nil { throw Errno.notDirectory }
+        replaced = nil
+      }
+      try await renameDirectory(from + "/", to: to + "/", replacingPlaceholder: replaced)
+    }
+  }
+
+  func renameFile(_ from: String, to: String, replacing replaced: ObjectMetadata?, noReplace: Bool)
+    async throws
+  {
+    if let inode = probe(fileKey: from, directoryKey: from + "/").inode {
+      try await commitStaged(inode: inode)
+    }
+    let (inode, source) = try await existingFile(from)
+    var attributes: ObjectAttributes?
+    if let replaced {
+      let own = ObjectAttributes(of: source)
+      let merged = AtomicSave.attributes(
+        source: own, inferred: inferredProperties(of: from, generation: source.generation),
+        replaced: ObjectAttributes(of: replaced))
+      if merged != own { attributes = merged }
+    }
+    let moved: ObjectMetadata
+    do {
+      moved = try await relocate(
+        source, to: to, attributes: attributes, ifGenerationMatch: replaced?.generation ?? 0)
+    } catch RelocationFailure.sourceChanged {
+      throw await changedMeanwhile(from, operation: "rename")
+    } catch RelocationFailure.destinationChanged {
+      let errno = await changedMeanwhile(to, operation: "rename onto")
+      throw noReplace ? Errno.exists : errno
+    } catch RelocationFailure.sourceKept(let copy, let error) {
+      logger.error(
+        "rename \(from) to \(to): copied, but \(from) could not be deleted (\(error)); both names hold it")
+      remember(copy)
+      throw failure(error, operation: "delete", key: from)
+    } catch RelocationFailure.failed(let error) {
+      throw failure(error, operation: "rename", key: from)
+    }
+    let replacedInode = state.withLock { $0.inodes.inode(of: to) }
+    moveNode(inode, from: from, to: moved, sameBytesAs: source.generation)
+    if let replacedInode, replacedInode != inode { stagedFileUnlinked(inode: replacedInode) }
+    if let inode { stagedFileRenamed(inode: inode, to: to, generation: moved.generation) }
+  }
+
+  /// The table after a file moved: the kernel keeps the inode number for the
+  /// new name, with the new object's facts; a node that held the new name
+  /// (the replaced file) is detached. The bytes are the same, so the kernel's
+  /// cached pages of the old generation stay valid.
+  func moveNode(_ inode: UInt64?, from: String, to moved: ObjectMetadata, sameBytesAs generation: Int64) {
+    let now = clock()
+    state.withLock { state in
+      if let inode {
+        state.inodes.rekey(inode, to: moved.name)
+        if state.inodes[inode]?.openedGeneration == generation {
+          state.inodes[inode]?.openedGeneration = moved.generation
+        }
+      } else if let other = state.inodes.inode(of: moved.name) {
+        state.inodes.detach(other)
+      }
+      state.inodes.removeMetadata(of: from)
+      state.inodes.refresh(moved, at: now)
+    }
+  }
+
+  func remember(_ metadata: ObjectMetadata) {
+    let now = clock()
+    state.withLock { $0.inodes.refresh(metadata, at: now) }
+  }
+
+  enum RelocationFailure: Error {
+    /// The source's generation is gone (changed or deleted meanwhile): nothing changed.
+    case sourceChanged
+    /// The destination is not what the precondition said: nothing changed.
+    case destinationChanged
+    /// The copy exists; deleting the source failed: both names hold it.
+    case sourceKept(copy: ObjectMetadata, error: any Error)
+    case failed(any Error)
+  }
+
+  /// Moves one object server-side: the service's move when the bucket has
+  /// it and the metadata comes along unchanged, else a copy (rewrite) with
+  /// `attributes` and then a delete of the source generation. The
+  /// destination must be at generation `ifGenerationMatch` (0: absent); the
+  /// source is never deleted before its copy exists.
+  func relocate(
+    _ source: ObjectMetadata, to destination: String, attributes: ObjectAttributes?, ifGenerationMatch: Int64
+  ) async throws -> ObjectMetadata {
+    if attributes == nil, !state.withLock({ $0.moveUnsupported }) {
+      do {
+        return try await store.move(
+          source.name, sourceGeneration: source.generation, to: destination,
+          ifGenerationMatch: ifGenerationMatch)
+      } catch StorageError.unsupported(let message) {
+        if state.withLock({ state in
+          defer { state.moveUnsupported = true }; return !state.moveUnsupported
+        }) {
+          logger.notice("the bucket cannot move objects (\(message)); renames copy and delete")
+        }
+      } catch StorageError.preconditionFailed {
+        // Either name may have failed its precondition: the source tells which.
+        let current = try? await store.metadata(of: source.name)
+        throw current?.generation == source.generation
+          ? RelocationFailure.destinationChanged : RelocationFailure.sourceChanged
+      } catch StorageError.notFound {
+        throw RelocationFailure.sourceChanged
+      } catch {
+        throw RelocationFailure.failed(error)
+      }
+    }
+    let copy: ObjectMetadata
+    do {
+      copy = try await store.copy(
+        source.name, sourceGeneration: source.generation, to: destination, attributes: attributes,
+        ifGenerationMatch: ifGenerationMatch)
+    } catch StorageError.notFound {
+      throw RelocationFailure.sourceChanged
+    } catch StorageError.preconditionFailed {
+      throw RelocationFailure.destinationChanged
+    } catch {
+      throw RelocationFailure.failed(error)
+    }
+    do {
+      try await store.delete(source.name, ifGenerationMatch: source.generation)
+    } catch StorageError.notFound, StorageError.preconditionFailed {
+      // Someone else deleted or rewrote the source after the copy: theirs stays.
+      logger.notice(
+        "rename: \(source.name) changed after it was copied to \(destination); the new version stays")
+    } catch {
+      throw RelocationFailure.sourceKept(copy: copy, error: error)
+    }
+    return copy
+  }
+}

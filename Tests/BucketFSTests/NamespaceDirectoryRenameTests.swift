@@ -1,0 +1,190 @@
+import FUSE
+import NIOCore
+import ObjectStore
+import StorageFake
+import Synchronization
+import XCTest
+
+@testable import BucketFS
+
+#if canImport(Glibc)
+  import Glibc
+#endif
+
+/// rename of a directory: object by object, in parallel, up to the limit.
+final class NamespaceDirectoryRenameTests: XCTestCase {
+  var store: InMemoryObjectStore!
+  var fs: BucketFileSystem!
+
+  override func setUp() async throws {
+    store = InMemoryObjectStore(bucket: "demo")
+    fs = makeFileSystem(store, limit: 1000, concurrency: 16)
+  }
+
+  private func makeFileSystem(_ store: InMemoryObjectStore, limit: Int, concurrency: Int) -> BucketFileSystem
+  {
+    var configuration = Configuration()
+    configuration.renameDirectoryLimit = limit
+    configuration.renameConcurrency = concurrency
+    return BucketFileSystem(
+      store: store, configuration: configuration, logger: quietLogger, clock: ManualClock().read)
+  }
+
+  private func seedTree() {
+    store.put("d/", data: [])
+    store.put("d/a", data: bytes("a"), contentType: "text/plain", custom: ["k": "v"])
+    store.put("d/sub/b", data: bytes("b"))
+    store.put("d//hidden", data: bytes("a name no listing shows, moved all the same"))
+    store.put("d-sibling", data: bytes("not under d/"))
+  }
+
+  func testEveryObjectMovesAndTheKernelsInodesFollow() async throws {
+    seedTree()
+    let d = try await fs.inode(at: "d")
+    let a = try await fs.inode(at: "d/a")
+    let sub = try await fs.inode(at: "d/sub")
+    let b = try await fs.inode(at: "d/sub/b")
+    store.resetCalls()
+    try await fs.rename(parent: 1, name: "d", newParent: 1, newName: "e", flags: [])
+    XCTAssertEqual(store.names, ["d-sibling", "e/", "e//hidden", "e/a", "e/sub/b"])
+    XCTAssertEqual(
+      Set(store.calls(.move).map(\.description)),
+      Set(
+        [
+          InMemoryObjectStore.Call.move("d/", to: "e/", ifGenerationMatch: 0),
+          .move("d/a", to: "e/a", ifGenerationMatch: 0),
+          .move("d/sub/b", to: "e/sub/b", ifGenerationMatch: 0),
+          .move("d//hidden", to: "e//hidden", ifGenerationMatch: 0),
+        ].map(\.description)))
+    XCTAssertEqual(store.object("e/a")?.custom, ["k": "v"])
+    for (path, inode) in [("e", d), ("e/a", a), ("e/sub", sub), ("e/sub/b", b)] {
+      await XCTAssertEqualAsync(try await fs.inode(at: path), inode, path)
+    }
+    await XCTAssertEqualAsync(try await fs.names(of: d), ["a", "sub"])
+    await XCTAssertEqualAsync(try await fs.names(of: 1), ["d-sibling", "e"])
+    await XCTAssertEqualAsync(try await fs.getattr(inode: b).0.size, 1)
+    await XCTAssertEqualAsync(
+      String(decoding: try await fs.getxattr(inode: b, name: "user.fullPath"), as: UTF8.self), "e/sub/b")
+  }
+
+  func testWithoutMoveEachCopyComesBeforeItsDelete() async throws {
+    store.supportsMove = false
+    seedTree()
+    try await fs.rename(parent: 1, name: "d", newParent: 1, newName: "e", flags: [])
+    XCTAssertEqual(store.names, ["d-sibling", "e/", "e//hidden", "e/a", "e/sub/b"])
+    let calls = store.calls
+    for name in ["d/", "d/a", "d/sub/b", "d//hidden"] {
+      let copy = try XCTUnwrap(calls.firstIndex { if case .copy(name, _, 0) = $0 { true } else { false } })
+      let delete = try XCTUnwrap(calls.firstIndex { if case .delete(name, _?) = $0 { true } else { false } })
+      XCTAssertLessThan(copy, delete, name)
+    }
+  }
+
+  func testOntoAnEmptyDirectoryReplacesItsPlaceholder() async throws {
+    store.put("d/", data: [])
+    store.put("d/a", data: bytes("a"))
+    let target = store.put("e/", data: [])
+    try await fs.rename(parent: 1, name: "d", newParent: 1, newName: "e", flags: [])
+    XCTAssertTrue(store.calls(.move).contains(.move("d/", to: "e/", ifGenerationMatch: target.generation)))
+    XCTAssertEqual(store.names, ["e/", "e/a"])
+  }
+
+  func testMoreObjectsThanTheLimitIsEXDEVAndMovesNothing() async throws {
+    fs = makeFileSystem(store, limit: 3, concurrency: 16)
+    seedTree()
+    await XCTAssertErrno(Errno(EXDEV)) {
+      try await self.fs.rename(parent: 1, name: "d", newParent: 1, newName: "e", flags: [])
+    }
+    XCTAssertEqual(store.calls(.move) + store.calls(.copy) + store.calls(.delete), [])
+    // At the limit it moves.
+    store.delete("d//hidden")
+    try await fs.rename(parent: 1, name: "d", newParent: 1, newName: "e", flags: [])
+    XCTAssertEqual(store.names, ["d-sibling", "e/", "e/a", "e/sub/b"])
+  }
+
+  func testAFailureMidwayIsEIOAndNothingIsDeletedBeforeItsCopyExists() async throws {
+    store.supportsMove = false
+    fs = makeFileSystem(store, limit: 1000, concurrency: 1)
+    seedTree()
+    // The first copy succeeds; the second fails for good.
+    store.beforeNext(.copy) { $0.injectFaults([.unavailable("boom")], for: .copy) }
+    await XCTAssertErrno(.io) {
+      try await self.fs.rename(parent: 1, name: "d", newParent: 1, newName: "e", flags: [])
+    }
+    XCTAssertEqual(store.calls(.copy).count, 2, "no more started after the failure")
+    XCTAssertEqual(store.calls(.delete).count, 1)
+    // Every object is in exactly one place, with its bytes.
+    let names = store.names
+    for name in ["d/", "d/a", "d/sub/b", "d//hidden"] {
+      let moved = "e/" + name.dropFirst(2)
+      XCTAssertTrue(names.contains(name) != names.contains(moved), "\(name) is in one place: \(names)")
+    }
+    XCTAssertEqual(names.filter { $0.hasPrefix("e/") }.count, 1)
+    // A fresh listing shows both halves as they are.
+    await XCTAssertEqualAsync(try await fs.names(of: 1), ["d-sibling", "d", "e"])
+  }
+
+  func testMovesRunInParallelWithinTheBound() async throws {
+    for i in 0..<40 { store.put("many/\(i)", data: bytes("\(i)")) }
+    let counting = CountingMoves(store)
+    var configuration = Configuration()
+    configuration.renameConcurrency = 4
+    let fs = BucketFileSystem(
+      store: counting, configuration: configuration, logger: quietLogger, clock: ManualClock().read)
+    try await fs.rename(parent: 1, name: "many", newParent: 1, newName: "moved", flags: [])
+    XCTAssertEqual(store.names.filter { $0.hasPrefix("moved/") }.count, 40)
+    let most = counting.most.withLock { $0 }
+    XCTAssertGreaterThan(most, 1, "in parallel")
+    XCTAssertLessThanOrEqual(most, 4, "bounded")
+  }
+}
+
+/// Forwards to the in-memory store and counts moves in flight; each move
+/// waits a little so that others can start meanwhile.
+final class CountingMoves: ObjectStore {
+  let base: InMemoryObjectStore
+  let now = Mutex(0)
+  let most = Mutex(0)
+  init(_ base: InMemoryObjectStore) { self.base = base }
+  var bucket: String { base.bucket }
+  func list(prefix: String, delimiter: String?, pageSize: Int, pageToken: String?) async throws -> ListPage {
+    try await base.list(prefix: prefix, delimiter: delimiter, pageSize: pageSize, pageToken: pageToken)
+  }
+  func metadata(of name: String) async throws -> ObjectMetadata { try await base.metadata(of: name) }
+  func read(_ name: String, generation: Int64, range: Range<Int64>) async throws -> ByteBuffer {
+    try await base.read(name, generation: generation, range: range)
+  }
+  func patch(_ name: String, _ patch: MetadataPatch, ifMetagenerationMatch: Int64?) async throws
+    -> ObjectMetadata
+  {
+    try await base.patch(name, patch, ifMetagenerationMatch: ifMetagenerationMatch)
+  }
+  func upload(
+    _ name: String, from source: any UploadSource, attributes: ObjectAttributes, ifGenerationMatch: Int64?
+  ) async throws -> ObjectMetadata {
+    try await base.upload(name, from: source, attributes: attributes, ifGenerationMatch: ifGenerationMatch)
+  }
+  func delete(_ name: String, ifGenerationMatch: Int64?) async throws {
+    try await base.delete(name, ifGenerationMatch: ifGenerationMatch)
+  }
+  func copy(
+    _ source: String, sourceGeneration: Int64, to destination: String, attributes: ObjectAttributes?,
+    ifGenerationMatch: Int64?
+  ) async throws -> ObjectMetadata {
+    try await base.copy(
+      source, sourceGeneration: sourceGeneration, to: destination, attributes: attributes,
+      ifGenerationMatch: ifGenerationMatch)
+  }
+  func move(_ source: String, sourceGeneration: Int64, to destination: String, ifGenerationMatch: Int64?)
+    async throws -> ObjectMetadata
+  {
+    let running = now.withLock {
+      $0 += 1; return $0
+    }
+    most.withLock { $0 = max($0, running) }
+    defer { now.withLock { $0 -= 1 } }
+    try await Task.sleep(for: .milliseconds(5))
+    return try await base.move(
+      source, sourceGeneration: sourceGeneration, to: destination, ifGenerationMatch: ifGenerationMatch)
+  }
+}
