@@ -20,10 +20,10 @@ once, puts the request-counting proxy in front of it, and measures:
      one GET per file in sequence
   9. `cat` of the stat set's files after `ls` of their directory, against one GET
      per file in sequence
-  10. writes: `cp` of a SIZE file into the mount vs curl uploading it (and the
-      mount's peak RSS meanwhile); `cp` of 1,000 small files into an empty,
-      listed directory vs rclone mount --vfs-cache-mode writes, with requests
-      per file
+ 10. writes: `cp` of a SIZE file into the mount vs curl uploading it (and the
+     mount's peak RSS meanwhile); `cp` of 1,000 small files into an empty,
+     listed directory vs rclone mount --vfs-cache-mode writes, with requests
+     per file
 
 --latency-ms L makes the counting proxy hold every request L ms (one network
 round trip); every timing then goes through the proxy, references included,
@@ -549,7 +549,7 @@ class Bench:
         out["direct"] = timed_and_counted(self, 1, direct)
         self.res["5"] = out
 
-    # 7 -------------------------------------------------------------------
+    # 10 ------------------------------------------------------------------
     def t10_write(self):
         a, out = self.a, {}
         size = a.size_mib << 20
@@ -901,7 +901,7 @@ def report(a, r: dict) -> str:
             f"{fmt_req(g('9','GETs','req'))} | | | |")
     # 10
     def w(key, f="s"):
-        return r.get("10", {}).get(key, {}).get(f)
+        return r.get('10', {}).get(key, {}).get(f)
     def wmbs(key):
         v = w(key, "mbs")
         return f"{v:.0f} MB/s ({fmt_s(w(key))})" if v else "not run"
@@ -938,7 +938,7 @@ def main() -> int:
     ap.add_argument("--size-mib", type=int, help="size of the object read sequentially (default 256)")
     ap.add_argument("--xattr-files", type=int, default=1000)
     ap.add_argument("--stat-files", type=int, default=50)
-    ap.add_argument("--write-files", type=int, default=1000, help="small files copied in measurement 7")
+    ap.add_argument("--write-files", type=int, default=1000, help="small files copied in measurement 10")
     ap.add_argument("--repeat", type=int, help="repetitions per timing, the median is reported (default 3; quick 1)")
     ap.add_argument("--tools", default="bucketfs,rclone", help="comma-separated: bucketfs,rclone")
     ap.add_argument("--parallel-files", type=int, default=64, help="files read at once in (7)")
@@ -990,8 +990,7 @@ def main() -> int:
         proxy = F.CountingProxy(gcs.url, latency=a.latency_ms / 1000).start()
         b = Bench(a, gcs, proxy, root, log_dir)
         steps = {"1": b.t1_ls, "2": b.t2_head_and_rss, "4": b.t4_read, "5": b.t5_getfattr, "6": b.t6_stat,
-                 "7": b.t7_parallel_rss, "8": b.t8_tree, "9": b.t9_cat,
-                 "10": b.t10_write}
+                 "7": b.t7_parallel_rss, "8": b.t8_tree, "9": b.t9_cat, "10": b.t10_write}
         for k in a.only.split(","):
             t0 = time.monotonic()
             log(f"measurement {k} ...")

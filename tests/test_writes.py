@@ -146,11 +146,14 @@ def test_cp_preserve_xattr_and_rsync_carry_user_names(mount, bucket, client):
 
     if subprocess.run(["which", "rsync"], capture_output=True).returncode != 0:
         pytest.skip("rsync is not installed")
-    # In place: its default temp file + rename needs rename (issue 13).
-    run(["rsync", "-X", "--inplace", src, m.p("rsync.dat")])
+    # Its default: a temp file, closed, reopened for the xattrs, renamed.
+    run(["rsync", "-X", src, m.p("rsync.dat")])
     meta = client.get(bucket, "rsync.dat")
     assert meta["metadata"]["project"] == "apollo"
+    assert meta["contentType"] == "text/x-apollo"
     assert client.download(bucket, "rsync.dat") == b"tagged"
+    run(["rsync", "-X", "--inplace", src, m.p("inplace.dat")])
+    assert client.get(bucket, "inplace.dat")["metadata"]["project"] == "apollo"
 
 
 def test_a_40_mib_file_by_md5(mount, bucket, client):

@@ -1,6 +1,7 @@
 import FUSE
 import ObjectStore
 import StorageFake
+import Synchronization
 import XCTest
 
 @testable import BucketFS
@@ -282,5 +283,25 @@ extension WriteTests {
     try await fs.close(inode, second)
     XCTAssertEqual(store.calls(.read).count, 1)
     XCTAssertEqual(text(store.data("docs/readme.txt")), "hello world!?\n")
+  }
+}
+
+extension WriteTests {
+  func testOpensClosesAndWritesOfOneFileInParallelShareOneStage() async throws {
+    store.put("many.txt", data: Array(repeating: UInt8(ascii: "."), count: 20))
+    let inode = try await fs.inode(at: "many.txt")
+    let fs = self.fs!
+    try await withThrowingTaskGroup(of: Void.self) { group in
+      for i in 0..<20 {
+        group.addTask {
+          let handle = try await fs.open(inode: inode, flags: O_WRONLY).handle
+          _ = try await fs.writeBytes(inode, handle, at: UInt64(i), [UInt8(ascii: "a") + UInt8(i)])
+          try await fs.close(inode, handle)
+        }
+      }
+      try await group.waitForAll()
+    }
+    XCTAssertEqual(text(store.data("many.txt")), "abcdefghijklmnopqrst")
+    XCTAssertEqual(fs.stagedCount.load(ordering: .relaxed), 0, "every stage released")
   }
 }

@@ -31,10 +31,11 @@ extension BucketFileSystem {
     if let existing {
       // Created here and not yet uploaded: the kernel lost its entry.
       if flags & O_EXCL != 0 { throw Errno.exists }
-      let handle = try await attach(existing, truncate: flags & O_TRUNC != 0)
-      let inode = existing.inode
-      state.withLock { $0.inodes[inode]?.lookups += 1 }
-      return (stagedEntry(inode), OpenResult(handle: handle, keepCache: false))
+      if let handle = try await attach(existing, truncate: flags & O_TRUNC != 0) {
+        let inode = existing.inode
+        state.withLock { $0.inodes[inode]?.lookups += 1 }
+        return (stagedEntry(inode), OpenResult(handle: handle, keepCache: false))
+      }
     }
 
     let stage = try makeStage()
@@ -91,8 +92,9 @@ extension BucketFileSystem {
     if configuration.readOnly { throw Errno.readOnly }
     guard node.kind == .file else { throw Errno.isDirectory }
     let truncate = flags & O_TRUNC != 0
-    if let existing = writes.withLock({ $0.byInode[inode] }), !existing.state.withLock({ $0.unlinked }) {
+    if let existing = writes.withLock({ $0.byInode[inode] }), !existing.state.withLock({ $0.unlinked }),
       let handle = try await attach(existing, truncate: truncate)
+    {
       return OpenResult(handle: handle, keepCache: false)
     }
     let base = try await currentMetadata(inode: inode, node: node)
@@ -130,28 +132,46 @@ extension BucketFileSystem {
     // Another open may have staged the inode meanwhile: share that one.
     let winner = writes.withLock { writes -> StagedFile? in
       if let other = writes.byInode[inode], !other.state.withLock({ $0.unlinked }) { return other }
+      writes.byInode[inode] = staged
+      writes.handles[handle] = staged
       return nil
     }
     if let winner {
       stage.remove()
       state.withLock { _ = $0.files.removeValue(forKey: handle) }
-      let shared = try await attach(winner, truncate: truncate)
+      guard let shared = try await attach(winner, truncate: truncate) else {
+        return try await openForWriting(inode: inode, node: node, flags: flags)
+      }
       return OpenResult(handle: shared, keepCache: false)
     }
-    register(staged, handle: handle)
+    stagedCount.add(1, ordering: .relaxed)
     return OpenResult(handle: handle, keepCache: false)
   }
 
-  /// A new handle on a staged file.
-  private func attach(_ staged: StagedFile, truncate: Bool) async throws -> UInt64 {
-    if truncate { try await resize(staged, to: 0) }
+  /// A new handle on a staged file; nil if its last handle closed meanwhile
+  /// (then the caller stages the file anew).
+  private func attach(_ staged: StagedFile, truncate: Bool) async throws -> UInt64? {
     let handle = state.withLock { state in
       let handle = state.nextHandle
       state.nextHandle += 1
       return handle
     }
-    staged.state.withLock { $0.handles += 1 }
-    writes.withLock { $0.handles[handle] = staged }
+    // Under the registry's lock, as the last release is: never a handle on a released stage.
+    let attached = writes.withLock { writes -> Bool in
+      guard writes.byInode[staged.inode] === staged else { return false }
+      staged.state.withLock { $0.handles += 1 }
+      writes.handles[handle] = staged
+      return true
+    }
+    guard attached else { return nil }
+    if truncate {
+      do {
+        try await resize(staged, to: 0)
+      } catch {
+        releaseWriter(handle: handle)
+        throw error
+      }
+    }
     return handle
   }
 
