@@ -11,7 +11,8 @@ import Synchronization
 /// order (GNU `cp` sorts a directory's names by inode number before it
 /// copies them). Then the next ``ahead`` files in that order that are at most
 /// ``smallFile`` bytes are fetched whole, each holding a budget grant of its
-/// size; a file nobody opens within ``window`` seconds is dropped. A listing
+/// size; a file nobody opens within ``window`` seconds is dropped (at the
+/// next open, or by a sweep a little later). A listing
 /// alone never starts it, and a file over ``smallFile`` is never fetched
 /// unasked.
 final class SiblingPrefetch: Sendable {
@@ -35,12 +36,16 @@ final class SiblingPrefetch: Sendable {
     let at: Double
   }
   private struct State {
-    /// The files of the directories read last (a few), in listing order.
+    /// The files of the directories read last (a few), in listing order, and
+    /// those already opened (never fetched ahead again, whatever the order).
     var directories: [String: [File]] = [:]
+    var opened: Set<String> = []
     var recent: [String] = []
     /// The last file read to its end, and when.
     var finished: (key: String, at: Double)?
     var prefetched: [String: Prefetched] = [:]
+    /// A sweep is scheduled for what nobody opens.
+    var sweeping = false
   }
   private let state = Mutex(State())
 
@@ -63,7 +68,11 @@ final class SiblingPrefetch: Sendable {
     state.withLock { state in
       if state.directories[directory] == nil {
         state.recent.append(directory)
-        if state.recent.count > 8 { state.directories[state.recent.removeFirst()] = nil }
+        if state.recent.count > 8 {
+          let gone = state.recent.removeFirst()
+          state.directories[gone] = nil
+          state.opened = state.opened.filter { Self.directory(of: $0) != gone }
+        }
       }
       var known = state.directories[directory, default: []]
       // A directory listed again (`ls`, then the shell's glob) gives the same names again.
@@ -87,6 +96,9 @@ final class SiblingPrefetch: Sendable {
     let now = clock()
     return state.withLock { state in
       expire(now: now, &state)
+      if let directory = Self.directory(of: key), state.directories[directory] != nil {
+        state.opened.insert(key)
+      }
       var mine: (Task<ByteBuffer, any Error>, Int)?
       if let entry = state.prefetched.removeValue(forKey: key) {
         if entry.generation == generation { mine = (entry.task, entry.grant) } else { drop(entry) }
@@ -104,8 +116,31 @@ final class SiblingPrefetch: Sendable {
           state.prefetched[file.key] = Prefetched(
             generation: file.generation, task: task, grant: grant, at: now)
         }
+        if !state.prefetched.isEmpty && !state.sweeping {
+          state.sweeping = true
+          scheduleSweep()
+        }
       }
       return mine
+    }
+  }
+
+  /// Drops what waited too long even when no further file is opened (the
+  /// reader stopped), so its budget comes back.
+  private func sweep() {
+    let now = clock()
+    state.withLock { state in
+      expire(now: now, &state)
+      state.sweeping = !state.prefetched.isEmpty
+      if state.sweeping { scheduleSweep() }
+    }
+  }
+
+  private func scheduleSweep() {
+    let delay = window + 1
+    Task { [weak self] in
+      try? await Task.sleep(for: .seconds(delay))
+      self?.sweep()
     }
   }
 
@@ -122,7 +157,10 @@ final class SiblingPrefetch: Sendable {
       guard let index = order.firstIndex(where: { $0.key == key }), index > 0,
         order[index - 1].key == previous
       else { continue }
-      let small = order[(index + 1)...].lazy.filter { $0.size > 0 && $0.size <= self.smallFile }
+      let opened = state.opened
+      let small = order[(index + 1)...].lazy.filter {
+        $0.size > 0 && $0.size <= self.smallFile && !opened.contains($0.key)
+      }
       return Array(small.prefix(ahead))
     }
     return nil

@@ -76,6 +76,63 @@ final class PrefetchTests: XCTestCase {
     XCTAssertEqual(store.calls(.read).count - reads(store, of: "d/f10"), 19, "\(store.calls(.read))")
   }
 
+  func testPrefetchOfAReaderThatStoppedIsSweptAway() async throws {
+    let store = InMemoryObjectStore(bucket: "b")
+    seed(store)
+    let clock = ManualClock()
+    let fs = makeFileSystem(store, clock: clock)
+    _ = try await fs.names(of: try await fs.inode(at: "d"))
+    _ = try await readWhole(fs, "d/f00")
+    _ = try await readWhole(fs, "d/f01")
+    XCTAssertEqual(fs.prefetch.held, 8)
+    clock.advance(10)
+    // No further open: the sweep (6 s later) gives the budget back.
+    let swept = await poll { fs.prefetch.held == 0 && fs.readAhead.inUse == 0 }
+    XCTAssertTrue(swept)
+  }
+
+  /// GNU cp: each directory read whole, then its entries in inode order.
+  func copy(_ fs: BucketFileSystem, _ inode: UInt64) async throws {
+    let handle = try await fs.opendir(inode: inode)
+    let entries = try await fs.names(of: inode, handle: handle, from: 0)
+    fs.releasedir(inode: inode, handle: handle)
+    var children: [FileAttributes] = []
+    for name in entries where name != "." && name != ".." {
+      if let attributes = try await fs.lookup(parent: inode, name: name).attributes {
+        children.append(attributes)
+      }
+    }
+    for child in children.sorted(by: { $0.inode < $1.inode }) {
+      if child.kind == .directory {
+        try await copy(fs, child.inode)
+        continue
+      }
+      let opened = try await fs.open(inode: child.inode, flags: O_RDONLY)
+      _ = try await fs.read(inode: child.inode, handle: opened.handle, offset: 0, size: 4096)
+      fs.release(inode: child.inode, handle: opened.handle)
+    }
+  }
+
+  func testACopyInInodeOrderListsEachSubtreeOnceAndReadsEachFileOnce() async throws {
+    let store = InMemoryObjectStore(bucket: "b")
+    for t in 0..<5 {
+      for m in 0..<10 {
+        for f in 0..<10 { store.put("dir/d\(t)/m\(m)/f\(f)", data: bytes("\(t)\(m)\(f)")) }
+      }
+    }
+    let fs = makeFileSystem(store)
+    store.latency = .milliseconds(1)
+    let root = try await fs.inode(at: "dir")
+    store.resetCalls()
+    try await copy(fs, root)
+    let settled = await poll { fs.prefetch.held == 0 && fs.walks.fetchesUnderWay == 0 }
+    XCTAssertTrue(settled)
+    // The directory, then each top directory's subtree flat; nothing visited is fetched again.
+    XCTAssertEqual(store.calls(.list).count, 6, "\(store.calls(.list))")
+    XCTAssertEqual(store.calls(.read).count, 500)
+    XCTAssertEqual(store.calls.count, 506)
+  }
+
   func testNothingIsFetchedAheadWhenFilesAreNotReadInAnOrder() async throws {
     let store = InMemoryObjectStore(bucket: "b")
     seed(store)
