@@ -63,6 +63,11 @@ extension BucketFileSystem {
     for (inode, key, generation) in renamed {
       stagedFileRenamed(inode: inode, to: key, generation: generation)
     }
+    let generations = Dictionary(objects.map { ($0.name, $0.generation) }, uniquingKeysWith: { a, _ in a })
+    for moved in outcome.moved {
+      guard let generation = generations[moved.from] else { continue }
+      carryInferred(inferredProperties(of: moved.from, generation: generation), to: moved.to)
+    }
   }
 
   /// Every object under `prefix` (placeholder included), or EXDEV when

@@ -112,6 +112,11 @@ extension BucketFileSystem {
         let updated = try await store.patch(node.key, patch, ifMetagenerationMatch: metadata.metageneration)
         let now = clock()
         _ = state.withLock { $0.inodes.refresh(updated, at: now) }
+        // Set by the user now: an atomic save no longer treats it as inferred.
+        _ = writes.withLock {
+          $0.inferred[StagedFiles.InferredKey(key: node.key, generation: updated.generation)]?.remove(
+            property)
+        }
         return
       } catch StorageError.preconditionFailed {
         logger.debug("metadata of \(node.key) changed meanwhile; deciding again")

@@ -62,12 +62,12 @@ extension BucketFileSystem {
       try await commitStaged(inode: inode)
     }
     let (inode, source) = try await existingFile(from)
+    let inferred = inferredProperties(of: from, generation: source.generation)
     var attributes: ObjectAttributes?
     if let replaced {
       let own = ObjectAttributes(of: source)
       let merged = AtomicSave.attributes(
-        source: own, inferred: inferredProperties(of: from, generation: source.generation),
-        replaced: ObjectAttributes(of: replaced))
+        source: own, inferred: inferred, replaced: ObjectAttributes(of: replaced))
       if merged != own { attributes = merged }
     }
     let moved: ObjectMetadata
@@ -87,6 +87,9 @@ extension BucketFileSystem {
     } catch RelocationFailure.failed(let error) {
       throw failure(error, operation: "rename", key: from)
     }
+    // What stays inferred: what the result still has from the source's inference.
+    let stillInferred = inferred.filter { property in replaced.map { property.value(in: $0) == nil } ?? true }
+    carryInferred(stillInferred, to: moved)
     let replacedInode = state.withLock { $0.inodes.inode(of: to) }
     moveNode(inode, from: from, to: moved, sameBytesAs: source.generation)
     if let replacedInode, replacedInode != inode { stagedFileUnlinked(inode: replacedInode) }
@@ -114,6 +117,13 @@ extension BucketFileSystem {
       state.inodes.removeMetadata(of: from)
       state.inodes.refresh(moved, at: now)
     }
+  }
+
+  /// Properties the moved object still has only by inference, recorded
+  /// under its new name and generation, so a later atomic save treats
+  /// them as a fresh temp file's (a temp file may be renamed twice).
+  func carryInferred(_ properties: Set<XattrName>, to moved: ObjectMetadata) {
+    writes.withLock { $0.remember(inferred: properties, key: moved.name, generation: moved.generation) }
   }
 
   func remember(_ metadata: ObjectMetadata) {

@@ -1,4 +1,5 @@
 import FUSE
+import Foundation
 import ObjectStore
 import StorageFake
 import XCTest
@@ -213,6 +214,81 @@ final class NamespaceRenameTests: XCTestCase {
     try await rename("tmp", "doc")
     XCTAssertEqual(store.calls(.copy), [])
     XCTAssertEqual(store.calls(.move).count, 1)
+  }
+}
+
+/// Renames and unlinks of files written through the mount; the atomic save: what bucketfs
+/// inferred for the temp file never wins, what the user set always does.
+final class NamespaceWrittenFileTests: XCTestCase {
+  var store: InMemoryObjectStore!
+  var fs: BucketFileSystem!
+  var stages: String!
+
+  override func setUp() async throws {
+    store = InMemoryObjectStore(bucket: "demo")
+    stages = makeStageDirectory()
+    fs = makeWritingFileSystem(store, stageDirectory: stages, mimeTypes: nil)
+    store.put(
+      "doc.md", data: bytes("old"), contentType: "text/markdown",
+      custom: ["firebaseStorageDownloadTokens": "t"])
+  }
+
+  override func tearDown() async throws {
+    try? FileManager.default.removeItem(atPath: stages)
+  }
+
+  private func writeTemp(_ name: String, _ text: String) async throws {
+    let (inode, handle) = try await fs.createFile(name)
+    try await fs.writeText(inode, handle, at: 0, text)
+    try await fs.close(inode, handle)
+  }
+
+  func testAnInferredContentTypeNeverWins() async throws {
+    try await writeTemp("doc.md.tmp", "new")
+    XCTAssertEqual(store.object("doc.md.tmp")?.contentType, "application/octet-stream")
+    try await fs.rename(parent: 1, name: "doc.md.tmp", newParent: 1, newName: "doc.md", flags: [])
+    XCTAssertEqual(store.data("doc.md"), bytes("new"))
+    XCTAssertEqual(store.object("doc.md")?.contentType, "text/markdown")
+    XCTAssertEqual(store.object("doc.md")?.custom, ["firebaseStorageDownloadTokens": "t"])
+  }
+
+  func testAContentTypeSetAfterCloseWins() async throws {
+    try await writeTemp("doc.md.tmp", "new")
+    let temp = try await fs.inode(at: "doc.md.tmp")
+    try await fs.setxattr(inode: temp, name: "user.contentType", value: bytes("text/x-chosen"), flags: [])
+    try await fs.rename(parent: 1, name: "doc.md.tmp", newParent: 1, newName: "doc.md", flags: [])
+    XCTAssertEqual(store.object("doc.md")?.contentType, "text/x-chosen")
+  }
+
+  func testAnOpenDirtyFileIsUploadedThenRenamedAndItsHandleFollows() async throws {
+    let (inode, handle) = try await fs.createFile("draft.txt")
+    try await fs.writeText(inode, handle, at: 0, "first")
+    XCTAssertNil(store.object("draft.txt"), "not closed yet")
+    try await fs.rename(parent: 1, name: "draft.txt", newParent: 1, newName: "final.txt", flags: [])
+    XCTAssertEqual(store.names, ["doc.md", "final.txt"])
+    XCTAssertEqual(store.data("final.txt"), bytes("first"))
+    // The handle now uploads to the new name, replacing only the generation the rename made.
+    try await fs.writeText(inode, handle, at: 5, " and more")
+    try await fs.close(inode, handle)
+    XCTAssertEqual(store.data("final.txt"), bytes("first and more"))
+    XCTAssertEqual(store.names, ["doc.md", "final.txt"])
+  }
+
+  func testAFileUnlinkedWhileOpenIsNeverUploaded() async throws {
+    store.put("gone.txt", data: bytes("old"))
+    let (inode, handle) = try await fs.openFile("gone.txt", flags: O_WRONLY)
+    try await fs.writeText(inode, handle, at: 0, "new")
+    try await fs.unlink(parent: 1, name: "gone.txt")
+    try await fs.close(inode, handle)
+    XCTAssertEqual(store.names, ["doc.md"])
+  }
+
+  func testATempFileRenamedTwiceStaysInferred() async throws {
+    try await writeTemp("a.tmp", "new")
+    try await fs.rename(parent: 1, name: "a.tmp", newParent: 1, newName: "b.tmp", flags: [])
+    try await fs.rename(parent: 1, name: "b.tmp", newParent: 1, newName: "doc.md", flags: [])
+    XCTAssertEqual(store.object("doc.md")?.contentType, "text/markdown")
+    XCTAssertEqual(store.names, ["doc.md"])
   }
 }
 

@@ -120,6 +120,11 @@ enum ModelOperation: CustomStringConvertible {
   case rename(String, String, noReplace: Bool)
   case setxattr(String, name: String, value: String)
   case removexattr(String, name: String)
+  /// open(O_CREAT|O_TRUNC), write, close (`echo > path`).
+  case create(String, bytes: [UInt8])
+  /// open(O_WRONLY), pwrite at `offset`, close.
+  case write(String, offset: Int, bytes: [UInt8])
+  case truncate(String, size: Int)
 
   static func randomPath(using generator: inout SeededGenerator) -> String {
     let depth = Int.random(in: 1...3, using: &generator)
@@ -128,7 +133,13 @@ enum ModelOperation: CustomStringConvertible {
 
   static func random(using generator: inout SeededGenerator) -> ModelOperation {
     let path = randomPath(using: &generator)
-    switch Int.random(in: 0..<10, using: &generator) {
+    let data = (0..<Int.random(in: 1...4, using: &generator)).map { _ in
+      UInt8.random(in: 97...100, using: &generator)
+    }
+    switch Int.random(in: 0..<14, using: &generator) {
+    case 10, 11: return .create(path, bytes: data)
+    case 12: return .write(path, offset: Int.random(in: 0...6, using: &generator), bytes: data)
+    case 13: return .truncate(path, size: Int.random(in: 0...6, using: &generator))
     case 0, 1: return .mkdir(path)
     case 2: return .rmdir(path)
     case 3: return .unlink(path)
@@ -153,6 +164,10 @@ enum ModelOperation: CustomStringConvertible {
     case .rename(let from, let to, let noReplace): "rename \(from) \(to)\(noReplace ? " NOREPLACE" : "")"
     case .setxattr(let path, let name, let value): "setxattr \(path) \(name)=\(value)"
     case .removexattr(let path, let name): "removexattr \(path) \(name)"
+    case .create(let path, let bytes): "create \(path) \(String(decoding: bytes, as: UTF8.self))"
+    case .write(let path, let offset, let bytes):
+      "write \(path) @\(offset) \(String(decoding: bytes, as: UTF8.self))"
+    case .truncate(let path, let size): "truncate \(path) \(size)"
     }
   }
 }
@@ -169,6 +184,9 @@ struct Model {
   /// these an unlink is EISDIR, an rmdir succeeds and a setxattr is EPERM,
   /// as the kernel's cached entry says, until the mount forgets them.
   var vanished: Set<String> = []
+  /// Properties bucketfs inferred for a file (a new file's contentType):
+  /// an atomic save lets the replaced file's values win over these.
+  var inferred: [String: Set<XattrName>] = [:]
 
   init(_ start: ModelStart) {
     files = start.files
@@ -262,7 +280,9 @@ struct Model {
       switch kind(path) {
       case nil: return vanished.contains(path) ? [.isDirectory] : [.noEntry]
       case .directory: return [.isDirectory]
-      case .file: files[path] = nil
+      case .file:
+        files[path] = nil
+        inferred[path] = nil
       }
     case .rename(let from, let to, let noReplace):
       if let errno = resolveParent(from) ?? resolveParent(to) { return [errno] }
@@ -281,16 +301,26 @@ struct Model {
       case (.directory, _) where isVanished: return [.noEntry]
       case (.file, _):
         var moved = files.removeValue(forKey: from)!
+        var stillInferred = inferred.removeValue(forKey: from) ?? []
         if let replaced = files[to] {
           moved.attributes = AtomicSave.attributes(
-            source: moved.attributes, inferred: [], replaced: replaced.attributes)
+            source: moved.attributes, inferred: stillInferred, replaced: replaced.attributes)
+          stillInferred = stillInferred.filter { property in
+            switch property {
+            case .writable(let field): replaced.attributes.fields[field] == nil
+            case .custom(let key): replaced.attributes.custom[key] == nil
+            default: false
+            }
+          }
         }
         files[to] = moved
+        inferred[to] = stillInferred
       case (.directory, _):
         let (old, new) = (from + "/", to + "/")
         for (path, file) in files where path.hasPrefix(old) {
           files[path] = nil
           files[new + path.dropFirst(old.count)] = file
+          inferred[new + path.dropFirst(old.count)] = inferred.removeValue(forKey: path)
         }
         for path in placeholders where path.hasPrefix(old) {
           placeholders.remove(path)
@@ -302,14 +332,65 @@ struct Model {
       guard let kind = kind(path) else { return vanished.contains(path) ? [.notPermitted] : [.noEntry] }
       guard kind == .file else { return [.notPermitted] }
       set(path, name, value)
+      if let property = XattrName(name) { inferred[path]?.remove(property) }
     case .removexattr(let path, let name):
       if let errno = resolveParent(path) { return [errno] }
       guard let kind = kind(path) else { return vanished.contains(path) ? [.notPermitted] : [.noEntry] }
       guard kind == .file else { return [.notPermitted] }
       guard value(path, name) != nil else { return [.noData] }
       set(path, name, nil)
+      if let property = XattrName(name) { inferred[path]?.remove(property) }
+    case .create(let path, let bytes):
+      if let errno = resolveParent(path) { return [errno] }
+      switch kind(path) {
+      case .directory: return [.isDirectory]
+      case nil where vanished.contains(path): return [.isDirectory]
+      case .file:
+        files[path]!.bytes = bytes
+        uploaded(path)
+      case nil:
+        files[path] = ModelFile(
+          bytes: bytes, attributes: ObjectAttributes(fields: [.contentType: "application/octet-stream"]))
+        inferred[path] = [.writable(.contentType)]
+      }
+    case .write(let path, let offset, let bytes):
+      if let errno = resolveParent(path) { return [errno] }
+      switch kind(path) {
+      case .directory: return [.isDirectory]
+      case nil: return vanished.contains(path) ? [.isDirectory] : [.noEntry]
+      case .file:
+        var data = files[path]!.bytes
+        if data.count < offset + bytes.count {
+          data += [UInt8](repeating: 0, count: offset + bytes.count - data.count)
+        }
+        data.replaceSubrange(offset..<offset + bytes.count, with: bytes)
+        files[path]!.bytes = data
+        uploaded(path)
+      }
+    case .truncate(let path, let size):
+      if let errno = resolveParent(path) { return [errno] }
+      switch kind(path) {
+      case .directory: return [.isDirectory]
+      case nil: return vanished.contains(path) ? [.isDirectory] : [.noEntry]
+      case .file:
+        var data = files[path]!.bytes
+        if data.count < size {
+          data += [UInt8](repeating: 0, count: size - data.count)
+        } else {
+          data.removeLast(data.count - size)
+        }
+        uploaded(path)
+        files[path]!.bytes = data
+      }
     }
     return [nil]
+  }
+
+  /// A new generation was uploaded: the service gives it a contentType if it has none.
+  private mutating func uploaded(_ path: String) {
+    if files[path]!.attributes.contentType == nil {
+      files[path]!.attributes.contentType = "application/octet-stream"
+    }
   }
 
   private func value(_ path: String, _ name: String) -> String? {
@@ -375,8 +456,14 @@ enum ModelRun {
         cacheControl: file.attributes.fields[.cacheControl], custom: file.attributes.custom)
     }
     for path in start.placeholders { store.put(path, data: []) }
-    // Small pages, so listings cross page boundaries.
-    let fs = makeFileSystem(store, pageSize: 2)
+    // Small pages, so listings cross page boundaries; stages in a directory of this run's own.
+    var configuration = Configuration()
+    configuration.pageSize = 2
+    configuration.stageDirectory = makeStageDirectory()
+    configuration.mimeTypesPath = nil
+    defer { try? FileManager.default.removeItem(atPath: configuration.stageDirectory) }
+    let fs = BucketFileSystem(
+      store: store, configuration: configuration, logger: quietLogger, clock: ManualClock().read)
     var model = Model(start)
     for (step, operation) in operations.enumerated() {
       let expected = model.apply(operation)
@@ -463,7 +550,48 @@ enum ModelRun {
     case .removexattr(let path, let name):
       let inode = try await fs.inode(at: path)
       try await fs.removexattr(inode: inode, name: name)
+    case .create(let path, let bytes):
+      let (parent, name) = try await parentAndName(path)
+      let inode: UInt64
+      let handle: UInt64
+      if let found = try await fs.lookup(parent: parent, name: name).attributes {
+        guard found.kind == .file else { throw Errno.isDirectory }
+        inode = found.inode
+        handle = try await fs.open(inode: inode, flags: O_WRONLY | O_TRUNC).handle
+      } else {
+        let (entry, opened) = try await fs.create(
+          parent: parent, name: name, mode: 0o644, flags: O_WRONLY | O_CREAT | O_TRUNC)
+        inode = entry.attributes!.inode
+        handle = opened.handle
+      }
+      try await writeAndClose(fs, inode, handle, offset: 0, bytes)
+    case .write(let path, let offset, let bytes):
+      let (parent, name) = try await parentAndName(path)
+      guard let found = try await fs.lookup(parent: parent, name: name).attributes else {
+        throw Errno.noEntry
+      }
+      guard found.kind == .file else { throw Errno.isDirectory }
+      let handle = try await fs.open(inode: found.inode, flags: O_WRONLY).handle
+      try await writeAndClose(fs, found.inode, handle, offset: offset, bytes)
+    case .truncate(let path, let size):
+      let (parent, name) = try await parentAndName(path)
+      guard let found = try await fs.lookup(parent: parent, name: name).attributes else {
+        throw Errno.noEntry
+      }
+      guard found.kind == .file else { throw Errno.isDirectory }
+      _ = try await fs.setattr(inode: found.inode, handle: nil, changes: AttributeChanges(size: UInt64(size)))
     }
+  }
+
+  static func writeAndClose(
+    _ fs: BucketFileSystem, _ inode: UInt64, _ handle: UInt64, offset: Int, _ bytes: [UInt8]
+  )
+    async throws
+  {
+    defer { fs.release(inode: inode, handle: handle) }
+    let written = try await fs.write(inode: inode, handle: handle, offset: UInt64(offset), data: bytes)
+    guard written == bytes.count else { throw Errno.io }
+    try await fs.flush(inode: inode, handle: handle)
   }
 
   /// Every path a fresh walk of the tree shows; directories end in `/`.
