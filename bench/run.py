@@ -11,15 +11,19 @@ once, puts the request-counting proxy in front of it, and measures:
   4. sequential read of a SIZE object with dd bs=1M vs curl (direct)
   5. `getfattr -d` over X files right after `ls -l` of their directory
   6. `stat` of 50 different cold files of one directory in parallel
-  7. cold `find`, `du -sb`, `getfattr -R -d` of a tree (TREE shape: fan-outs per
+  7. peak RSS (VmHWM) of each mount process while 64 files of P MiB are read
+     in parallel with dd (bucketfs: all read-ahead shares one budget,
+     --read-ahead-budget, default 256 MiB)
+  8. cold `find`, `du -sb`, `getfattr -R -d` of a tree (TREE shape: fan-outs per
      level, then files per leaf directory) against a flat paged listing of its
      prefix; cold `cp -r` of a tree of small files against one flat listing plus
      one GET per file in sequence
-  8. `cat` of the stat set's files after `ls` of their directory, against one GET
+  9. `cat` of the stat set's files after `ls` of their directory, against one GET
      per file in sequence
-  9. peak RSS (VmHWM) of each mount process while 64 files of P MiB are read
-     in parallel with dd (bucketfs: all read-ahead shares one budget,
-     --read-ahead-budget, default 256 MiB)
+ 10. writes: `cp` of a SIZE file into the mount vs curl uploading it (and the
+     mount's peak RSS meanwhile); `cp` of 1,000 small files into an empty,
+     listed directory vs rclone mount --vfs-cache-mode writes, with requests
+     per file
 
 --latency-ms L makes the counting proxy hold every request L ms (one network
 round trip); every timing then goes through the proxy, references included,
@@ -65,6 +69,7 @@ for _k in ("STORAGE_EMULATOR_HOST", "GOOGLE_APPLICATION_CREDENTIALS"):
 B_LS, B_BIG, B_XATTR, B_STAT, B_READ = "bench-ls", "bench-big", "bench-xattr", "bench-stat", "bench-read"
 B_PAR = "bench-parallel"
 B_TREE, B_CP = "bench-tree", "bench-cp"
+B_WRITE = "bench-write"
 DIR = "dir"  # every set is the directory DIR/ of its bucket
 
 
@@ -152,7 +157,7 @@ def seed(gcs: F.FakeGCS, a) -> dict:
                                   metadata={"owner": "bench", "index": n[-7:]}) for n in names(a.xattr_files)],
                   workers=a.seed_workers)
     upload_big(gcs.url, B_READ, f"{DIR}/blob", a.size_mib << 20)
-    if "9" in a.only.split(","):
+    if "7" in a.only.split(","):
         with ThreadPoolExecutor(4) as pool:
             list(pool.map(lambda i: upload_big(gcs.url, B_PAR, f"{DIR}/p{i:02d}", a.parallel_mib << 20),
                           range(a.parallel_files)))
@@ -209,8 +214,9 @@ class Mount:
 
     kind = "?"
 
-    def __init__(self, root: str, bucket: str, endpoint: str, log_dir: str):
-        self.bucket, self.endpoint = bucket, endpoint
+    def __init__(self, root: str, bucket: str, endpoint: str, log_dir: str, extra: tuple = ()):
+        self.bucket, self.endpoint, self.extra = bucket, endpoint, list(extra)
+        self.root = root
         self.path = tempfile.mkdtemp(prefix=f"mnt-{self.kind}-", dir=root)
         self.log_path = os.path.join(log_dir, os.path.basename(self.path) + ".log")
         self.proc: subprocess.Popen | None = None
@@ -276,7 +282,8 @@ class BucketFSMount(Mount):
 
     def open(self) -> None:
         args = [self.binary, "mount", f"gs://{self.bucket}", self.path, "--endpoint", self.endpoint,
-                "--anonymous", "--log-level", "warning", "--log-file", self.log_path]
+                "--anonymous", "--log-level", "warning", "--log-file", self.log_path,
+                "--cache-dir", os.path.join(self.root, "cache"), *self.extra]
         r = subprocess.run(args, env=ENV, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
         if r.returncode != 0 or not self.mounted:
             raise RuntimeError(f"bucketfs mount failed ({r.returncode}): {r.stderr.strip()}")
@@ -300,7 +307,7 @@ class RcloneMount(Mount):
                    RCLONE_CONFIG_BENCHGCS_ENDPOINT=self.endpoint + "/storage/v1/",
                    RCLONE_CONFIG_BENCHGCS_BUCKET_POLICY_ONLY="true", RCLONE_CONFIG="/dev/null")
         args = ["rclone", "mount", f"benchgcs:{self.bucket}", self.path, "--log-file", self.log_path,
-                "--log-level", "NOTICE"]
+                "--log-level", "NOTICE", *self.extra]
         self.proc = subprocess.Popen(args, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                      stderr=subprocess.DEVNULL, start_new_session=True)
         if not wait_for(lambda: self.mounted or self.proc.poll() is not None, 30) or not self.mounted:
@@ -403,8 +410,8 @@ class Bench:
         self.a, self.gcs, self.proxy, self.root, self.log_dir = a, gcs, proxy, root, log_dir
         self.res: dict = {}
 
-    def mount(self, tool: str, bucket: str, url: str) -> Mount:
-        return TOOLS[tool](self.root, bucket, url, self.log_dir)
+    def mount(self, tool: str, bucket: str, url: str, extra: tuple = ()) -> Mount:
+        return TOOLS[tool](self.root, bucket, url, self.log_dir, extra)
 
     # 1 -------------------------------------------------------------------
     def t1_ls(self):
@@ -493,7 +500,7 @@ class Bench:
         self.res["4"] = out
 
     # 7 -------------------------------------------------------------------
-    def t9_parallel_rss(self):
+    def t7_parallel_rss(self):
         """64 sequential readers at once: read-ahead memory is what grows with them."""
         a, out = self.a, {}
         files = [f"p{i:02d}" for i in range(a.parallel_files)]
@@ -513,7 +520,7 @@ class Bench:
                 st = proc_status(pid)
                 out[tool] = {"s": dt, "hwm_kib": st.get("VmHWM"), "hwm_before_kib": before,
                              "mbs": a.parallel_files * (a.parallel_mib << 20) / dt / 1e6}
-        self.res["9"] = out
+        self.res["7"] = out
 
     # 5 -------------------------------------------------------------------
     def t5_getfattr(self):
@@ -541,6 +548,63 @@ class Bench:
             return dt
         out["direct"] = timed_and_counted(self, 1, direct)
         self.res["5"] = out
+
+    # 10 ------------------------------------------------------------------
+    def t10_write(self):
+        a, out = self.a, {}
+        size = a.size_mib << 20
+        src = os.path.join(self.root, "write-src.bin")
+        with open(src, "wb") as f:
+            for _ in range(a.size_mib):
+                f.write(os.urandom(1 << 20))
+        small = os.path.join(self.root, "write-small")
+        os.makedirs(small, exist_ok=True)
+        for i in range(a.write_files):
+            with open(os.path.join(small, f"f{i:04d}.txt"), "w") as f:
+                f.write(f"small file {i}\n" * 8)
+        client = self.gcs.client()
+        client.create_bucket(B_WRITE)
+        serial = iter(range(1_000_000))
+        extra = {"rclone": ("--vfs-cache-mode", "writes")}
+        for tool in a.tools:
+            def big(url, proxied):
+                with self.mount(tool, B_WRITE, url, extra.get(tool, ())) as m:
+                    pid = m.pid()
+                    name = f"big-{next(serial)}.bin"
+                    t0 = time.perf_counter()
+                    subprocess.run(["cp", src, m.p(name)], check=True, env=ENV)
+                    if tool == "rclone":  # it uploads after close: time until the object exists
+                        wait_for(lambda: client.exists(B_WRITE, name), 300, 0.1)
+                    dt = time.perf_counter() - t0
+                    return dt, {"mbs": size / dt / 1e6, "hwm_kib": proc_status(pid).get("VmHWM")}
+            s, extra_big, alls = median_run(a.repeat, lambda: big(self.gcs.url, False))
+            out[tool + " cp"] = {"s": s, "all": alls, **extra_big}
+
+            def many(url, proxied):
+                dest = f"w{next(serial)}"
+                client.upload(B_WRITE, dest + "/", b"")
+                with self.mount(tool, B_WRITE, url, extra.get(tool, ())) as m:
+                    os.listdir(m.p(dest))  # listed fresh and complete: the names are known absent
+                    if proxied:
+                        self.proxy.settle(0.3, 5)
+                        self.proxy.reset()
+                    t0 = time.perf_counter()
+                    subprocess.run(["cp", "-r", small + "/.", m.p(dest) + "/"], check=True, env=ENV)
+                    if tool == "rclone":  # it uploads after close: time until the objects exist
+                        wait_for(lambda: len(client.list(B_WRITE, dest + "/")[0]) > a.write_files, 300, 0.2)
+                    dt = time.perf_counter() - t0
+                    if proxied:
+                        self.proxy.settle(0.5, 30)
+                    return dt
+            out[tool + " cp -r"] = timed_and_counted(self, a.repeat, many)
+
+        url = f"{self.gcs.url}/upload/storage/v1/b/{B_WRITE}/o?uploadType=media&name=curl-"
+        def curl():
+            return sh(["curl", "-sf", "-o", "/dev/null", "-X", "POST", "--data-binary", "@" + src,
+                       "-H", "Content-Type: application/octet-stream", url + str(next(serial))]), {}
+        s, _, alls = median_run(a.repeat, curl)
+        out["curl"] = {"s": s, "mbs": size / s / 1e6, "all": alls}
+        self.res["10"] = out
 
     # 6 -------------------------------------------------------------------
     def t6_stat(self):
@@ -621,11 +685,11 @@ class Bench:
         out["direct x50 parallel"] = timed_and_counted(self, a.repeat, par)
         self.res["6"] = out
 
-    # 7 -------------------------------------------------------------------
+    # 8 -------------------------------------------------------------------
     WALKS = {"find": "find '{p}' > /dev/null", "du": "du -sb '{p}' > /dev/null",
              "getfattr": "getfattr -R -d --absolute-names '{p}' > /dev/null 2>&1"}
 
-    def t7_tree(self):
+    def t8_tree(self):
         a, out = self.a, {}
         for tool in a.tools:
             for key, cmd in self.WALKS.items():
@@ -686,10 +750,10 @@ class Bench:
             s.close()
             return dt
         out["flat list + GETs"] = timed_and_counted(self, a.repeat, list_and_get)
-        self.res["7"] = out
+        self.res["8"] = out
 
-    # 8 -------------------------------------------------------------------
-    def t8_cat(self):
+    # 9 -------------------------------------------------------------------
+    def t9_cat(self):
         a, out = self.a, {}
         for tool in a.tools:
             def once(url, proxied):
@@ -710,7 +774,7 @@ class Bench:
             s.close()
             return dt
         out["GETs"] = timed_and_counted(self, a.repeat, gets)
-        self.res["8"] = out
+        self.res["9"] = out
 
 
 # ---------------------------------------------------------------------------
@@ -792,49 +856,69 @@ def report(a, r: dict) -> str:
         f"{ratio(g('6','bucketfs'), g('6','rclone'))} | ≈ one request |")
     add(f"| 6 | … requests | {fmt_req(g('6','bucketfs','req'))} | {fmt_req(g('6','rclone','req'))} | "
         f"{fmt_req(g('6','direct x50 parallel','req'))} | | | |")
+
     # 7
-    r7 = r.get("7", {})
-    def c7(k, f="s"):
-        v = r7.get(k, {}).get(f)
+    def par(tool):
+        v = g("7", tool, "hwm_kib")
+        return f"{v / 1024:.1f} MiB ({g('7', tool, 'mbs'):.0f} MB/s)" if v else "not run"
+    add(f"| 7 | peak RSS (VmHWM), {a.parallel_files} files × {a.parallel_mib} MiB read in parallel (dd bs=1M) | "
+        f"{par('bucketfs')} | {par('rclone')} | | | {ratio(g('7','bucketfs','hwm_kib'), g('7','rclone','hwm_kib'))} | "
+        f"< read-ahead budget (256 MiB) + 64 MiB |")
+    # 8
+    r8 = r.get("8", {})
+    def c8(k, f="s"):
+        v = r8.get(k, {}).get(f)
         return v
-    def t7(k):
-        v = c7(k)
+    def t8(k):
+        v = c8(k)
         return fmt_s(v) if v is not None else "not run"
     files, dirs = len(tree_names(a.tree)), tree_dirs(a.tree)
     pages = math.ceil(files / 1000)
     for key, label in (("find", "cold `find`"), ("du", "cold `du -sb`"), ("getfattr", "cold `getfattr -R -d`")):
-        if "7" not in r:
+        if "8" not in r:
             break
-        add(f"| 7 | {label}, {files:,} files in {dirs:,} directories: wall | {t7('bucketfs ' + key)} | "
-            f"{t7('rclone ' + key)}{' (no xattrs)' if key == 'getfattr' else ''} | {t7('flat list')} (flat listing, {pages} pages) | "
-            f"{ratio(c7('bucketfs ' + key), c7('flat list'))} | {ratio(c7('bucketfs ' + key), c7('rclone ' + key))} | ≤ 2× flat listing |")
-        if key == "getfattr" and c7("local getfattr"):
-            add(f"| 7 | … the same `getfattr -R -d` on a local tmpfs copy of the tree, "
-                f"{r7['local getfattr']['xattrs']} xattrs a file (no network) | | | {t7('local getfattr')} | "
-                f"{ratio(c7('bucketfs getfattr'), c7('local getfattr'))} | | |")
-        add(f"| 7 | … requests | {fmt_req(c7('bucketfs ' + key, 'req'))} | {fmt_req(c7('rclone ' + key, 'req'))} | "
-            f"{fmt_req(c7('flat list', 'req'))} | | | ≈ pages |")
-    if "7" in r:
-        cp_files = len(tree_names(a.cp_tree))
-        add(f"| 7 | cold `cp -r` of {cp_files:,} small files: wall | {t7('bucketfs cp')} | {t7('rclone cp')} | "
-            f"{t7('flat list + GETs')} (flat listing + one GET per file in sequence) | "
-            f"{ratio(c7('bucketfs cp'), c7('flat list + GETs'))} | {ratio(c7('bucketfs cp'), c7('rclone cp'))} | ≤ 0.5× |")
-        add(f"| 7 | … requests | {fmt_req(c7('bucketfs cp', 'req'))} | {fmt_req(c7('rclone cp', 'req'))} | "
-            f"{fmt_req(c7('flat list + GETs', 'req'))} | | | |")
+        add(f"| 8 | {label}, {files:,} files in {dirs:,} directories: wall | {t8('bucketfs ' + key)} | "
+            f"{t8('rclone ' + key)}{' (no xattrs)' if key == 'getfattr' else ''} | {t8('flat list')} (flat listing, {pages} pages) | "
+            f"{ratio(c8('bucketfs ' + key), c8('flat list'))} | {ratio(c8('bucketfs ' + key), c8('rclone ' + key))} | ≤ 2× flat listing |")
+        if key == "getfattr" and c8("local getfattr"):
+            add(f"| 8 | … the same `getfattr -R -d` on a local tmpfs copy of the tree, "
+                f"{r8['local getfattr']['xattrs']} xattrs a file (no network) | | | {t8('local getfattr')} | "
+                f"{ratio(c8('bucketfs getfattr'), c8('local getfattr'))} | | |")
+        add(f"| 8 | … requests | {fmt_req(c8('bucketfs ' + key, 'req'))} | {fmt_req(c8('rclone ' + key, 'req'))} | "
+            f"{fmt_req(c8('flat list', 'req'))} | | | ≈ pages |")
     if "8" in r:
-        add(f"| 8 | `cat` of {a.stat_files} small files after `ls -l`: wall | {cell('8','bucketfs')} | {cell('8','rclone')} | "
-            f"{cell('8','GETs')} (one GET per file in sequence) | {ratio(g('8','bucketfs'), g('8','GETs'))} | "
-            f"{ratio(g('8','bucketfs'), g('8','rclone'))} | ≤ 0.5× |")
-        add(f"| 8 | … requests | {fmt_req(g('8','bucketfs','req'))} | {fmt_req(g('8','rclone','req'))} | "
-            f"{fmt_req(g('8','GETs','req'))} | | | |")
-
-    # 9
-    def par(tool):
-        v = g("9", tool, "hwm_kib")
-        return f"{v / 1024:.1f} MiB ({g('9', tool, 'mbs'):.0f} MB/s)" if v else "not run"
-    add(f"| 9 | peak RSS (VmHWM), {a.parallel_files} files × {a.parallel_mib} MiB read in parallel (dd bs=1M) | "
-        f"{par('bucketfs')} | {par('rclone')} | | | {ratio(g('9','bucketfs','hwm_kib'), g('9','rclone','hwm_kib'))} | "
-        f"< read-ahead budget (256 MiB) + 64 MiB |")
+        cp_files = len(tree_names(a.cp_tree))
+        add(f"| 8 | cold `cp -r` of {cp_files:,} small files: wall | {t8('bucketfs cp')} | {t8('rclone cp')} | "
+            f"{t8('flat list + GETs')} (flat listing + one GET per file in sequence) | "
+            f"{ratio(c8('bucketfs cp'), c8('flat list + GETs'))} | {ratio(c8('bucketfs cp'), c8('rclone cp'))} | ≤ 0.5× |")
+        add(f"| 8 | … requests | {fmt_req(c8('bucketfs cp', 'req'))} | {fmt_req(c8('rclone cp', 'req'))} | "
+            f"{fmt_req(c8('flat list + GETs', 'req'))} | | | |")
+    if "9" in r:
+        add(f"| 9 | `cat` of {a.stat_files} small files after `ls -l`: wall | {cell('9','bucketfs')} | {cell('9','rclone')} | "
+            f"{cell('9','GETs')} (one GET per file in sequence) | {ratio(g('9','bucketfs'), g('9','GETs'))} | "
+            f"{ratio(g('9','bucketfs'), g('9','rclone'))} | ≤ 0.5× |")
+        add(f"| 9 | … requests | {fmt_req(g('9','bucketfs','req'))} | {fmt_req(g('9','rclone','req'))} | "
+            f"{fmt_req(g('9','GETs','req'))} | | | |")
+    # 10
+    def w(key, f="s"):
+        return r.get('10', {}).get(key, {}).get(f)
+    def wmbs(key):
+        v = w(key, "mbs")
+        return f"{v:.0f} MB/s ({fmt_s(w(key))})" if v else "not run"
+    add(f"| 10 | `cp` of a {a.size_mib} MiB file into the mount (until stored) | {wmbs('bucketfs cp')} | {wmbs('rclone cp')} | "
+        f"curl upload {wmbs('curl')} | {ratio(w('bucketfs cp', 'mbs'), w('curl', 'mbs'))} of curl | "
+        f"{ratio(w('bucketfs cp', 'mbs'), w('rclone cp', 'mbs'))} | ≥ 0.8× curl |")
+    hwm = w("bucketfs cp", "hwm_kib")
+    rhwm = w("rclone cp", "hwm_kib")
+    add(f"| 10 | … peak RSS (VmHWM) of the mount | {f'{hwm / 1024:.1f} MiB' if hwm else 'not run'} | "
+        f"{f'{rhwm / 1024:.1f} MiB' if rhwm else 'not run'} | | | | < 64 MiB |")
+    def per_file(key):
+        c = w(key, "req")
+        return f"{sum(c.values()) / a.write_files:.2f} ({fmt_req(c)})" if c else "not run"
+    add(f"| 10 | `cp -r` of {a.write_files:,} small files into an empty, listed directory: wall | "
+        f"{cell('10', 'bucketfs cp -r')} | {cell('10', 'rclone cp -r')} (until stored) | | | "
+        f"{ratio(w('bucketfs cp -r'), w('rclone cp -r'))} | < rclone |")
+    add(f"| 10 | … requests per file | {per_file('bucketfs cp -r')} | {per_file('rclone cp -r')} | | | | 1 upload, nothing else |")
     add("")
     if a.latency_ms:
         add(f"Every request waited {a.latency_ms:g} ms in the counting proxy (one round trip); every timing, "
@@ -854,14 +938,15 @@ def main() -> int:
     ap.add_argument("--size-mib", type=int, help="size of the object read sequentially (default 256)")
     ap.add_argument("--xattr-files", type=int, default=1000)
     ap.add_argument("--stat-files", type=int, default=50)
+    ap.add_argument("--write-files", type=int, default=1000, help="small files copied in measurement 10")
     ap.add_argument("--repeat", type=int, help="repetitions per timing, the median is reported (default 3; quick 1)")
     ap.add_argument("--tools", default="bucketfs,rclone", help="comma-separated: bucketfs,rclone")
     ap.add_argument("--parallel-files", type=int, default=64, help="files read at once in (7)")
     ap.add_argument("--parallel-mib", type=int, help="size of each file of (7) (default 16; quick 4)")
-    ap.add_argument("--only", default="1,2,4,5,6,7,8,9", help="measurements to run (3 comes with 2)")
-    ap.add_argument("--tree", default=None, help="shape of the walked tree (7): fan-outs per level, then files "
+    ap.add_argument("--only", default="1,2,4,5,6,7,8,9,10", help="measurements to run (3 comes with 2)")
+    ap.add_argument("--tree", default=None, help="shape of the walked tree (8): fan-outs per level, then files "
                     "per leaf directory (default 10x5x10x10: 5,000 files in 560 directories; quick 3x4x5x10)")
-    ap.add_argument("--cp-tree", default=None, help="shape of the copied tree (7) (default 5x10x10: 500 files)")
+    ap.add_argument("--cp-tree", default=None, help="shape of the copied tree (8) (default 5x10x10: 500 files)")
     ap.add_argument("--latency-ms", type=float, default=0.0,
                     help="hold every request this long in the counting proxy and time through it")
     ap.add_argument("--bucketfs-bin", default=os.environ.get("BUCKETFS_BIN") or BucketFSMount.binary)
@@ -905,7 +990,7 @@ def main() -> int:
         proxy = F.CountingProxy(gcs.url, latency=a.latency_ms / 1000).start()
         b = Bench(a, gcs, proxy, root, log_dir)
         steps = {"1": b.t1_ls, "2": b.t2_head_and_rss, "4": b.t4_read, "5": b.t5_getfattr, "6": b.t6_stat,
-                 "7": b.t7_tree, "8": b.t8_cat, "9": b.t9_parallel_rss}
+                 "7": b.t7_parallel_rss, "8": b.t8_tree, "9": b.t9_cat, "10": b.t10_write}
         for k in a.only.split(","):
             t0 = time.monotonic()
             log(f"measurement {k} ...")

@@ -441,7 +441,8 @@ class _ThreadingServer(socketserver.ThreadingMixIn, http.server.HTTPServer):
 
 
 class CountingProxy:
-    """Forward everything to ``upstream`` (http://host:port) and record it."""
+    """Forward everything to ``upstream`` (http://host:port) and record it.
+    ``set_fault`` makes it fail requests of some kinds instead."""
 
     def __init__(self, upstream: str, port: int = 0, latency: float = 0.0):
         u = urllib.parse.urlsplit(upstream)
@@ -453,6 +454,7 @@ class CountingProxy:
         self.upstream_base = f"http://{self.upstream_host}:{self.upstream_port}"
         self._lock = threading.Lock()
         self._records: list[Record] = []
+        self._fault: tuple[str, frozenset[str], threading.Event] | None = None
         proxy = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -489,6 +491,22 @@ class CountingProxy:
                 proxy._add(rec)
                 if proxy.latency > 0:
                     time.sleep(proxy.latency)
+                fault = proxy._fault
+                if fault is not None and rec.kind in fault[1]:
+                    if fault[0] == "stall":
+                        # Never answered: held until the fault is cleared (bounded), then dropped.
+                        rec.status = 0
+                        fault[2].wait(300)
+                        self.close_connection = True
+                        return
+                    rec.status = 503
+                    msg = b'{"error": {"code": 503, "message": "proxy: injected"}}'
+                    self.send_response(503)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(msg)))
+                    self.end_headers()
+                    self.wfile.write(msg)
+                    return
                 hdrs = {k: v for k, v in self.headers.items() if k.lower() not in _HOP and k.lower() != "host"}
                 hdrs["Host"] = f"{proxy.upstream_host}:{proxy.upstream_port}"
                 if body is not None:
@@ -598,8 +616,20 @@ class CountingProxy:
         return self
 
     def stop(self) -> None:
+        self.set_fault(None)
         self.server.shutdown()
         self.server.server_close()
+
+    def set_fault(self, mode: str | None, kinds: Iterable[str] = ("media",)) -> None:
+        """Fail requests of ``kinds`` (see ``classify``): "stall" holds them
+        unanswered until the fault is cleared, "503" answers 503 at once;
+        None clears the fault (and releases stalled requests)."""
+        assert mode in (None, "stall", "503"), mode
+        old, self._fault = self._fault, None
+        if old is not None:
+            old[2].set()
+        if mode is not None:
+            self._fault = (mode, frozenset(kinds), threading.Event())
 
     def __enter__(self):
         return self.start()

@@ -20,15 +20,15 @@ def test_bench_runs_every_measurement_with_the_expected_requests(bucketfs_bin, t
     out_json, out_md = tmp_path / "bench.json", tmp_path / "bench.md"
     args = [sys.executable, str(REPO / "bench" / "run.py"), "--quick", "--n1", "30", "--n2", "3500",
             "--size-mib", "2", "--xattr-files", "12", "--stat-files", "8", "--parallel-files", "6",
-            "--parallel-mib", "1", "--tools", "bucketfs",
-            "--tree", "2x3x4", "--cp-tree", "2x3", "--latency-ms", "2",
+            "--parallel-mib", "1", "--tools", "bucketfs", "--tree", "2x3x4", "--cp-tree", "2x3",
+            "--latency-ms", "2", "--write-files", "10",
             "--bucketfs-bin", bucketfs_bin, "--json", str(out_json), "--markdown", str(out_md)]
     r = subprocess.run(args, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL,
                        env={k: v for k, v in os.environ.items() if k != "STORAGE_EMULATOR_HOST"})
     assert r.returncode == 0, r.stderr[-3000:]
 
     res = json.loads(out_json.read_text())["results"]
-    assert sorted(res) == ["1", "2", "4", "5", "6", "7", "8", "9"]
+    assert sorted(res) == sorted(["1", "2", "4", "5", "6", "7", "8", "9", "10"])
     bfs = {k: res[k]["bucketfs"] for k in ("1", "2", "5", "6")}
     # 1: 30 objects are one page: one list call, no per-object request
     assert made(bfs["1"]["req"]) == {"list": 1}, bfs["1"]["req"]
@@ -48,12 +48,12 @@ def test_bench_runs_every_measurement_with_the_expected_requests(bucketfs_bin, t
     asked = made(bfs["6"]["req"])
     assert asked and asked.keys() <= {"list", "metadata"} and sum(asked.values()) <= 2 * 8, asked
     assert all(res["6"][k]["s"] > 0 for k in ("one request", "one list", "local")), res["6"]
-    # 9: the parallel reads ran and the daemon's peak RSS was taken
-    assert res["9"]["bucketfs"]["hwm_kib"] and res["9"]["bucketfs"]["mbs"] > 0, res["9"]
+    # 7: the parallel reads ran and the daemon's peak RSS was taken
+    assert res["7"]["bucketfs"]["hwm_kib"] and res["7"]["bucketfs"]["mbs"] > 0, res["7"]
 
-    # 7: a walk of 2 directories of 3 directories (24 files) lists the top directory, then
+    # 8: a walk of 2 directories of 3 directories (24 files) lists the top directory, then
     # each of the two subtrees flat: three list calls, not one per directory (9)
-    walks = res["7"]
+    walks = res["8"]
     for key in ("find", "du", "getfattr"):
         assert made(walks[f"bucketfs {key}"]["req"]) == {"list": 3}, (key, walks[f"bucketfs {key}"]["req"])
     assert made(walks["flat list"]["req"]) == {"list": 1}
@@ -62,14 +62,21 @@ def test_bench_runs_every_measurement_with_the_expected_requests(bucketfs_bin, t
     cp = made(walks["bucketfs cp"]["req"])
     assert cp.get("media") == 6 and cp.get("list", 0) <= 3 and cp.keys() <= {"list", "media"}, cp
     assert made(walks["flat list + GETs"]["req"]) == {"list": 1, "media": 6}
-    # 8: cat after ls -l reads each file once; the shell's glob lists the directory again
-    assert made(res["8"]["bucketfs"]["req"]) == {"list": 1, "media": 8}, res["8"]["bucketfs"]["req"]
-    assert made(res["8"]["GETs"]["req"]) == {"media": 8}
+    # 9: cat after ls -l reads each file once; the shell's glob lists the directory again
+    assert made(res["9"]["bucketfs"]["req"]) == {"list": 1, "media": 8}, res["9"]["bucketfs"]["req"]
+    assert made(res["9"]["GETs"]["req"]) == {"media": 8}
+
+    # 10: a copy into the mount was timed against curl's upload, and cp of 10 small files
+    # into a listed directory made one upload each (the proxy counts them as "other")
+    assert res["10"]["bucketfs cp"]["mbs"] > 0 and res["10"]["curl"]["mbs"] > 0, res["10"]
+    assert res["10"]["bucketfs cp"]["hwm_kib"], res["10"]
+    assert made(res["10"]["bucketfs cp -r"]["req"]) == {"other": 10}, res["10"]["bucketfs cp -r"]["req"]
 
     table = out_md.read_text()
     for row in ("| 1 | cold `ls -l`", "| 2 | `ls -f", "| 3 | peak RSS", "| 4 | sequential read",
                 "| 5 | `getfattr -d`", "| 6 | `stat`", "curl into a tmpfs file", "one list of the directory",
-                "the same stats on a local tmpfs", "| 7 | cold `find`", "| 7 | cold `du -sb`",
-                "| 7 | cold `getfattr -R -d`", "on a local tmpfs copy of the tree", "| 7 | cold `cp -r`", "| 8 | `cat`", "waited 2 ms",
-                "| 9 | peak RSS (VmHWM), 6 files × 1 MiB"):
+                "the same stats on a local tmpfs", "| 7 | peak RSS (VmHWM), 6 files × 1 MiB",
+                "| 8 | cold `find`", "| 8 | cold `du -sb`", "| 8 | cold `getfattr -R -d`",
+                "on a local tmpfs copy of the tree", "| 8 | cold `cp -r`", "| 9 | `cat`", "waited 2 ms",
+                "| 10 | `cp` of", "requests per file"):
         assert row in table, row

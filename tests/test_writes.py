@@ -146,11 +146,14 @@ def test_cp_preserve_xattr_and_rsync_carry_user_names(mount, bucket, client):
 
     if subprocess.run(["which", "rsync"], capture_output=True).returncode != 0:
         pytest.skip("rsync is not installed")
-    # In place: its default temp file + rename needs rename (issue 13).
-    run(["rsync", "-X", "--inplace", src, m.p("rsync.dat")])
+    # Its default: a temp file, closed, reopened for the xattrs, renamed.
+    run(["rsync", "-X", src, m.p("rsync.dat")])
     meta = client.get(bucket, "rsync.dat")
     assert meta["metadata"]["project"] == "apollo"
+    assert meta["contentType"] == "text/x-apollo"
     assert client.download(bucket, "rsync.dat") == b"tagged"
+    run(["rsync", "-X", "--inplace", src, m.p("inplace.dat")])
+    assert client.get(bucket, "inplace.dat")["metadata"]["project"] == "apollo"
 
 
 def test_a_40_mib_file_by_md5(mount, bucket, client):
@@ -285,3 +288,18 @@ def test_o_direct_mmap_shared_and_fallocate(mount, bucket, client):
     finally:
         os.close(fd)
     assert client.download(bucket, "alloc.bin") == b"\0" * 4096
+
+
+def test_cp_p_carries_the_mtime_in_the_upload(mount, bucket, client):
+    m, _ = mount_rw(mount, bucket)
+    src = os.path.join(SESSION_TMP, "dated.txt")
+    with open(src, "w") as f:
+        f.write("dated\n")
+    os.utime(src, (1_500_000_000, 1_500_000_000))
+    m.proxy.reset()
+    run(["cp", "-p", src, m.p("dated.txt")])
+    meta = client.get(bucket, "dated.txt")
+    assert meta["metadata"]["goog-reserved-file-mtime"] == "1500000000"
+    assert m.proxy.count("patch") == 0, m.describe()
+    assert len(uploads(m)) == 1, m.describe()
+    assert int(os.stat(m.p("dated.txt")).st_mtime) == 1_500_000_000

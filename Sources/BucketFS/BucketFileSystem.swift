@@ -21,6 +21,8 @@ public final class BucketFileSystem: FileSystem, Sendable {
   let kernel = Mutex<KernelCache>(.none)
   /// Memory read-ahead may hold, shared by all open files.
   let readAhead: ReadAheadBudget
+  /// Small files fetched ahead of a reader going through a directory (SiblingPrefetch.swift).
+  let prefetch: SiblingPrefetch
 
   struct State {
     var inodes: InodeTable
@@ -33,6 +35,9 @@ public final class BucketFileSystem: FileSystem, Sendable {
     var bursts: [String: LookupBurst] = [:]
     /// The bucket answered that it cannot move objects: renames copy and delete.
     var moveUnsupported = false
+    /// Refreshes after a read found its generation gone, per inode.
+    var staleReads: [UInt64: Task<Void, Never>] = [:]
+    var readDeadlines: ReadDeadlines
   }
   struct LookupBurst {
     var inFlight = 0
@@ -75,10 +80,12 @@ public final class BucketFileSystem: FileSystem, Sendable {
     self.onMounted = onMounted
     self.contentTypes = ContentTypes(mimeTypesPath: configuration.mimeTypesPath)
     self.readAhead = ReadAheadBudget(capacity: configuration.readAheadBudget)
+    self.prefetch = SiblingPrefetch(store: store, budget: readAhead, clock: clock)
     self.state = Mutex(
       State(
         inodes: InodeTable(
-          rootKey: configuration.rootPrefix, metadataCapacity: configuration.metadataCacheEntries)))
+          rootKey: configuration.rootPrefix, metadataCapacity: configuration.metadataCacheEntries),
+        readDeadlines: ReadDeadlines(seconds: configuration.retryDeadline)))
     warner.set { [weak self] in self?.warnConflict($0) }
   }
 

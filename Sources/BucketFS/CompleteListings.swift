@@ -37,14 +37,18 @@ struct CompleteListings: Sendable {
     }
   }
 
-  /// A key this mount stored (a file, or a directory's `name/` placeholder).
+  /// A key this mount stored (a file, or a directory's `name/` placeholder):
+  /// its name joins its directory's record, and each directory on its path
+  /// joins its parent's (a directory renamed here has no placeholder).
   mutating func add(key: String) {
-    var trimmed = Substring(key)
-    if trimmed.hasSuffix("/") { trimmed = trimmed.dropLast() }
-    guard !trimmed.isEmpty else { return }
-    let cut = trimmed.lastIndex(of: "/").map { trimmed.index(after: $0) } ?? trimmed.startIndex
-    let directory = String(trimmed[..<cut])
-    byDirectory[directory]?.names.insert(String(trimmed[cut...]))
+    guard !byDirectory.isEmpty else { return }
+    var rest = Substring(key)
+    if rest.hasSuffix("/") { rest = rest.dropLast() }
+    while !rest.isEmpty {
+      let cut = rest.lastIndex(of: "/").map { rest.index(after: $0) } ?? rest.startIndex
+      byDirectory[String(rest[..<cut])]?.names.insert(String(rest[cut...]))
+      rest = cut == rest.startIndex ? "" : rest[..<rest.index(before: cut)]
+    }
   }
 
   mutating func startPass(handle: UInt64, directory: String, at time: Double) {

@@ -35,6 +35,8 @@ public struct Configuration: Sendable {
   public var renameDirectoryLimit: Int = 1000
   /// Server-side moves or copies a directory rename runs at once.
   public var renameConcurrency: Int = 16
+  /// Seconds one user-visible read may take, retries included (``ReadDeadlines``).
+  public var retryDeadline: Double = 60
   /// Bytes of read-ahead all open files together may hold (``ReadAheadBudget``).
   public var readAheadBudget: Int = 256 << 20
 

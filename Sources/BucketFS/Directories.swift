@@ -44,7 +44,11 @@ extension BucketFileSystem {
     var index = Int(max(offset, 2) - 2)
     var added = false
     var subdirectories: [String] = []
-    defer { walks.read(stream.prefix, subdirectories: subdirectories) }
+    var files: [SiblingPrefetch.File] = []
+    defer {
+      walks.read(stream.prefix, subdirectories: subdirectories)
+      prefetch.listed(stream.prefix, files: files)
+    }
     while true {
       let batch: ArraySlice<ListedEntry>
       do {
@@ -87,6 +91,9 @@ extension BucketFileSystem {
         listedNames.append((listed.name, listed.answeredAt))
         index += 1
         if listed.kind == .directory { subdirectories.append(listed.key) }
+        if let facts = shown, listed.kind == .file {
+          files.append(.init(key: listed.key, inode: inode, size: facts.size, generation: facts.generation))
+        }
       }
     }
   }

@@ -54,7 +54,7 @@ final class FileReader: Sendable {
 
   init(
     key: String, generation: Int64, size: UInt64, store: any ObjectStore, maxSegment: Int, maxAhead: Int,
-    budget: ReadAheadBudget
+    budget: ReadAheadBudget, prefetched: (task: Task<ByteBuffer, any Error>, grant: Int)? = nil
   ) {
     self.key = key
     self.generation = generation
@@ -63,6 +63,18 @@ final class FileReader: Sendable {
     self.maxSegment = UInt64(max(maxSegment, 256 << 10))
     self.maxAhead = UInt64(max(maxAhead, maxSegment))
     self.budget = budget
+    // The whole file, fetched ahead (SiblingPrefetch): the first segment, holding its grant.
+    if let prefetched {
+      let task = Task { [weak self] in
+        let bytes = try await prefetched.task.value
+        self?.arrived(0, bytes)
+        return bytes
+      }
+      state.withLock { state in
+        state.segments = [Segment(id: 0, start: 0, end: size, task: task, grant: prefetched.grant)]
+        state.nextID = 1
+      }
+    }
   }
 
   deinit {

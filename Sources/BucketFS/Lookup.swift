@@ -127,7 +127,11 @@ extension BucketFileSystem {
     }
     // An unlinked or replaced file held open: its name now means something else.
     if let facts = node.facts, isFresh(node) || node.isDetached || stagedView(inode) != nil {
-      return (attributes(inode: inode, kind: .file, facts: facts), configuration.metadataTTL)
+      // Fresh facts: the kernel may keep them for what is left of the TTL since they were fetched.
+      let left =
+        isFresh(node) && !node.isDetached && stagedView(inode) == nil
+        ? max(configuration.metadataTTL - max(clock() - node.fetchedAt, 0), 0) : configuration.metadataTTL
+      return (attributes(inode: inode, kind: .file, facts: facts), left)
     }
     let metadata = try await fetchMetadata(node.key)
     return (attributes(inode: inode, kind: .file, facts: FileFacts(metadata)), configuration.metadataTTL)
@@ -146,7 +150,7 @@ extension BucketFileSystem {
       return (inode, node)
     }
     guard let (inode, node) = found else { return nil }
-    return entry(inode: inode, kind: node.kind, facts: node.facts)
+    return entry(inode: inode, kind: node.kind, facts: node.facts, answeredAt: node.fetchedAt)
   }
 
   /// The kernel may keep it for the TTL counted from when the service answered.

@@ -13,6 +13,7 @@ extension BucketFileSystem {
   // MARK: - Files
 
   public func open(inode: UInt64, flags: Int32) async throws -> OpenResult {
+    await settleStaleRead(inode)
     let node = try node(inode)
     guard node.kind == .file else { throw Errno.isDirectory }
     if flags & O_ACCMODE != O_RDONLY || flags & O_TRUNC != 0 {
@@ -28,7 +29,7 @@ extension BucketFileSystem {
     let reader = FileReader(
       key: node.key, generation: facts.generation, size: facts.size, store: store,
       maxSegment: configuration.readAheadMaxChunk, maxAhead: configuration.readAheadMaxBytes,
-      budget: readAhead)
+      budget: readAhead, prefetched: prefetch.opened(node.key, generation: facts.generation))
     return state.withLock { state in
       let keepCache = state.inodes[inode]?.openedGeneration == facts.generation
       state.inodes[inode]?.openedGeneration = facts.generation
@@ -40,16 +41,34 @@ extension BucketFileSystem {
   }
 
   public func readAtHand(inode: UInt64, handle: UInt64, offset: UInt64, size: Int) -> [ByteBuffer]? {
-    if let staged = stagedBytes(inode: inode, offset: offset, size: size) { return try? staged.get() }
-    return state.withLock({ $0.files[handle] })?.atHand(offset: offset, count: size)
+    if let staged = stagedBytes(inode: inode, handle: handle, offset: offset, size: size) {
+      return try? staged.get()
+    }
+    guard let reader = state.withLock({ $0.files[handle] }),
+      let pieces = reader.atHand(offset: offset, count: size)
+    else { return nil }
+    if offset + UInt64(size) >= reader.size { prefetch.readToEnd(reader.key) }
+    return pieces
   }
 
   public func read(inode: UInt64, handle: UInt64, offset: UInt64, size: Int) async throws -> [ByteBuffer] {
-    if let staged = stagedBytes(inode: inode, offset: offset, size: size) { return try staged.get() }
+    if let staged = stagedBytes(inode: inode, handle: handle, offset: offset, size: size) {
+      return try staged.get()
+    }
     guard let reader = state.withLock({ $0.files[handle] }) else { throw Errno.badHandle }
+    let bound = state.withLock { $0.readDeadlines.begin(reader.key) }
     do {
-      return try await reader.read(offset: offset, count: size)
+      let pieces = try await OperationDeadline.$current.withValue(bound) {
+        try await reader.read(offset: offset, count: size)
+      }
+      state.withLock { $0.readDeadlines.end(reader.key, nil) }
+      if offset + UInt64(size) >= reader.size { prefetch.readToEnd(reader.key) }
+      return pieces
     } catch {
+      state.withLock { $0.readDeadlines.end(reader.key, error) }
+      if Self.isGenerationGone(error) {
+        generationGone(inode: inode, key: reader.key, generation: reader.generation)
+      }
       throw failure(error, operation: "read", key: reader.key, context: .read)
     }
   }

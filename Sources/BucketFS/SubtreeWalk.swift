@@ -7,7 +7,7 @@ import Synchronization
 /// subtree per call, instead of one delimiter listing per directory.
 ///
 /// - A walk is a *descent*: `opendir` of a directory whose parent's handle
-///   is open or was read within ``window`` seconds. `ls` of one directory,
+///   is open, or was read or descended from within ``window`` seconds. `ls` of one directory,
 ///   `ls -l`, `ls -f | head` open no child and never start one.
 /// - A descent asks for the flat listing of the directory's subtree:
 ///   ``TreeListing`` turns its pages into the complete listings of the
@@ -43,8 +43,11 @@ final class SubtreeWalks: Sendable {
     var handles = 0
     var descents = 0
     var isDescent = false
-    /// Subdirectories the directory's readdir gave, in order (the latest ones).
+    /// Subdirectories the directory's readdir gave, in order (the latest ones),
+    /// and those a walk already opened (a walk in another order, `cp` by
+    /// inode number, must not have them fetched again).
     var subdirectories: [String] = []
+    var visited: Set<String> = []
   }
   private struct Listing {
     let entries: [ListedEntry]
@@ -105,10 +108,13 @@ final class SubtreeWalks: Sendable {
       else { return (.none, []) }
       strong = activity.isDescent || activity.descents > 0
       activity.descents += 1
+      activity.visited.insert(key)
+      // A walk that spends long in each child (`cp -r`) is still under way.
+      activity.lastRead = now
       state.activity[parent] = activity
       state.activity[key]?.isDescent = true
       touchSiblings(parent, &state)
-      let siblings = Self.following(key, in: activity.subdirectories, count: ahead)
+      let siblings = Self.following(key, in: activity.subdirectories, count: ahead, except: activity.visited)
       if let listing = take(key, now: now, &state) { return (.ready(listing), siblings) }
       if let fetch = state.fetches.first(where: { key.utf8.starts(with: $0.key.utf8) })?.value {
         return (.wait(fetch.task), siblings)
@@ -212,8 +218,8 @@ final class SubtreeWalks: Sendable {
         logger.debug("flat listing of \(root) failed (\(error)); its directories list themselves")
         break
       }
-      var done: [TreeListing.Listing] = []
       let answeredAt = clock()
+      var done: [TreeListing.Listing] = []
       for item in page.items { done += tree.add(item, answeredAt: answeredAt) }
       token = page.nextPageToken
       if token == nil { done += tree.finish() }
@@ -286,13 +292,16 @@ final class SubtreeWalks: Sendable {
       let oldest = state.siblingLists.removeFirst()
       state.siblingKeys -= state.activity[oldest]?.subdirectories.count ?? 0
       state.activity[oldest]?.subdirectories = []
+      state.activity[oldest]?.visited = []
     }
   }
 
-  /// Up to `count` keys after `key` in `keys`.
-  private static func following(_ key: String, in keys: [String], count: Int) -> [String] {
+  /// Up to `count` keys after `key` in `keys`, but those in `visited`.
+  private static func following(_ key: String, in keys: [String], count: Int, except visited: Set<String>)
+    -> [String]
+  {
     guard let index = keys.lastIndex(of: key) else { return [] }
-    return Array(keys[(index + 1)...].prefix(count))
+    return Array(keys[(index + 1)...].lazy.filter { !visited.contains($0) }.prefix(count))
   }
 
   /// The directory that lists `key` (a prefix ending in `/`), nil for the root.

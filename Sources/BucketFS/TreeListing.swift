@@ -33,8 +33,8 @@ struct TreeListing {
   }
 
   /// Takes the next object of the flat listing of the root prefix (in the
-  /// service's order), from a page the service answered at `answeredAt`;
-  /// returns the listings it completes, deepest first.
+  /// service's order), from a page answered at `answeredAt`; returns the
+  /// listings it completes, deepest first.
   mutating func add(_ item: ObjectMetadata, answeredAt: Double) -> [Listing] {
     let name = item.name
     var done: [Listing] = []

@@ -97,7 +97,7 @@ extension CloudStorageClient {
           state = try await askSession(session, name: name, size: size, deadline: deadline)
         }
         switch state {
-        case .stored(let body): return try await uploadedObject(body, name: name)
+        case .stored(let body): return try await uploadedObject(body, name: name, size: size)
         case .gone: throw SessionGone.gone
         case .holds(let persisted):
           if persisted > offset {
@@ -120,7 +120,7 @@ extension CloudStorageClient {
       logger.debug("upload \(name): \(problem); asking the session in \(Int(wait * 1000)) ms")
       do { try await Task.sleep(nanoseconds: UInt64(wait * 1e9)) } catch { throw StorageError.cancelled }
       switch try await askSession(session, name: name, size: size, deadline: deadline) {
-      case .stored(let body): return try await uploadedObject(body, name: name)
+      case .stored(let body): return try await uploadedObject(body, name: name, size: size)
       case .gone: throw SessionGone.gone
       case .holds(let persisted):
         if persisted > offset { (progressAt, failures) = (NIODeadline.now(), 0) }
@@ -139,12 +139,12 @@ extension CloudStorageClient {
   ) async throws -> SessionState {
     let size = source.size
     let count = Int(min(Int64(uploads.chunkSize), size - offset))
-    var chunk = ByteBufferAllocator().buffer(capacity: count)
-    try read(source, from: offset, count: count, into: &chunk)
+    let chunk = try read(source, from: offset, count: count)
     let range = "bytes \(offset)-\(offset + Int64(count) - 1)/\(size)"
     let (status, headers, body) = try await exchange(
       .PUT, url: session, headers: [("Content-Range", range), ("Content-Type", contentType)], body: chunk,
-      operation: "upload \(name) \(range)", maxBody: 4 << 20, idempotent: false, accepting: [308, 404, 410])
+      operation: "upload \(name) \(range)", maxBody: 4 << 20, idempotent: false,
+      sending: count, accepting: [308, 404, 410])
     return try sessionState(status, headers, body, name: name, size: size)
   }
 

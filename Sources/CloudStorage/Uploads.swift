@@ -29,8 +29,7 @@ extension CloudStorageClient {
   ) async throws -> ObjectMetadata {
     let contentType = Self.contentType(attributes)
     let metadata = try Self.objectBody(name: name, attributes: attributes, contentType: contentType)
-    var media = ByteBufferAllocator().buffer(capacity: Int(source.size))
-    try read(source, from: 0, count: Int(source.size), into: &media)
+    var media = try read(source, from: 0, count: Int(source.size))
     let boundary = Self.boundary(notIn: media)
     var body = ByteBufferAllocator().buffer(capacity: media.readableBytes + metadata.count + 512)
     body.writeString("--\(boundary)\r\nContent-Type: application/json; charset=UTF-8\r\n\r\n")
@@ -42,27 +41,73 @@ extension CloudStorageClient {
     var query = [("uploadType", "multipart")]
     if let ifGenerationMatch { query.append(("ifGenerationMatch", String(ifGenerationMatch))) }
     query.append(("fields", Fields.object))
-    let (_, _, answer) = try await exchange(
+    let (status, _, answer) = try await exchange(
       .POST, url: uploadPath + queryString(query),
       headers: [("Content-Type", "multipart/related; boundary=\(boundary)")], body: body,
-      operation: "upload \(name)", maxBody: 4 << 20, idempotent: ifGenerationMatch != nil)
-    return try await uploadedObject(answer, name: name)
-  }
-
-  /// The object an upload answered with; a partial answer is completed by a GET.
-  func uploadedObject(_ body: ByteBuffer, name: String) async throws -> ObjectMetadata {
-    let resource = try read(body, what: "uploaded object \(name)", as: ObjectResource.init(reading:))
-    guard resource.isComplete else {
-      logger.debug("upload \(name): incomplete answer; reading the metadata back")
-      return try await metadata(of: name)
+      operation: "upload \(name)", maxBody: 4 << 20, idempotent: ifGenerationMatch != nil,
+      sending: body.readableBytes, settledAfterRetry: [412])
+    if status == 412 {
+      return try await ownObject(name, from: source, attributes: attributes, contentType: contentType)
     }
-    return try resource.metadata(defaultBucket: bucket)
+    return try await uploadedObject(answer, name: name, size: source.size)
   }
 
-  /// `count` bytes of `source` from `offset`, appended to `buffer`, in pieces
-  /// of at most one chunk; a source that ends early is a local failure.
-  func read(_ source: any UploadSource, from offset: Int64, count: Int, into buffer: inout ByteBuffer) throws
-  {
+  /// A repeat got 412: the first attempt may have stored the object and lost
+  /// its answer. The live object is taken as this upload's only if it has
+  /// the same size, CRC-32C and writable metadata; otherwise someone else's
+  /// change won and the 412 stands.
+  private func ownObject(
+    _ name: String, from source: any UploadSource, attributes: ObjectAttributes, contentType: String
+  ) async throws -> ObjectMetadata {
+    guard let live = try? await metadata(of: name), live.size == source.size, let crc = live.crc32c else {
+      throw StorageError.preconditionFailed
+    }
+    var sum: UInt32 = 0
+    var offset: Int64 = 0
+    while offset < source.size {
+      let piece = try read(
+        source, from: offset, count: Int(min(Int64(uploads.chunkSize), source.size - offset)))
+      sum = CRC32C.update(sum, piece)
+      offset += Int64(piece.readableBytes)
+    }
+    var sent = attributes
+    sent.contentType = contentType
+    guard CRC32C.base64(sum) == crc, ObjectAttributes(of: live) == sent else {
+      throw StorageError.preconditionFailed
+    }
+    logger.info(
+      "upload \(name): the repeat got 412, but generation \(live.generation) is this upload's (answer lost)")
+    return live
+  }
+
+  /// The object an upload answered with; a partial answer is completed by a
+  /// GET. An object of another size than the source is not what was sent
+  /// (fake-gcs-server stores what a session holds when asked its status): that
+  /// generation is deleted, under its own precondition, and the upload fails.
+  func uploadedObject(_ body: ByteBuffer, name: String, size: Int64) async throws -> ObjectMetadata {
+    let resource = try read(body, what: "uploaded object \(name)", as: ObjectResource.init(reading:))
+    let stored: ObjectMetadata
+    if resource.isComplete {
+      stored = try resource.metadata(defaultBucket: bucket)
+    } else {
+      logger.debug("upload \(name): incomplete answer; reading the metadata back")
+      stored = try await metadata(of: name)
+    }
+    guard stored.size == size else {
+      logger.error(
+        "upload \(name): the service stored \(stored.size) of \(size) bytes (generation \(stored.generation)); deleting it"
+      )
+      try? await delete(name, ifGenerationMatch: stored.generation)
+      throw StorageError.invalidResponse("upload \(name): stored \(stored.size) of \(size) bytes")
+    }
+    return stored
+  }
+
+  /// `count` bytes of `source` from `offset`, read in pieces of at most one
+  /// chunk; the source's own buffer when one piece holds them all (no copy:
+  /// an upload holds about one chunk). A source that ends early is a local failure.
+  func read(_ source: any UploadSource, from offset: Int64, count: Int) throws -> ByteBuffer {
+    var buffer: ByteBuffer?
     var done = 0
     while done < count {
       var piece = try source.read(at: offset + Int64(done), count: min(uploads.chunkSize, count - done))
@@ -72,8 +117,11 @@ extension CloudStorageClient {
       }
       if piece.readableBytes > count - done { piece.moveWriterIndex(to: piece.readerIndex + count - done) }
       done += piece.readableBytes
-      buffer.writeBuffer(&piece)
+      if buffer == nil && done == count { return piece }
+      if buffer == nil { buffer = ByteBufferAllocator().buffer(capacity: count) }
+      buffer!.writeBuffer(&piece)
     }
+    return buffer ?? ByteBuffer()
   }
 
   /// The type sent both in the metadata and as the media's Content-Type: the

@@ -224,6 +224,7 @@ struct Mount: ParsableCommand {
     }
     configuration.renameDirectoryLimit = renameDirLimit
     configuration.readAheadBudget = readAheadBudget << 20
+    configuration.retryDeadline = retryDeadline
 
     let fileSystem = BucketFileSystem(
       store: client, configuration: configuration, logger: logger, onMounted: { outcome.ready() })

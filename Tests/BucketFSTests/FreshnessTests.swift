@@ -57,6 +57,21 @@ final class FreshnessTests: XCTestCase {
     XCTAssertEqual(text(fs.getxattrAtHand(inode: inode, name: "user.custom.a")), "2")
   }
 
+  func testTheKernelKeepsCachedAnswersOnlyForWhatIsLeftOfTheTTL() async throws {
+    let store = InMemoryObjectStore(bucket: "demo")
+    store.put("f", data: [1])
+    let clock = ManualClock()
+    let fs = makeFileSystem(store, clock: clock)
+    let looked = try await fs.lookup(parent: 1, name: "f")
+    XCTAssertEqual(looked.entryTimeout, 60)
+    clock.advance(25)
+    let inode = looked.attributes!.inode
+    await XCTAssertEqualAsync(try await fs.getattr(inode: inode).timeout, 35)
+    let again = try await fs.lookup(parent: 1, name: "f")
+    XCTAssertEqual(again.entryTimeout, 35)
+    XCTAssertEqual(again.attributeTimeout, 35)
+  }
+
   func testAPausedReaderGetsEntriesFreshFromWhenTheirPageWasAnswered() async throws {
     let store = InMemoryObjectStore(bucket: "demo")
     for name in ["f1", "f2", "f3", "f4"] { store.put("d/" + name, data: [1]) }

@@ -131,6 +131,21 @@ final class WalkTests: XCTestCase {
     XCTAssertEqual(fs.walks.capacity, 4 * 50)
   }
 
+  func testAWalkThatSpendsLongInEachChildStaysAWalk() async throws {
+    let store = InMemoryObjectStore(bucket: "b")
+    Self.seedTree(store, top: 4, middle: 1, files: 1)
+    let clock = ManualClock()
+    let fs = makeFileSystem(store, clock: clock)
+    _ = try await fs.names(of: InodeTable.rootInode)
+    for t in 0..<4 {
+      let inode = try await fs.inode(at: "d\(t)")
+      _ = try await fs.names(of: inode)
+      clock.advance(4)  // copying the child's files takes a while
+    }
+    // Every top directory was a descent (8 s after the root was read): flat listings only.
+    XCTAssertEqual(Set(store.flatLists), ["d0/", "d1/", "d2/", "d3/"], "\(store.calls)")
+  }
+
   func testSubdirectoryNamesKeptForLookAheadAreBounded() {
     let walks = SubtreeWalks(
       store: InMemoryObjectStore(bucket: "b"), pageSize: 10, freshness: 60, logger: quietLogger,

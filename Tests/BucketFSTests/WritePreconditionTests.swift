@@ -162,3 +162,22 @@ final class WritePreconditionTests: XCTestCase {
     XCTAssertTrue(a.hasPrefix("/c/b-"))
   }
 }
+
+extension WritePreconditionTests {
+  func testAHandleOfAnUnlinkedFileKeepsItsOwnBytesWhenTheNameIsMadeAgain() async throws {
+    let (inode, old) = try await fs.createFile("again.txt")
+    try await fs.writeText(inode, old, at: 0, "old bytes")
+    fs.stagedFileUnlinked(inode: inode)
+    // The same name made anew gets the same inode number (a hash of the name).
+    let (again, new) = try await fs.createFile("again.txt")
+    XCTAssertEqual(again, inode)
+    try await fs.writeText(again, new, at: 0, "new")
+    await XCTAssertEqualAsync(text(try await fs.readAll(inode, old)), "old bytes")
+    _ = try await fs.setattr(inode: inode, handle: old, changes: AttributeChanges(size: 3))
+    await XCTAssertEqualAsync(text(try await fs.readAll(again, new)), "new")
+    try await fs.close(inode, old)
+    try await fs.close(again, new)
+    XCTAssertEqual(store.calls(.upload), [.upload("again.txt", ifGenerationMatch: 0)])
+    XCTAssertEqual(text(store.data("again.txt")), "new")
+  }
+}

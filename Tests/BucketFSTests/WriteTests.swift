@@ -1,6 +1,7 @@
 import FUSE
 import ObjectStore
 import StorageFake
+import Synchronization
 import XCTest
 
 @testable import BucketFS
@@ -245,5 +246,62 @@ extension WriteTests {
     // rsync -X removes the names its source lacks: quietly ignored.
     try await fs.removexattr(inode: inode, name: "user.bucket")
     try await fs.close(inode, handle)
+  }
+}
+
+extension WriteTests {
+  func testManyFilesWrittenInParallelAreEachStoredOnce() async throws {
+    let fs = self.fs!
+    try await withThrowingTaskGroup(of: Void.self) { group in
+      for i in 0..<40 {
+        group.addTask {
+          let (inode, handle) = try await fs.createFile("p\(i).txt")
+          for chunk in 0..<4 {
+            try await fs.writeText(inode, handle, at: UInt64(chunk * 3), "\(chunk)\(chunk)\(chunk)")
+          }
+          try await fs.close(inode, handle)
+        }
+      }
+      try await group.waitForAll()
+    }
+    XCTAssertEqual(store.calls(.upload).count, 40)
+    for i in 0..<40 { XCTAssertEqual(text(store.data("p\(i).txt")), "000111222333") }
+  }
+
+  func testConcurrentWritesThroughTwoHandlesWhileOneClosesLoseNothing() async throws {
+    let (inode, first) = try await fs.openFile("docs/readme.txt", flags: O_RDWR)
+    let second = try await fs.open(inode: inode, flags: O_RDWR).handle
+    let fs = self.fs!
+    // Writes past the start need the object's bytes: both wait for one download.
+    async let a: Void = fs.writeText(inode, first, at: 11, "!")
+    async let b: Void = fs.writeText(inode, second, at: 12, "?")
+    _ = try await (a, b)
+    async let closing: Void = fs.flush(inode: inode, handle: first)
+    async let more: Void = fs.writeText(inode, second, at: 13, "\n")
+    _ = try await (closing, more)
+    fs.release(inode: inode, handle: first)
+    try await fs.close(inode, second)
+    XCTAssertEqual(store.calls(.read).count, 1)
+    XCTAssertEqual(text(store.data("docs/readme.txt")), "hello world!?\n")
+  }
+}
+
+extension WriteTests {
+  func testOpensClosesAndWritesOfOneFileInParallelShareOneStage() async throws {
+    store.put("many.txt", data: Array(repeating: UInt8(ascii: "."), count: 20))
+    let inode = try await fs.inode(at: "many.txt")
+    let fs = self.fs!
+    try await withThrowingTaskGroup(of: Void.self) { group in
+      for i in 0..<20 {
+        group.addTask {
+          let handle = try await fs.open(inode: inode, flags: O_WRONLY).handle
+          _ = try await fs.writeBytes(inode, handle, at: UInt64(i), [UInt8(ascii: "a") + UInt8(i)])
+          try await fs.close(inode, handle)
+        }
+      }
+      try await group.waitForAll()
+    }
+    XCTAssertEqual(text(store.data("many.txt")), "abcdefghijklmnopqrst")
+    XCTAssertEqual(fs.stagedCount.load(ordering: .relaxed), 0, "every stage released")
   }
 }

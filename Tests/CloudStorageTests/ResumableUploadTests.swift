@@ -106,6 +106,21 @@ final class ResumableUploadTests: XCTestCase {
     }
   }
 
+  /// The last chunk stored the object but its answer was lost: the session,
+  /// asked, answers with the object; nothing is sent again.
+  func testALostFinalAnswerIsFoundByAsking() async throws {
+    let data = pattern(2 * chunk + 11)
+    try await withFakeServer(uploads: smallChunks) { server, client in
+      server.injectFaults([.answerLost(reset: false)], when: chunkAt(2 * chunk))
+      let meta = try await client.upload(
+        "f", from: BytesSource(data), attributes: attributes, ifGenerationMatch: 0)
+      XCTAssertEqual(meta.size, Int64(data.count))
+      XCTAssertEqual(server.requests.map(\.kind).suffix(2), [.uploadChunk, .uploadStatus])
+      XCTAssertEqual(server.store.calls(.upload).count, 1, "stored once")
+      XCTAssertTrue(server.store.data("f") == data)
+    }
+  }
+
   /// The session kept part of a chunk: the upload goes on from that exact byte.
   func testAPartlyKeptChunkResumesAtTheExactByte() async throws {
     let data = pattern(3 * chunk)
@@ -259,6 +274,45 @@ final class ResumableUploadTests: XCTestCase {
         XCTFail("expected the source's error")
       } catch is Unreadable {}
       XCTAssertNil(server.store.object("f"))
+    }
+  }
+
+  /// fake-gcs-server stores what a session holds when asked its status: an
+  /// object of the wrong size is never taken for the upload; that generation
+  /// is deleted under its own precondition and the upload fails.
+  func testAStoredObjectOfTheWrongSizeIsRefusedAndDeleted() async throws {
+    let size = 3 * chunk
+    let object =
+      #"{"name":"f","bucket":"bkt","size":"262144","generation":"77","metageneration":"1","timeCreated":"t"}"#
+    try await withCannedServer(
+      uploads: smallChunks,
+      handler: { request in
+        switch request.method {
+        case "POST":
+          return .init(
+            200, headers: [("Location", "http://elsewhere:1/upload/storage/v1/b/bkt/o?upload_id=s1")],
+            body: [])
+        case "PUT" where request.header("Content-Range")?.hasPrefix("bytes 0-") == true:
+          return .init(308, headers: [("Range", "bytes=0-262143")], body: [])
+        case "PUT" where request.header("Content-Range")?.hasPrefix("bytes */") == true:
+          return .json(200, object)
+        case "PUT":
+          return .json(503, "{}")
+        default:
+          return .init(204, body: [])
+        }
+      }
+    ) { server, client in
+      let error = await storageError {
+        try await client.upload(
+          "f", from: BytesSource(pattern(size)), attributes: self.attributes, ifGenerationMatch: 0)
+      }
+      guard case .invalidResponse = error else { return XCTFail("got \(String(describing: error))") }
+      let requests = server.requests
+      XCTAssertEqual(requests.map(\.method), ["POST", "PUT", "PUT", "PUT", "DELETE"])
+      XCTAssertEqual(
+        requests[1].target, "/upload/storage/v1/b/bkt/o?upload_id=s1", "the session, on our endpoint")
+      XCTAssertEqual(requests.last?.target, "/storage/v1/b/bkt/o/f?ifGenerationMatch=77")
     }
   }
 }

@@ -110,19 +110,40 @@ final class UploadTests: XCTestCase {
     }
   }
 
-  /// The first attempt stored the object but its answer was lost: the retry
-  /// gets 412 (its own object is there) and says so; it never overwrites.
-  func testWithPreconditionALostAnswerNeverBecomesAnOverwrite() async throws {
+  /// The first attempt stored the object but its answer was lost: the repeat
+  /// gets 412 (its own object is there). The live object has this upload's
+  /// size, CRC-32C and metadata, so it is taken as this upload's; nothing is
+  /// stored twice.
+  func testWithPreconditionALostAnswerIsRecognisedAsOwnObject() async throws {
+    let data = pattern(300_000)
     try await withFakeServer { server, client in
       server.injectFaults([.answerLost(reset: true)], for: .upload)
+      let meta = try await client.upload(
+        "f", from: BytesSource(data), attributes: attributes, ifGenerationMatch: 0)
+      XCTAssertEqual(server.requests(.upload).count, 2)
+      XCTAssertEqual(server.store.calls(.upload).count, 2, "the repeat was refused")
+      XCTAssertEqual(meta.generation, server.store.object("f")?.generation)
+      XCTAssertTrue(server.store.data("f") == data)
+    }
+  }
+
+  /// ... but when another writer stored the name between the two attempts,
+  /// the 412 stands and nothing is overwritten.
+  func testWithPreconditionALostAnswerThenAnotherWriterIs412() async throws {
+    try await withFakeServer { server, client in
+      server.injectFaults([.answerLost(reset: true)], for: .upload)
+      // The first attempt stores ours; inside the second, before its
+      // precondition, another writer replaces it.
+      server.store.beforeNext(.upload) { store in
+        store.beforeNext(.upload) { $0.put("f", data: Array("theirs".utf8), contentType: "text/plain") }
+      }
       let error = await storageError {
         try await client.upload(
           "f", from: BytesSource([7, 8]), attributes: self.attributes, ifGenerationMatch: 0)
       }
       XCTAssertEqual(error, .preconditionFailed)
+      XCTAssertEqual(server.store.data("f"), Array("theirs".utf8))
       XCTAssertEqual(server.requests(.upload).count, 2)
-      XCTAssertEqual(server.store.calls(.upload).count, 2)
-      XCTAssertEqual(server.store.data("f"), [7, 8])
     }
   }
 
@@ -151,6 +172,19 @@ final class UploadTests: XCTestCase {
       }
       XCTAssertLessThan(seconds, 3)
       XCTAssertNil(server.store.object("f"))
+    }
+  }
+
+  /// An attempt that is sending a body may outlast the retry deadline (a slow
+  /// uplink): only new attempts stop at it. Stalls are still cut by the
+  /// attempt timeout.
+  func testASlowAnswerToALargeBodyIsNotCutByTheRetryDeadline() async throws {
+    try await withFakeServer(retry: .fast(attemptTimeout: 3, deadline: 0.3)) { server, client in
+      server.injectFaults([.stall(.milliseconds(900))], for: .upload)
+      let data = pattern(1 << 20)
+      _ = try await client.upload("f", from: BytesSource(data), attributes: attributes, ifGenerationMatch: 0)
+      XCTAssertEqual(server.requests(.upload).count, 1)
+      XCTAssertTrue(server.store.data("f") == data)
     }
   }
 

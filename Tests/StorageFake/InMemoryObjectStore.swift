@@ -18,7 +18,14 @@ import Synchronization
 /// - `patch` with `nil` removes the field or custom key (unlike fake-gcs-server, which keeps
 ///   ""), bumps metageneration, and moves `updated` strictly forward.
 ///
-/// Test hooks: ``calls``, ``injectFaults(_:for:)``, ``latency``, ``beforeNextPatch(_:)``.
+/// - Writes (InMemoryObjectStore+Writes.swift): `ifGenerationMatch` 0 means "no live object", n
+///   "generation n is live"; a mismatch is `preconditionFailed` and changes nothing. An upload
+///   without a content type stores application/octet-stream. `copy` of a generation that is
+///   gone is `notFound`; `move` of a missing source `notFound`, of another generation
+///   `preconditionFailed`, onto its own name `badRequest`.
+///
+/// Test hooks: ``calls``, ``injectFaults(_:for:)``, ``latency``, ``beforeNextPatch(_:)``,
+/// ``beforeNext(_:_:)`` (writes), ``supportsMove``.
 /// Seeding and inspection (`put`, `delete`, `object`, `data`, `applyPatch`) are not logged and
 /// see no faults or latency.
 public final class InMemoryObjectStore: ObjectStore, @unchecked Sendable {

@@ -67,7 +67,14 @@ public enum Recovery {
     let parts = name.split(separator: "-")
     guard parts.count >= 3, let pid = Int32(parts[1]) else { return false }
     if pid == getpid() { return true }
-    return kill(pid, 0) == 0 || errno == EPERM
+    guard kill(pid, 0) == 0 || errno == EPERM else { return false }
+    // A reused pid is another program's: the stage is a leftover all the same.
+    let fd = open("/proc/\(pid)/comm", O_RDONLY | O_CLOEXEC)
+    guard fd >= 0 else { return true }
+    defer { close(fd) }
+    var name = [UInt8](repeating: 0, count: 64)
+    let n = name.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+    return n <= 0 || String(decoding: name[0..<n], as: UTF8.self).hasPrefix("bucketfs")
   }
 
   static func readRecord(_ path: String) -> StageRecord? {

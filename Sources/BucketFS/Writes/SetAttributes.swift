@@ -18,7 +18,7 @@ extension BucketFileSystem {
       return (attributes(inode: inode, kind: .directory, facts: nil), configuration.metadataTTL)
     }
     if let size = changes.size {
-      if let staged = stagedFile(inode: inode), !staged.state.withLock({ $0.unlinked }) {
+      if let staged = handle.flatMap(stagedFile(handle:)) ?? stagedFile(inode: inode) {
         try await resize(staged, to: size)
       } else {
         try await truncateUnopened(inode: inode, node: node, to: size)

@@ -63,9 +63,11 @@ final class StagedFile: Sendable {
 
 /// Staged files by inode, and which write handles belong to which.
 struct StagedFiles: Sendable {
+  /// The staged file of each inode that new opens share.
   var byInode: [UInt64: StagedFile] = [:]
-  /// Handles opened on a staged inode (readers too): handle -> inode.
-  var handles: [UInt64: UInt64] = [:]
+  /// Write handles and the staged file each writes to. A handle keeps its
+  /// own even when the inode gets another (its name unlinked and made anew).
+  var handles: [UInt64: StagedFile] = [:]
   /// Properties bucketfs inferred per uploaded key and generation, for an
   /// atomic save to tell them from the user's; bounded, oldest dropped first.
   var inferred: [InferredKey: Set<XattrName>] = [:]

@@ -31,10 +31,11 @@ extension BucketFileSystem {
     if let existing {
       // Created here and not yet uploaded: the kernel lost its entry.
       if flags & O_EXCL != 0 { throw Errno.exists }
-      let handle = try await attach(existing, truncate: flags & O_TRUNC != 0)
-      let inode = existing.inode
-      state.withLock { $0.inodes[inode]?.lookups += 1 }
-      return (stagedEntry(inode), OpenResult(handle: handle, keepCache: false))
+      if let handle = try await attach(existing, truncate: flags & O_TRUNC != 0) {
+        let inode = existing.inode
+        state.withLock { $0.inodes[inode]?.lookups += 1 }
+        return (stagedEntry(inode), OpenResult(handle: handle, keepCache: false))
+      }
     }
 
     let stage = try makeStage()
@@ -91,8 +92,9 @@ extension BucketFileSystem {
     if configuration.readOnly { throw Errno.readOnly }
     guard node.kind == .file else { throw Errno.isDirectory }
     let truncate = flags & O_TRUNC != 0
-    if let existing = writes.withLock({ $0.byInode[inode] }), !existing.state.withLock({ $0.unlinked }) {
+    if let existing = writes.withLock({ $0.byInode[inode] }), !existing.state.withLock({ $0.unlinked }),
       let handle = try await attach(existing, truncate: truncate)
+    {
       return OpenResult(handle: handle, keepCache: false)
     }
     let base = try await currentMetadata(inode: inode, node: node)
@@ -130,38 +132,55 @@ extension BucketFileSystem {
     // Another open may have staged the inode meanwhile: share that one.
     let winner = writes.withLock { writes -> StagedFile? in
       if let other = writes.byInode[inode], !other.state.withLock({ $0.unlinked }) { return other }
+      writes.byInode[inode] = staged
+      writes.handles[handle] = staged
       return nil
     }
     if let winner {
       stage.remove()
       state.withLock { _ = $0.files.removeValue(forKey: handle) }
-      let shared = try await attach(winner, truncate: truncate)
+      guard let shared = try await attach(winner, truncate: truncate) else {
+        return try await openForWriting(inode: inode, node: node, flags: flags)
+      }
       return OpenResult(handle: shared, keepCache: false)
     }
-    register(staged, handle: handle)
+    stagedCount.add(1, ordering: .relaxed)
     return OpenResult(handle: handle, keepCache: false)
   }
 
-  /// A new handle on a staged file.
-  private func attach(_ staged: StagedFile, truncate: Bool) async throws -> UInt64 {
-    if truncate { try await resize(staged, to: 0) }
+  /// A new handle on a staged file; nil if its last handle closed meanwhile
+  /// (then the caller stages the file anew).
+  private func attach(_ staged: StagedFile, truncate: Bool) async throws -> UInt64? {
     let handle = state.withLock { state in
       let handle = state.nextHandle
       state.nextHandle += 1
       return handle
     }
-    staged.state.withLock { $0.handles += 1 }
-    writes.withLock { $0.handles[handle] = staged.inode }
+    // Under the registry's lock, as the last release is: never a handle on a released stage.
+    let attached = writes.withLock { writes -> Bool in
+      guard writes.byInode[staged.inode] === staged else { return false }
+      staged.state.withLock { $0.handles += 1 }
+      writes.handles[handle] = staged
+      return true
+    }
+    guard attached else { return nil }
+    if truncate {
+      do {
+        try await resize(staged, to: 0)
+      } catch {
+        releaseWriter(handle: handle)
+        throw error
+      }
+    }
     return handle
   }
 
   private func register(_ staged: StagedFile, handle: UInt64) {
     writes.withLock { writes in
-      if writes.byInode.updateValue(staged, forKey: staged.inode) == nil {
-        stagedCount.add(1, ordering: .relaxed)
-      }
-      writes.handles[handle] = staged.inode
+      writes.byInode[staged.inode] = staged
+      writes.handles[handle] = staged
     }
+    stagedCount.add(1, ordering: .relaxed)
   }
 
   func makeStage() throws -> Stage {
@@ -188,7 +207,7 @@ extension BucketFileSystem {
   /// The staged file a write handle belongs to.
   func stagedFile(handle: UInt64) -> StagedFile? {
     guard stagedCount.load(ordering: .relaxed) > 0 else { return nil }
-    return writes.withLock { writes in writes.handles[handle].flatMap { writes.byInode[$0] } }
+    return writes.withLock { $0.handles[handle] }
   }
 
   func stagedFile(inode: UInt64) -> StagedFile? {
@@ -351,8 +370,8 @@ extension BucketFileSystem {
 
   /// The bytes of a loaded stage, for any handle of the inode; nil when the
   /// inode is not staged or its bytes are still the object's.
-  func stagedBytes(inode: UInt64, offset: UInt64, size: Int) -> Result<[ByteBuffer], Errno>? {
-    guard let staged = stagedFile(inode: inode) else { return nil }
+  func stagedBytes(inode: UInt64, handle: UInt64, offset: UInt64, size: Int) -> Result<[ByteBuffer], Errno>? {
+    guard let staged = stagedFile(handle: handle) ?? stagedFile(inode: inode) else { return nil }
     guard let total = staged.state.withLock({ $0.loaded ? $0.size : nil }) else { return nil }
     guard offset < total, size > 0 else { return .success([]) }
     let count = Int(min(UInt64(size), total - offset))
@@ -393,15 +412,13 @@ extension BucketFileSystem {
   func releaseWriter(handle: UInt64) {
     guard stagedCount.load(ordering: .relaxed) > 0 else { return }
     let closed = writes.withLock { writes -> StagedFile? in
-      guard let inode = writes.handles.removeValue(forKey: handle), let staged = writes.byInode[inode] else {
-        return nil
-      }
+      guard let staged = writes.handles.removeValue(forKey: handle) else { return nil }
       let last = staged.state.withLock { s in
         s.handles -= 1
         return s.handles <= 0
       }
       guard last else { return nil }
-      writes.byInode[inode] = nil
+      if writes.byInode[staged.inode] === staged { writes.byInode[staged.inode] = nil }
       stagedCount.subtract(1, ordering: .relaxed)
       return staged
     }

@@ -1,0 +1,51 @@
+import Dispatch
+import FUSE
+import ObjectStore
+
+/// A read that finds the generation pinned at open gone: the object was
+/// replaced or deleted elsewhere. That handle keeps failing with ESTALE (it
+/// never mixes versions), but the next open reads the new version at once
+/// instead of pinning the old one again until the metadata TTL runs out.
+extension BucketFileSystem {
+  /// Kernel notifications may wait for page locks held by reads in flight:
+  /// they are sent from a thread of their own, never one that replies.
+  private static let notifications = DispatchQueue(label: "bucketfs.kernel-notifications")
+
+  static func isGenerationGone(_ error: any Error) -> Bool {
+    switch error as? StorageError {
+    case .notFound, .preconditionFailed: true
+    default: false
+    }
+  }
+
+  /// Forgets what is known of the key's version, then (after the failing
+  /// reply: this runs apart from the request) drops the kernel's attributes
+  /// and pages of the inode and fetches the metadata again.
+  func generationGone(inode: UInt64, key: String, generation: Int64) {
+    logger.info("\(key): generation \(generation) is gone (replaced or deleted); the next open reads anew")
+    let kernel = self.kernel.withLock { $0 }
+    state.withLock { state in
+      if let held = state.inodes.inode(of: key), var node = state.inodes[held], node.kind == .file {
+        node.fetchedAt = -.infinity
+        node.openedGeneration = nil
+        state.inodes[held] = node
+      }
+      guard state.staleReads[inode] == nil else { return }
+      state.staleReads[inode] = Task.detached { [weak self] in
+        await withCheckedContinuation { done in
+          Self.notifications.async {
+            kernel.invalidate(inode: inode)
+            done.resume()
+          }
+        }
+        _ = try? await self?.fetchMetadata(key)
+        _ = self?.state.withLock { $0.staleReads.removeValue(forKey: inode) }
+      }
+    }
+  }
+
+  /// An open waits for the refresh a failed read started, so it pins the new version.
+  func settleStaleRead(_ inode: UInt64) async {
+    if let pending = state.withLock({ $0.staleReads[inode] }) { await pending.value }
+  }
+}

@@ -1,0 +1,270 @@
+import AsyncHTTPClient
+import Logging
+import NIOCore
+import NIOHTTP1
+import ObjectStore
+
+#if canImport(FoundationEssentials)
+  import FoundationEssentials
+#else
+  import Foundation
+#endif
+
+// One logical request: attempts with back-off inside a deadline, token
+// refresh after a 401, statuses mapped to StorageError, bodies collected.
+extension CloudStorageClient {
+
+  func send(_ method: HTTPMethod, url: String, operation: String, maxBody: Int) async throws
+    -> ByteBuffer
+  {
+    try await exchange(method, url: url, operation: operation, maxBody: maxBody, idempotent: true).body
+  }
+
+  /// One logical request: attempts, back-off and the overall deadline.
+  ///
+  /// - `idempotent`: safe to repeat after a transient failure (the request
+  ///   may have reached the service); otherwise such a failure is final.
+  /// - `deadline`: when retries stop (default: the policy's deadline from now).
+  /// - `sending`: bytes of body; an attempt may run past `deadline` for as
+  ///   long as they take at 64 KiB/s (a slow uplink still gets a large
+  ///   request through; stalls are caught by the attempt timeout).
+  /// - `accepting`: statuses outside 2xx that are answers (a session's 308).
+  /// - `settledAfterRetry`: statuses that, after an attempt that may have
+  ///   reached the service, mean that attempt took effect (a delete's 404).
+  /// - `validate`: judges an answer; a reason makes it a transient failure.
+  /// - `window`: for a ranged GET answered 200 (the whole object), the bytes kept.
+  func exchange(
+    _ method: HTTPMethod, url: String, headers: [(String, String)] = [], body: ByteBuffer? = nil,
+    operation: String, maxBody: Int, idempotent: Bool, deadline: NIODeadline? = nil, sending: Int = 0,
+    accepting: Set<Int> = [], settledAfterRetry: Set<Int> = [],
+    validate: (@Sendable (Int, HTTPHeaders, ByteBuffer) -> String?)? = nil, window: Range<Int64>? = nil,
+    spare: SpareBuffer? = nil
+  ) async throws -> (status: Int, headers: HTTPHeaders, body: ByteBuffer) {
+    // A caller's bound (one user-visible read, OperationDeadline) can only shorten it.
+    let bound = OperationDeadline.current
+    let deadline = min(
+      deadline ?? NIODeadline.now() + .milliseconds(Int64(retry.deadline * 1000)),
+      bound?.deadline ?? .distantFuture)
+    var attempt = 0
+    var reachedBefore = false
+    var refreshedToken = false
+    // Only the attempt right after a 401 forces a refresh; later retries reuse the new token.
+    var refreshNext = false
+    while true {
+      attempt += 1
+      try checkCancelled()
+      let refresh = refreshNext
+      refreshNext = false
+      var outcome: Outcome
+      do {
+        let slowest =
+          NIODeadline.now() + .milliseconds(Int64((retry.attemptTimeout + Double(sending) / 65536) * 1000))
+        outcome = try await attemptOnce(
+          method, url: url, headers: headers, body: body,
+          deadline: sending > 0 ? max(deadline, slowest) : deadline,
+          maxBody: maxBody,
+          refreshToken: refresh, accepting: reachedBefore ? accepting.union(settledAfterRetry) : accepting,
+          window: window, spare: spare)
+      } catch let error as StorageError {
+        throw error
+      } catch {
+        // Cancellation surfaces here as the HTTP client's error; it is not an outage.
+        if Task.isCancelled || error is CancellationError { throw StorageError.cancelled }
+        outcome = .transient(describe(error), retryAfter: nil)
+      }
+      if case .success(let status, let headers, let body) = outcome,
+        let reason = validate?(status, headers, body)
+      {
+        outcome = .transient(reason, retryAfter: nil)
+      }
+      switch outcome {
+      case .success(let status, let headers, let body):
+        logger.trace("\(method) \(operation): \(status) after \(attempt) attempt(s)")
+        return (status, headers, body)
+      case .failure(let error):
+        throw error
+      case .unauthorized(let message):
+        // A token may expire between its check and its use: one refresh, one retry.
+        guard tokens != nil, !refreshedToken else { throw StorageError.accessDenied(message) }
+        refreshedToken = true
+        refreshNext = true
+        continue
+      case .transient(let reason, let retryAfter):
+        guard idempotent else { throw StorageError.unavailable("\(operation): \(reason)") }
+        reachedBefore = true
+        let wait = retry.delay(attempt: attempt, retryAfter: retryAfter)
+        let resumeAt = NIODeadline.now() + .milliseconds(Int64(wait * 1000))
+        guard bound?.retries ?? true, resumeAt < deadline else {
+          logger.warning("\(operation): giving up after \(attempt) attempt(s): \(reason)")
+          throw StorageError.unavailable("\(operation): \(reason)")
+        }
+        logger.debug("\(operation): \(reason); retrying in \(Int(wait * 1000)) ms")
+        do {
+          try await Task.sleep(nanoseconds: UInt64(wait * 1e9))
+        } catch {
+          throw StorageError.cancelled
+        }
+      }
+    }
+  }
+
+  enum Outcome {
+    case success(Int, HTTPHeaders, ByteBuffer)
+    case failure(StorageError)
+    case unauthorized(String)
+    case transient(String, retryAfter: Double?)
+  }
+
+  private func attemptOnce(
+    _ method: HTTPMethod, url: String, headers: [(String, String)], body: ByteBuffer?, deadline: NIODeadline,
+    maxBody: Int, refreshToken: Bool, accepting: Set<Int>, window: Range<Int64>?, spare: SpareBuffer?
+  ) async throws -> Outcome {
+    var request = HTTPClientRequest(url: url)
+    request.method = method
+    request.headers.add(name: "User-Agent", value: "bucketfs/\(Version.current)")
+    request.headers.add(name: "Accept-Encoding", value: "gzip")  // stored bytes, as `size` counts them
+    for (name, value) in headers { request.headers.add(name: name, value: value) }
+    if let tokens {
+      let token: String
+      do {
+        token = try await tokens.token(refresh: refreshToken)
+      } catch let error as StorageError {
+        throw error
+      } catch {
+        throw StorageError.accessDenied("could not get an access token: \(error)")
+      }
+      request.headers.add(name: "Authorization", value: "Bearer \(token)")
+    }
+    if let body { request.body = .bytes(body) }
+
+    // The client's deadline covers the response head; the body must arrive
+    // by the same deadline, however slowly the server trickles it.
+    let http = self.http
+    let prepared = request
+    let (response, payload) = try await Self.racing(deadline) {
+      let response = try await http.execute(prepared, deadline: deadline, logger: nil)
+      let window = response.status == .ok ? window : nil
+      return (response, try await Self.collect(response, upTo: maxBody, window: window, into: spare?.take()))
+    }
+    let status = Int(response.status.code)
+    switch status {
+    case _ where accepting.contains(status), 200..<300:
+      return .success(status, response.headers, payload)
+    case 401:
+      return .unauthorized(message(in: payload, status: status))
+    case 403:
+      return .failure(.accessDenied(message(in: payload, status: status)))
+    case 404:
+      return .failure(.notFound)
+    case 412:
+      return .failure(.preconditionFailed)
+    case 400:
+      let text = message(in: payload, status: status)
+      let lower = text.lowercased()
+      if lower.contains("metadata")
+        && (lower.contains("large") || lower.contains("exceed") || lower.contains("size")
+          || lower.contains("limit"))
+      {
+        return .failure(.tooLarge(text))
+      }
+      return .failure(.badRequest(text))
+    case let code where RetryPolicy.isRetryable(status: code):
+      let retryAfter = response.headers.first(name: "Retry-After").flatMap { Double($0) }
+      return .transient("HTTP \(status)", retryAfter: retryAfter.map { min($0, retry.deadline) })
+    default:
+      return .failure(.invalidResponse("HTTP \(status): \(message(in: payload, status: status))"))
+    }
+  }
+
+  /// Runs `work`, cancelling it at `deadline`.
+  private static func racing<T: Sendable>(
+    _ deadline: NIODeadline, _ work: @escaping @Sendable () async throws -> T
+  ) async throws -> T {
+    try await withThrowingTaskGroup(of: T?.self) { group in
+      group.addTask { try await work() }
+      group.addTask {
+        let nanoseconds = (deadline - NIODeadline.now()).nanoseconds
+        if nanoseconds > 0 { try await Task.sleep(nanoseconds: UInt64(nanoseconds)) }
+        return nil
+      }
+      defer { group.cancelAll() }
+      while let next = try await group.next() {
+        if let value = next { return value }
+        throw HTTPClientError.deadlineExceeded
+      }
+      throw CancellationError()
+    }
+  }
+
+  private func checkCancelled() throws {
+    if Task.isCancelled { throw StorageError.cancelled }
+  }
+
+  private func describe(_ error: any Error) -> String {
+    if let error = error as? HTTPClientError { return "\(error)" }
+    return String(describing: error)
+  }
+
+  /// The whole body in one buffer sized from Content-Length up front, so a
+  /// large read is copied out of the socket's buffers once, never regrown;
+  /// into `recycled` when that is large enough. With a `window` (a whole
+  /// object sent for a ranged GET) only those bytes are kept, and reading
+  /// stops once they have arrived.
+  private static func collect(
+    _ response: HTTPClientResponse, upTo maxBody: Int, window: Range<Int64>?,
+    into recycled: consuming ByteBuffer?
+  ) async throws -> ByteBuffer {
+    var expected = response.headers.first(name: "Content-Length").flatMap(Int.init) ?? 0
+    if let window {
+      expected = Int(max(0, min(Int64(expected) - window.lowerBound, window.upperBound - window.lowerBound)))
+    }
+    if expected > maxBody { throw NIOTooManyBytesError(maxBytes: maxBody) }
+    var payload = (consume recycled) ?? ByteBuffer()
+    if expected > 0 && payload.capacity >= expected {
+      payload.clear()
+    } else {
+      payload = ByteBufferAllocator().buffer(capacity: expected)
+    }
+    var skip = window?.lowerBound ?? 0
+    let keep = window.map { Int($0.upperBound - $0.lowerBound) } ?? maxBody
+    for try await var chunk in response.body {
+      if skip > 0 {
+        let dropped = Int(min(skip, Int64(chunk.readableBytes)))
+        chunk.moveReaderIndex(forwardBy: dropped)
+        skip -= Int64(dropped)
+      }
+      if window != nil, chunk.readableBytes > keep - payload.readableBytes {
+        chunk.moveWriterIndex(to: chunk.readerIndex + keep - payload.readableBytes)
+      }
+      if payload.readableBytes + chunk.readableBytes > maxBody {
+        throw NIOTooManyBytesError(maxBytes: maxBody)
+      }
+      payload.writeImmutableBuffer(chunk)
+      if window != nil && payload.readableBytes == keep { break }
+    }
+    return payload
+  }
+
+  func message(in body: ByteBuffer, status: Int) -> String {
+    if let decoded = try? JSONDecoder().decode(ErrorBody.self, from: Data(body.readableBytesView)),
+      let message = decoded.error?.message
+    {
+      return message
+    }
+    let text = String(decoding: body.readableBytesView.prefix(300), as: UTF8.self)
+    return text.isEmpty ? "HTTP \(status)" : text
+  }
+
+  func read<T>(_ body: ByteBuffer, what: String, as make: (inout JSONReader) throws -> T) throws -> T {
+    do {
+      return try body.withUnsafeReadableBytes { try JSONReader.read($0, make) }
+    } catch {
+      logger.error("unparseable \(what): \(error)")
+      throw StorageError.invalidResponse("unparseable \(what)")
+    }
+  }
+
+  func queryString(_ items: [(String, String)]) -> String {
+    "?" + items.map { "\($0.0.percentEncoded)=\($0.1.percentEncoded)" }.joined(separator: "&")
+  }
+}

@@ -1,0 +1,90 @@
+import AsyncHTTPClient
+import CloudStorage
+import FUSE
+import ObjectStore
+import StorageFake
+import XCTest
+
+@testable import BucketFS
+
+#if canImport(Glibc)
+  import Glibc
+#endif
+
+/// Writes over the real HTTP client over the fake service's exact semantics:
+/// what fake-gcs-server cannot show end to end (it ignores ifGenerationMatch
+/// on resumable uploads), and upload faults at the HTTP level.
+final class WriteHTTPTests: XCTestCase {
+  var server: FakeStorageServer!
+  var http: HTTPClient!
+  var fs: BucketFileSystem!
+
+  override func setUp() async throws {
+    server = FakeStorageServer(bucket: "demo")
+    try await server.start()
+    var retry = RetryPolicy()
+    retry.initialBackoff = 0.01
+    retry.maxBackoff = 0.05
+    retry.attemptTimeout = 2
+    retry.deadline = 3
+    http = CloudStorageClient.makeHTTPClient(retry: retry)
+    let client = CloudStorageClient(
+      bucket: "demo", endpoint: try Endpoint(server.endpoint), http: http, tokens: nil, retry: retry,
+      logger: quietLogger)
+    fs = makeWritingFileSystem(client)
+  }
+
+  override func tearDown() async throws {
+    try await http?.shutdown()
+    try await server?.stop()
+  }
+
+  /// 9 MiB: above the 8 MiB multipart threshold, so a resumable session.
+  private let large = (0..<(9 << 20)).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ $0 >> 12) }
+
+  private func writeLarge(_ inode: UInt64, _ handle: UInt64) async throws {
+    var offset = 0
+    while offset < large.count {
+      let end = min(offset + (1 << 20), large.count)
+      let written = try await fs.writeBytes(inode, handle, at: UInt64(offset), Array(large[offset..<end]))
+      XCTAssertEqual(written, end - offset)
+      offset = end
+    }
+  }
+
+  func testAResumableOverwriteNeverReplacesAGenerationItWasNotOpenedOn() async throws {
+    server.store.put("big.bin", data: [1, 2, 3])
+    let inode = try await fs.inode(at: "big.bin")
+    let handle = try await fs.open(inode: inode, flags: O_WRONLY | O_TRUNC).handle
+    try await writeLarge(inode, handle)
+    server.store.put("big.bin", data: bytes("theirs"))
+    await XCTAssertErrno(.stale) { try await self.fs.flush(inode: inode, handle: handle) }
+    XCTAssertEqual(server.requests(.uploadSession).count, 1, "resumable, where the emulator would not refuse")
+    XCTAssertEqual(text(server.store.data("big.bin")), "theirs")
+    fs.release(inode: inode, handle: handle)
+  }
+
+  func testANewLargeFileGoesUpResumableAndByteExactThroughTransientFaults() async throws {
+    let (inode, handle) = try await fs.createFile("new.bin")
+    try await writeLarge(inode, handle)
+    server.injectFaults([.status(503), .resetConnection], for: .uploadChunk)
+    try await fs.close(inode, handle)
+    XCTAssertEqual(server.requests(.uploadSession).count, 1, "one resumable session")
+    XCTAssertGreaterThanOrEqual(
+      server.requests(.uploadChunk).count, 3, "two faulted chunk requests, then the rest")
+    XCTAssertEqual(server.store.data("new.bin"), large)
+    XCTAssertEqual(server.store.object("new.bin")?.contentType, "application/octet-stream")
+  }
+
+  func testAPersistentFaultFailsCloseWithEIOAndStoresNothing() async throws {
+    let (inode, handle) = try await fs.createFile("small.txt")
+    try await fs.writeText(inode, handle, at: 0, "payload")
+    server.injectFaults(Array(repeating: .status(503), count: 200), for: .upload)
+    let started = BucketFileSystem.monotonicSeconds()
+    await XCTAssertErrno(.io) { try await self.fs.flush(inode: inode, handle: handle) }
+    XCTAssertLessThan(BucketFileSystem.monotonicSeconds() - started, 10, "within the retry deadline")
+    XCTAssertNil(server.store.object("small.txt"))
+    XCTAssertGreaterThan(server.requests(.upload).count, 1, "retried before giving up")
+    fs.release(inode: inode, handle: handle)
+  }
+}

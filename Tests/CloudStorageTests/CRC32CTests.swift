@@ -1,0 +1,23 @@
+import NIOCore
+import XCTest
+
+@testable import CloudStorage
+
+/// The checksum a lost upload answer is recognised by must be the service's.
+final class CRC32CTests: XCTestCase {
+  func testKnownVectorsAndTheServicesEncoding() {
+    // RFC 3720's check value for "123456789".
+    XCTAssertEqual(CRC32C.update(0, ByteBuffer(string: "123456789")), 0xE306_9283)
+    XCTAssertEqual(CRC32C.update(0, ByteBuffer()), 0)
+    // The service's crc32c of an empty object, and of "hello" (fake-gcs-server agrees).
+    XCTAssertEqual(CRC32C.base64(0), "AAAAAA==")
+    XCTAssertEqual(CRC32C.base64(CRC32C.update(0, ByteBuffer(string: "hello"))), "mnG7TA==")
+  }
+
+  func testPiecesCombine() {
+    let whole = ByteBuffer(bytes: (0..<100_000).map { UInt8(truncatingIfNeeded: $0 &* 7) })
+    let first = whole.getSlice(at: 0, length: 33_333)!
+    let rest = whole.getSlice(at: 33_333, length: 100_000 - 33_333)!
+    XCTAssertEqual(CRC32C.update(CRC32C.update(0, first), rest), CRC32C.update(0, whole))
+  }
+}
