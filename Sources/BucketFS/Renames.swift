@@ -128,7 +128,7 @@ extension BucketFileSystem {
 
   func remember(_ metadata: ObjectMetadata) {
     let now = clock()
-    state.withLock { $0.inodes.refresh(metadata, at: now) }
+    _ = state.withLock { $0.inodes.refresh(metadata, at: now) }
   }
 
   enum RelocationFailure: Error {
