@@ -32,7 +32,7 @@ extension BucketFileSystem {
     if let (name, error) = outcome.failure {
       let moved = outcome.moved.map { "\($0.from) -> \($0.to.name)" }
       let kept = outcome.sourceKept.map { "\($0) (copied, source kept)" }
-      let left = objects.map(\.name).filter { name in !outcome.moved.contains { $0.from == name } }
+      let left = objects.map(\.name).filter { name in !outcome.moved.contains { Names.same($0.from, name) } }
       logger.error(
         """
         rename \(from) to \(to) failed at \(name): \(error). \
