@@ -141,4 +141,33 @@ final class UnicodeNameTests: XCTestCase {
     XCTAssertEqual(store.object(nfc)?.custom["form"], "NFC")
     XCTAssertEqual(store.object(nfd)?.custom["form"], "changed")
   }
+
+  /// A tree walk keeps listings by directory key: two directories whose names
+  /// differ only in normalization keep their own.
+  func testAWalkKeepsTheListingsOfEachForm() async throws {
+    for (form, file) in [(nfc, "composed"), (nfd, "decomposed")] {
+      for sub in ["s1", "s2"] { store.put("x/\(form)/\(sub)/\(file)", data: bytes(file)) }
+    }
+    var tree: [[UInt8]: [String]] = [:]
+    func walk(_ inode: UInt64, _ key: String) async throws {
+      let handle = try await fs.opendir(inode: inode)
+      let names = try await fs.names(of: inode, handle: handle, from: 0).filter { $0 != "." && $0 != ".." }
+      fs.releasedir(inode: inode, handle: handle)
+      tree[Array(key.utf8)] = names
+      for name in names {
+        guard let attributes = try await fs.lookup(parent: inode, name: name).attributes,
+          attributes.kind == .directory
+        else { continue }
+        try await walk(attributes.inode, key + name + "/")
+      }
+    }
+    try await walk(1, "")
+    XCTAssertEqual(tree.count, 8)
+    for (form, file) in [(nfc, "composed"), (nfd, "decomposed")] {
+      XCTAssertEqual(tree[Array("x/\(form)/".utf8)], ["s1", "s2"])
+      for sub in ["s1", "s2"] {
+        XCTAssertEqual(tree[Array("x/\(form)/\(sub)/".utf8)], [file], "\(form) \(sub)")
+      }
+    }
+  }
 }
