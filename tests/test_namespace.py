@@ -10,6 +10,7 @@ checked as sent, and the outcomes through the JSON API.
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import subprocess
@@ -207,3 +208,27 @@ def test_mv_between_nfc_and_nfd_names(mount, bucket, client):
     assert names(client, bucket) == sorted(["p" + nfc, "s" + nfd])
     assert client.download(bucket, "s" + nfd) == b"moved"
     assert sorted(os.listdir(m.p(""))) == sorted(["p" + nfc, "s" + nfd])
+
+
+def test_a_name_that_is_not_utf8_reaches_no_object(mount, bucket, client):
+    """Object names are UTF-8: a name that is not is refused, never repaired
+    to U+FFFD (which would reach or create the object named that)."""
+    client.upload(bucket, "\ufffd", b"replacement")
+    m = mount_rw(mount, bucket)
+    root = os.fsencode(m.p(""))
+    bad = os.path.join(root, b"\xff")
+    with pytest.raises(FileNotFoundError):
+        os.stat(bad)
+    with pytest.raises(OSError) as created:
+        os.close(os.open(bad, os.O_WRONLY | os.O_CREAT, 0o644))
+    assert created.value.errno == errno.EINVAL
+    with pytest.raises(OSError) as made:
+        os.mkdir(os.path.join(root, b"\xfe"))
+    assert made.value.errno == errno.EINVAL
+    with pytest.raises(OSError) as renamed:
+        os.rename(os.path.join(root, "\ufffd".encode()), bad)
+    assert renamed.value.errno == errno.EINVAL
+    with pytest.raises(FileNotFoundError):
+        os.unlink(bad)
+    assert names(client, bucket) == ["\ufffd"]
+    assert client.download(bucket, "\ufffd") == b"replacement"
