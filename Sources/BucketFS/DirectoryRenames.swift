@@ -115,7 +115,7 @@ extension BucketFileSystem {
         let (object, target) = (objects[next], targets[next])
         next += 1
         // The placeholder of an empty directory being replaced is replaced in turn.
-        let match = target == to ? replaced?.generation ?? 0 : 0
+        let match = Names.same(target, to) ? replaced?.generation ?? 0 : 0
         group.addTask {
           do {
             return (
