@@ -10,6 +10,7 @@ checked as sent, and the outcomes through the JSON API.
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import subprocess
@@ -184,3 +185,50 @@ def test_rsync_a_into_the_mount(mount, bucket, client):
         f.write(b"top, changed")
     run(["rsync", "-a", src + "/", m.p("dst") + "/"])
     assert client.download(bucket, "dst/top.txt") == b"top, changed"
+
+
+def test_mv_between_nfc_and_nfd_names(mount, bucket, client):
+    """Names that differ only in Unicode normalization are two objects
+    (docs/SEMANTICS.md#names-unicode): mv between them renames for real."""
+    nfc, nfd = "caf\u00e9", "cafe\u0301"
+    client.upload(bucket, "p" + nfc, b"a")
+    client.upload(bucket, "p" + nfd, b"b")
+    client.upload(bucket, "s" + nfc, b"moved")
+    m = mount_rw(mount, bucket)
+    assert sorted(os.listdir(m.p(""))) == sorted(["p" + nfc, "p" + nfd, "s" + nfc])
+    with open(m.p("p" + nfd), "rb") as f:
+        assert f.read() == b"b"
+    assert not os.path.exists(m.p("s" + nfd)), "no NFD object: the NFC one never answers for it"
+
+    run(["mv", m.p("p" + nfd), m.p("p" + nfc)])
+    assert names(client, bucket) == sorted(["p" + nfc, "s" + nfc])
+    assert client.download(bucket, "p" + nfc) == b"b"
+
+    run(["mv", m.p("s" + nfc), m.p("s" + nfd)])
+    assert names(client, bucket) == sorted(["p" + nfc, "s" + nfd])
+    assert client.download(bucket, "s" + nfd) == b"moved"
+    assert sorted(os.listdir(m.p(""))) == sorted(["p" + nfc, "s" + nfd])
+
+
+def test_a_name_that_is_not_utf8_reaches_no_object(mount, bucket, client):
+    """Object names are UTF-8: a name that is not is refused, never repaired
+    to U+FFFD (which would reach or create the object named that)."""
+    client.upload(bucket, "\ufffd", b"replacement")
+    m = mount_rw(mount, bucket)
+    root = os.fsencode(m.p(""))
+    bad = os.path.join(root, b"\xff")
+    with pytest.raises(FileNotFoundError):
+        os.stat(bad)
+    with pytest.raises(OSError) as created:
+        os.close(os.open(bad, os.O_WRONLY | os.O_CREAT, 0o644))
+    assert created.value.errno == errno.EINVAL
+    with pytest.raises(OSError) as made:
+        os.mkdir(os.path.join(root, b"\xfe"))
+    assert made.value.errno == errno.EINVAL
+    with pytest.raises(OSError) as renamed:
+        os.rename(os.path.join(root, "\ufffd".encode()), bad)
+    assert renamed.value.errno == errno.EINVAL
+    with pytest.raises(FileNotFoundError):
+        os.unlink(bad)
+    assert names(client, bucket) == ["\ufffd"]
+    assert client.download(bucket, "\ufffd") == b"replacement"

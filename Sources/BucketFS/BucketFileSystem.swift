@@ -30,9 +30,9 @@ public final class BucketFileSystem: FileSystem, Sendable {
     var files: [UInt64: FileReader] = [:]
     var nextHandle: UInt64 = 1
     /// Keys already warned about (conflicts, access denied), bounded.
-    var warned: Set<String> = []
+    var warned: Set<ObjectKey> = []
     /// Lookups under way per directory key, and the listing a burst of them shares.
-    var bursts: [String: LookupBurst] = [:]
+    var bursts: [ObjectKey: LookupBurst] = [:]
     /// The bucket answered that it cannot move objects: renames copy and delete.
     var moveUnsupported = false
     /// Refreshes after a read found its generation gone, per inode.
@@ -186,7 +186,7 @@ public final class BucketFileSystem: FileSystem, Sendable {
   func firstWarning(_ key: String) -> Bool {
     state.withLock { state in
       if state.warned.count > 10_000 { state.warned.removeAll() }
-      return state.warned.insert(key).inserted
+      return state.warned.insert(ObjectKey(key)).inserted
     }
   }
 }

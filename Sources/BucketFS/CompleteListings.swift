@@ -10,26 +10,26 @@ import Synchronization
 /// own negative entries would miss them.
 struct CompleteListings: Sendable {
   struct Listing {
-    var names: Set<String>
+    var names: Set<ObjectKey>
     var at: Double
   }
-  private var byDirectory: [String: Listing] = [:]
-  private var order: [String] = []
+  private var byDirectory: [ObjectKey: Listing] = [:]
+  private var order: [ObjectKey] = []
   /// readdir passes under way, by directory handle.
-  private var passes: [UInt64: (directory: String, names: Set<String>, at: Double)] = [:]
+  private var passes: [UInt64: (directory: String, names: Set<ObjectKey>, at: Double)] = [:]
   static let capacity = 256
   /// Larger directories are not recorded (their names would cost memory).
   static let maxNames = 10_000
 
   func knownAbsent(directory: String, name: String, now: Double, ttl: Double) -> Bool {
-    guard let listing = byDirectory[directory], now - listing.at < ttl else { return false }
-    return !listing.names.contains(name)
+    guard let listing = byDirectory[ObjectKey(directory)], now - listing.at < ttl else { return false }
+    return !listing.names.contains(ObjectKey(name))
   }
 
-  mutating func record(directory: String, names: Set<String>, at time: Double) {
+  mutating func record(directory: String, names: Set<ObjectKey>, at time: Double) {
     guard names.count <= Self.maxNames else { return }
-    if byDirectory.updateValue(Listing(names: names, at: time), forKey: directory) == nil {
-      order.append(directory)
+    if byDirectory.updateValue(Listing(names: names, at: time), forKey: ObjectKey(directory)) == nil {
+      order.append(ObjectKey(directory))
     }
     if order.count > Self.capacity {
       let old = order.removeFirst()
@@ -46,7 +46,7 @@ struct CompleteListings: Sendable {
     if rest.hasSuffix("/") { rest = rest.dropLast() }
     while !rest.isEmpty {
       let cut = rest.lastIndex(of: "/").map { rest.index(after: $0) } ?? rest.startIndex
-      byDirectory[String(rest[..<cut])]?.names.insert(String(rest[cut...]))
+      byDirectory[ObjectKey(rest[..<cut])]?.names.insert(ObjectKey(rest[cut...]))
       rest = cut == rest.startIndex ? "" : rest[..<rest.index(before: cut)]
     }
   }
@@ -59,7 +59,7 @@ struct CompleteListings: Sendable {
   /// the listing is as fresh as its oldest page.
   mutating func note(handle: UInt64, name: String, answeredAt: Double) {
     guard passes[handle] != nil else { return }
-    passes[handle]!.names.insert(name)
+    passes[handle]!.names.insert(ObjectKey(name))
     passes[handle]!.at = min(passes[handle]!.at, answeredAt)
     if passes[handle]!.names.count > Self.maxNames { passes[handle] = nil }
   }

@@ -32,7 +32,7 @@ extension BucketFileSystem {
     if let (name, error) = outcome.failure {
       let moved = outcome.moved.map { "\($0.from) -> \($0.to.name)" }
       let kept = outcome.sourceKept.map { "\($0) (copied, source kept)" }
-      let left = objects.map(\.name).filter { name in !outcome.moved.contains { $0.from == name } }
+      let left = objects.map(\.name).filter { name in !outcome.moved.contains { Names.same($0.from, name) } }
       logger.error(
         """
         rename \(from) to \(to) failed at \(name): \(error). \
@@ -115,7 +115,7 @@ extension BucketFileSystem {
         let (object, target) = (objects[next], targets[next])
         next += 1
         // The placeholder of an empty directory being replaced is replaced in turn.
-        let match = target == to ? replaced?.generation ?? 0 : 0
+        let match = Names.same(target, to) ? replaced?.generation ?? 0 : 0
         group.addTask {
           do {
             return (

@@ -186,10 +186,10 @@ actor DirectoryStream {
     let hasMore = page.nextPageToken != nil
     let lastKey = [page.items.last?.name, page.prefixes.last].compactMap { $0 }.max(by: Names.precedes)
     var directories: [ListedEntry] = []
-    var names = Set<Substring>()
+    var names = Set<ObjectKey>()
     for listed in page.prefixes {
       guard let name = Names.directoryComponent(listed: listed, under: prefix) else { continue }
-      names.insert(name)
+      names.insert(ObjectKey(name))
       directories.append(
         ListedEntry(name: String(name), kind: .directory, key: listed, metadata: nil, answeredAt: answeredAt))
     }
@@ -226,8 +226,8 @@ actor DirectoryStream {
 
   /// Whether a file is shown now; a file whose directory twin could still
   /// come on a later page (it would sort after this page) is deferred.
-  private func keep(_ file: ListedEntry, names: Set<Substring>, hasMore: Bool, lastKey: String?) -> Bool {
-    if names.contains(Substring(file.name)) {
+  private func keep(_ file: ListedEntry, names: Set<ObjectKey>, hasMore: Bool, lastKey: String?) -> Bool {
+    if names.contains(ObjectKey(file.name)) {
       onConflict(file.key)
       return false
     }

@@ -60,7 +60,7 @@ struct InodeTable: Sendable {
   private var vacant: [Int32] = []
   private(set) var metadata: MetadataCache
   /// Live keys whose inode is not their hash (a collision), and their inodes.
-  private var mapped: [String: UInt64] = [:]
+  private var mapped: [ObjectKey: UInt64] = [:]
   private var nextCollisionInode: UInt64 = 1 << 63
   private let hashOf: @Sendable (String) -> UInt64
 
@@ -125,9 +125,9 @@ struct InodeTable: Sendable {
 
   /// The inode a key has now, if the kernel holds it.
   func inode(of key: String) -> UInt64? {
-    if let inode = mapped[key] { return inode }
+    if let inode = mapped[ObjectKey(key)] { return inode }
     let inode = hashedInode(key)
-    return self[inode]?.key == key ? inode : nil
+    return self[inode].map { Names.same($0.key, key) } == true ? inode : nil
   }
 
   /// The inode a lookup of `key` would give now: what plain readdir shows as d_ino.
@@ -186,7 +186,7 @@ struct InodeTable: Sendable {
     node.lookups = node.lookups > count ? node.lookups - count : 0
     if node.lookups == 0 {
       self[inode] = nil
-      if mapped[node.key] == inode { mapped[node.key] = nil }
+      if mapped[ObjectKey(node.key)] == inode { mapped[ObjectKey(node.key)] = nil }
       metadata.remove(node.key)
     } else {
       self[inode] = node
@@ -197,12 +197,12 @@ struct InodeTable: Sendable {
   /// number for the moved name), through the explicit map when the number
   /// is not `newKey`'s hash. Another node holding `newKey` is detached.
   mutating func rekey(_ inode: UInt64, to newKey: String) {
-    guard let node = self[inode], node.key != newKey else { return }
+    guard let node = self[inode], !Names.same(node.key, newKey) else { return }
     if let other = self.inode(of: newKey), other != inode { detach(other) }
-    if mapped[node.key] == inode { mapped[node.key] = nil }
+    if mapped[ObjectKey(node.key)] == inode { mapped[ObjectKey(node.key)] = nil }
     metadata.remove(node.key)
     self[inode] = node.withKey(newKey)
-    mapped[newKey] = hashedInode(newKey) == inode ? nil : inode
+    mapped[ObjectKey(newKey)] = hashedInode(newKey) == inode ? nil : inode
   }
 
   /// Unhooks `inode` from its key (unlinked or replaced while the kernel
@@ -210,7 +210,7 @@ struct InodeTable: Sendable {
   mutating func detach(_ inode: UInt64) {
     guard inode != Self.rootInode, let node = self[inode], !node.isDetached else { return }
     if self.inode(of: node.key) == inode {
-      mapped[node.key] = nil
+      mapped[ObjectKey(node.key)] = nil
       metadata.remove(node.key)
     }
     self[inode] = node.withKey("\u{0}" + node.key)
@@ -222,7 +222,7 @@ struct InodeTable: Sendable {
   func inodes(under prefix: String) -> [(inode: UInt64, node: Node)] {
     slotOf.compactMap { inode, slot in
       let node = self[slot: slot]
-      return node.key.utf8.starts(with: prefix.utf8) && node.key != prefix ? (inode, node) : nil
+      return node.key.utf8.starts(with: prefix.utf8) && !Names.same(node.key, prefix) ? (inode, node) : nil
     }
   }
 
@@ -233,7 +233,7 @@ struct InodeTable: Sendable {
     repeat {
       nextCollisionInode = nextCollisionInode == .max ? 1 << 63 : nextCollisionInode + 1
     } while slotOf[nextCollisionInode] != nil
-    mapped[key] = nextCollisionInode
+    mapped[ObjectKey(key)] = nextCollisionInode
     return nextCollisionInode
   }
 }
@@ -286,21 +286,22 @@ struct FileFacts: Sendable, Equatable {
 /// the kernel holds its inodes; an evicted entry is fetched again on demand.
 struct MetadataCache: Sendable {
   let capacity: Int
-  private var entries: [String: ObjectMetadata] = [:]
+  private var entries: [ObjectKey: ObjectMetadata] = [:]
   /// Insertion order, for eviction; may hold keys already removed.
-  private var order: [String] = []
+  private var order: [ObjectKey] = []
   private var head = 0
 
   init(capacity: Int) {
     self.capacity = max(capacity, 1)
   }
 
-  subscript(key: String) -> ObjectMetadata? { entries[key] }
+  subscript(key: String) -> ObjectMetadata? { entries[ObjectKey(key)] }
 
   var count: Int { entries.count }
 
   mutating func insert(_ metadata: ObjectMetadata) {
-    if entries.updateValue(metadata, forKey: metadata.name) == nil { order.append(metadata.name) }
+    let key = ObjectKey(metadata.name)
+    if entries.updateValue(metadata, forKey: key) == nil { order.append(key) }
     while entries.count > capacity, head < order.count {
       entries[order[head]] = nil
       head += 1
@@ -319,12 +320,12 @@ struct MetadataCache: Sendable {
 
   /// Keeps one place per live key, the oldest.
   private mutating func compact() {
-    var seen = Set<String>()
+    var seen = Set<ObjectKey>()
     order = order[head...].filter { entries[$0] != nil && seen.insert($0).inserted }
     head = 0
   }
 
   mutating func remove(_ key: String) {
-    entries[key] = nil
+    entries[ObjectKey(key)] = nil
   }
 }

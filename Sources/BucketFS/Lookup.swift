@@ -70,7 +70,7 @@ extension BucketFileSystem {
     // older than a negative answer may be remembered.
     let maxAge = min(configuration.metadataTTL, configuration.negativeTTL)
     return state.withLock { state in
-      var burst = state.bursts[parentKey, default: LookupBurst()]
+      var burst = state.bursts[ObjectKey(parentKey), default: LookupBurst()]
       burst.inFlight += 1
       if burst.page != nil, now - burst.pageAskedAt > maxAge { burst.page = nil }
       if burst.page == nil, burst.inFlight >= Self.burstSize {
@@ -82,16 +82,16 @@ extension BucketFileSystem {
           return AnsweredPage(page: page, answeredAt: clock())
         }
       }
-      state.bursts[parentKey] = burst
+      state.bursts[ObjectKey(parentKey)] = burst
       return burst.page
     }
   }
 
   func leaveBurst(_ parentKey: String) {
     state.withLock { state in
-      guard var burst = state.bursts[parentKey] else { return }
+      guard var burst = state.bursts[ObjectKey(parentKey)] else { return }
       burst.inFlight -= 1
-      state.bursts[parentKey] = burst.inFlight > 0 ? burst : nil
+      state.bursts[ObjectKey(parentKey)] = burst.inFlight > 0 ? burst : nil
     }
   }
 
@@ -104,8 +104,8 @@ extension BucketFileSystem {
       guard let last, Names.precedes(directoryKey, last) else { return nil }
     }
     let now = answered.answeredAt
-    let metadata = page.items.first { $0.name == fileKey }
-    if page.prefixes.contains(directoryKey) {
+    let metadata = page.items.first { Names.same($0.name, fileKey) }
+    if page.prefixes.contains(where: { Names.same($0, directoryKey) }) {
       if metadata != nil { warnConflict(fileKey) }
       let inode = state.withLock {
         $0.inodes.remember(key: directoryKey, kind: .directory, metadata: nil, at: now)

@@ -179,7 +179,7 @@ extension BucketFileSystem {
       } catch {
         throw failure(error, operation: "list", key: directoryKey)
       }
-      if !page.prefixes.isEmpty || page.items.contains(where: { $0.name != directoryKey }) {
+      if !page.prefixes.isEmpty || page.items.contains(where: { !Names.same($0.name, directoryKey) }) {
         return .nonEmpty
       }
       placeholder = placeholder ?? page.items.first

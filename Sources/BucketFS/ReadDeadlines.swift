@@ -18,7 +18,7 @@ struct ReadDeadlines {
     /// When a read failed after its deadline's retries: reads from then on try once.
     var exhaustedAt: NIODeadline?
   }
-  private var byKey: [String: Trouble] = [:]
+  private var byKey: [ObjectKey: Trouble] = [:]
   private var nextSweep = 1024
   let length: TimeAmount
 
@@ -28,6 +28,7 @@ struct ReadDeadlines {
 
   /// What a read of `key` starting now may do; pair it with ``end(_:_:)``.
   mutating func begin(_ key: String, now: NIODeadline = .now()) -> OperationDeadline {
+    let key = ObjectKey(key)
     if byKey.count >= nextSweep { sweep(now) }
     if var trouble = byKey[key] {
       if let exhaustedAt = trouble.exhaustedAt {
@@ -51,6 +52,7 @@ struct ReadDeadlines {
   /// A read of `key` ended: a success clears what is known of trouble; a
   /// failure the service caused makes later reads try once.
   mutating func end(_ key: String, _ error: (any Error)?, now: NIODeadline = .now()) {
+    let key = ObjectKey(key)
     guard var trouble = byKey[key] else { return }
     trouble.readers = max(trouble.readers - 1, 0)
     switch error {

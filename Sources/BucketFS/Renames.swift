@@ -33,7 +33,7 @@ extension BucketFileSystem {
       kind = found.directory != nil ? .directory : found.file != nil ? .file : nil
     }
     guard let kind else { throw Errno.noEntry }
-    if from == to { return }
+    if Names.same(from, to) { return }
     if kind == .directory, (to + "/").utf8.starts(with: (from + "/").utf8) { throw Errno.invalid }
     let target = try await lookInBucket(fileKey: to, directoryKey: to + "/")
     if flags.contains(.noReplace), target.file != nil || target.directory != nil { throw Errno.exists }

@@ -38,12 +38,12 @@ final class SiblingPrefetch: Sendable {
   private struct State {
     /// The files of the directories read last (a few), in listing order, and
     /// those already opened (never fetched ahead again, whatever the order).
-    var directories: [String: [File]] = [:]
-    var opened: Set<String> = []
-    var recent: [String] = []
+    var directories: [ObjectKey: [File]] = [:]
+    var opened: Set<ObjectKey> = []
+    var recent: [ObjectKey] = []
     /// The last file read to its end, and when.
     var finished: (key: String, at: Double)?
-    var prefetched: [String: Prefetched] = [:]
+    var prefetched: [ObjectKey: Prefetched] = [:]
     /// A sweep is scheduled for what nobody opens.
     var sweeping = false
   }
@@ -65,19 +65,20 @@ final class SiblingPrefetch: Sendable {
   /// A readdir of `directory` gave these files.
   func listed(_ directory: String, files: [File]) {
     guard !files.isEmpty else { return }
+    let directory = ObjectKey(directory)
     state.withLock { state in
       if state.directories[directory] == nil {
         state.recent.append(directory)
         if state.recent.count > 8 {
           let gone = state.recent.removeFirst()
           state.directories[gone] = nil
-          state.opened = state.opened.filter { Self.directory(of: $0) != gone }
+          state.opened = state.opened.filter { Self.directory(of: $0.name).map { ObjectKey($0) } != gone }
         }
       }
       var known = state.directories[directory, default: []]
       // A directory listed again (`ls`, then the shell's glob) gives the same names again.
-      var seen = Set(known.lazy.map(\.key))
-      for file in files where seen.insert(file.key).inserted { known.append(file) }
+      var seen = Set(known.lazy.map { ObjectKey($0.key) })
+      for file in files where seen.insert(ObjectKey(file.key)).inserted { known.append(file) }
       if known.count > 4096 { known.removeFirst(known.count - 4096) }
       state.directories[directory] = known
     }
@@ -96,24 +97,24 @@ final class SiblingPrefetch: Sendable {
     let now = clock()
     return state.withLock { state in
       expire(now: now, &state)
-      if let directory = Self.directory(of: key), state.directories[directory] != nil {
-        state.opened.insert(key)
+      if let directory = Self.directory(of: key), state.directories[ObjectKey(directory)] != nil {
+        state.opened.insert(ObjectKey(key))
       }
       var mine: (Task<ByteBuffer, any Error>, Int)?
-      if let entry = state.prefetched.removeValue(forKey: key) {
+      if let entry = state.prefetched.removeValue(forKey: ObjectKey(key)) {
         if entry.generation == generation { mine = (entry.task, entry.grant) } else { drop(entry) }
       }
       if let (finished, at) = state.finished, now - at < window,
         let next = following(finished, then: key, &state)
       {
-        for file in next where state.prefetched[file.key] == nil {
+        for file in next where state.prefetched[ObjectKey(file.key)] == nil {
           let grant = budget.acquire(upTo: Int(file.size), atLeast: Int(file.size))
           guard grant > 0 else { break }
           let (store, name, generation, size) = (store, file.key, file.generation, file.size)
           let task = Task {
             try await store.read(name, generation: generation, range: 0..<Int64(size))
           }
-          state.prefetched[file.key] = Prefetched(
+          state.prefetched[ObjectKey(file.key)] = Prefetched(
             generation: file.generation, task: task, grant: grant, at: now)
         }
         if !state.prefetched.isEmpty && !state.sweeping {
@@ -150,16 +151,17 @@ final class SiblingPrefetch: Sendable {
   /// The small files after `key` in the order that puts `key` right after
   /// `previous` (name order, else inode order); nil if neither does.
   private func following(_ previous: String, then key: String, _ state: inout State) -> [File]? {
-    guard let directory = Self.directory(of: key), Self.directory(of: previous) == directory,
-      let files = state.directories[directory]
+    guard let directory = Self.directory(of: key),
+      Self.directory(of: previous).map({ Names.same($0, directory) }) == true,
+      let files = state.directories[ObjectKey(directory)]
     else { return nil }
     for order in [files, files.sorted { $0.inode < $1.inode }] {
-      guard let index = order.firstIndex(where: { $0.key == key }), index > 0,
-        order[index - 1].key == previous
+      guard let index = order.firstIndex(where: { Names.same($0.key, key) }), index > 0,
+        Names.same(order[index - 1].key, previous)
       else { continue }
       let opened = state.opened
       let small = order[(index + 1)...].lazy.filter {
-        $0.size > 0 && $0.size <= self.smallFile && !opened.contains($0.key)
+        $0.size > 0 && $0.size <= self.smallFile && !opened.contains(ObjectKey($0.key))
       }
       return Array(small.prefix(ahead))
     }

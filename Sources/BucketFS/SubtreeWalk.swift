@@ -47,7 +47,7 @@ final class SubtreeWalks: Sendable {
     /// and those a walk already opened (a walk in another order, `cp` by
     /// inode number, must not have them fetched again).
     var subdirectories: [String] = []
-    var visited: Set<String> = []
+    var visited: Set<ObjectKey> = []
   }
   private struct Listing {
     let entries: [ListedEntry]
@@ -58,20 +58,20 @@ final class SubtreeWalks: Sendable {
     let task: Task<Void, Never>
   }
   private struct State {
-    var activity: [String: Activity] = [:]
-    var listings: [String: Listing] = [:]
+    var activity: [ObjectKey: Activity] = [:]
+    var listings: [ObjectKey: Listing] = [:]
     /// Keys in `listings` in the order they came, for dropping the oldest.
-    var order: [String] = []
+    var order: [ObjectKey] = []
     var held = 0
-    var fetches: [String: Fetch] = [:]
+    var fetches: [ObjectKey: Fetch] = [:]
     var nextFetch = 0
     /// Subtrees whose fetch ended before their end: listed by delimiter.
-    var unfinished: Set<String> = []
+    var unfinished: Set<ObjectKey> = []
     /// Bumped by every invalidation: a fetch started before keeps nothing.
     var epoch = 0
     /// Directories holding subdirectory lists, least recently used first, and
     /// the keys in those lists: look-ahead needs only the few a walk is in.
-    var siblingLists: [String] = []
+    var siblingLists: [ObjectKey] = []
     var siblingKeys = 0
   }
   private let state = Mutex(State())
@@ -102,24 +102,24 @@ final class SubtreeWalks: Sendable {
     }
     var strong = false
     let (plan, siblings): (Plan, [String]) = state.withLock { state in
-      state.activity[key, default: Activity(lastRead: now)].handles += 1
-      guard let parent, var activity = state.activity[parent],
+      state.activity[ObjectKey(key), default: Activity(lastRead: now)].handles += 1
+      guard let parent, var activity = state.activity[ObjectKey(parent)],
         activity.handles > 0 || now - activity.lastRead < window
       else { return (.none, []) }
       strong = activity.isDescent || activity.descents > 0
       activity.descents += 1
-      activity.visited.insert(key)
+      activity.visited.insert(ObjectKey(key))
       // A walk that spends long in each child (`cp -r`) is still under way.
       activity.lastRead = now
-      state.activity[parent] = activity
-      state.activity[key]?.isDescent = true
+      state.activity[ObjectKey(parent)] = activity
+      state.activity[ObjectKey(key)]?.isDescent = true
       touchSiblings(parent, &state)
       let siblings = Self.following(key, in: activity.subdirectories, count: ahead, except: activity.visited)
       if let listing = take(key, now: now, &state) { return (.ready(listing), siblings) }
-      if let fetch = state.fetches.first(where: { key.utf8.starts(with: $0.key.utf8) })?.value {
+      if let fetch = state.fetches.first(where: { key.utf8.starts(with: $0.key.name.utf8) })?.value {
         return (.wait(fetch.task), siblings)
       }
-      if state.unfinished.contains(key) { return (.none, siblings) }
+      if state.unfinished.contains(ObjectKey(key)) { return (.none, siblings) }
       return (.wait(start(key, pages: strong ? maxPages : 1, &state)), siblings)
     }
     if strong { lookAhead(siblings) }
@@ -136,7 +136,7 @@ final class SubtreeWalks: Sendable {
   func read(_ key: String, subdirectories: [String]) {
     let now = clock()
     state.withLock { state in
-      var activity = state.activity[key, default: Activity(lastRead: now)]
+      var activity = state.activity[ObjectKey(key), default: Activity(lastRead: now)]
       activity.lastRead = now
       let before = activity.subdirectories.count
       activity.subdirectories += subdirectories
@@ -144,7 +144,7 @@ final class SubtreeWalks: Sendable {
         activity.subdirectories.removeFirst(activity.subdirectories.count - pageSize)
       }
       state.siblingKeys += activity.subdirectories.count - before
-      state.activity[key] = activity
+      state.activity[ObjectKey(key)] = activity
       if !subdirectories.isEmpty { touchSiblings(key, &state) }
       if state.activity.count > 512 { prune(now: now, &state) }
     }
@@ -152,9 +152,9 @@ final class SubtreeWalks: Sendable {
 
   func released(_ key: String) {
     state.withLock { state in
-      guard var activity = state.activity[key] else { return }
+      guard var activity = state.activity[ObjectKey(key)] else { return }
       activity.handles = max(activity.handles - 1, 0)
-      state.activity[key] = activity
+      state.activity[ObjectKey(key)] = activity
     }
   }
 
@@ -168,7 +168,7 @@ final class SubtreeWalks: Sendable {
       state.fetches.removeAll()
       state.unfinished.removeAll()
       for listed in state.listings.keys
-      where key.utf8.starts(with: listed.utf8) || listed.utf8.starts(with: key.utf8) {
+      where key.utf8.starts(with: listed.name.utf8) || listed.name.utf8.starts(with: key.utf8) {
         drop(listed, &state)
       }
     }
@@ -189,8 +189,8 @@ final class SubtreeWalks: Sendable {
   private func lookAhead(_ keys: [String]) {
     state.withLock { state in
       for key in keys where state.held < capacity / 2 {
-        guard state.listings[key] == nil, !state.unfinished.contains(key),
-          !state.fetches.keys.contains(where: { key.utf8.starts(with: $0.utf8) })
+        guard state.listings[ObjectKey(key)] == nil, !state.unfinished.contains(ObjectKey(key)),
+          !state.fetches.keys.contains(where: { key.utf8.starts(with: $0.name.utf8) })
         else { continue }
         _ = start(key, pages: 1, &state)
       }
@@ -202,7 +202,7 @@ final class SubtreeWalks: Sendable {
     state.nextFetch += 1
     let epoch = state.epoch
     let task = Task { [weak self] () -> Void in await self?.fetch(key, pages: pages, id: id, epoch: epoch) }
-    state.fetches[key] = Fetch(id: id, task: task)
+    state.fetches[ObjectKey(key)] = Fetch(id: id, task: task)
     return task
   }
 
@@ -231,10 +231,10 @@ final class SubtreeWalks: Sendable {
     }
     state.withLock { state in
       guard state.epoch == epoch else { return }
-      if state.fetches[root]?.id == id { state.fetches[root] = nil }
+      if state.fetches[ObjectKey(root)]?.id == id { state.fetches[ObjectKey(root)] = nil }
       if !complete {
         if state.unfinished.count > 1024 { state.unfinished.removeAll() }
-        state.unfinished.insert(root)
+        state.unfinished.insert(ObjectKey(root))
       }
     }
   }
@@ -247,13 +247,14 @@ final class SubtreeWalks: Sendable {
     state.withLock { state in
       guard state.epoch == epoch else { return }
       // Listings a walk passed by (find -prune, a walk that stopped) expire.
-      var current: [String] = []
+      var current: [ObjectKey] = []
       for key in state.order {
         guard let listing = state.listings[key] else { continue }
         if now - listing.at < freshness { current.append(key) } else { drop(key, &state) }
       }
       state.order = current
-      for (key, entries) in listings {
+      for (name, entries) in listings {
+        let key = ObjectKey(name)
         drop(key, &state)
         guard state.held + entries.count <= capacity else { continue }
         state.listings[key] = Listing(entries: entries, at: now)
@@ -266,12 +267,13 @@ final class SubtreeWalks: Sendable {
   // MARK: - Helpers (under the lock)
 
   private func take(_ key: String, now: Double, _ state: inout State) -> [ListedEntry]? {
+    let key = ObjectKey(key)
     guard let listing = state.listings[key] else { return nil }
     drop(key, &state)
     return now - listing.at < freshness ? listing.entries : nil
   }
 
-  private func drop(_ key: String, _ state: inout State) {
+  private func drop(_ key: ObjectKey, _ state: inout State) {
     guard let listing = state.listings.removeValue(forKey: key) else { return }
     state.held -= listing.entries.count
   }
@@ -286,6 +288,7 @@ final class SubtreeWalks: Sendable {
   /// Marks `key`'s subdirectory list used; drops the least recently used
   /// lists beyond 64 or beyond 8 pages of keys.
   private func touchSiblings(_ key: String, _ state: inout State) {
+    let key = ObjectKey(key)
     if let index = state.siblingLists.lastIndex(of: key) { state.siblingLists.remove(at: index) }
     state.siblingLists.append(key)
     while state.siblingLists.count > 64 || state.siblingKeys > 8 * pageSize, state.siblingLists.count > 1 {
@@ -297,16 +300,16 @@ final class SubtreeWalks: Sendable {
   }
 
   /// Up to `count` keys after `key` in `keys`, but those in `visited`.
-  private static func following(_ key: String, in keys: [String], count: Int, except visited: Set<String>)
+  private static func following(_ key: String, in keys: [String], count: Int, except visited: Set<ObjectKey>)
     -> [String]
   {
-    guard let index = keys.lastIndex(of: key) else { return [] }
-    return Array(keys[(index + 1)...].lazy.filter { !visited.contains($0) }.prefix(count))
+    guard let index = keys.lastIndex(where: { Names.same($0, key) }) else { return [] }
+    return Array(keys[(index + 1)...].lazy.filter { !visited.contains(ObjectKey($0)) }.prefix(count))
   }
 
   /// The directory that lists `key` (a prefix ending in `/`), nil for the root.
   static func parent(of key: String, root: String) -> String? {
-    guard key != root, key.utf8.count > root.utf8.count else { return nil }
+    guard !Names.same(key, root), key.utf8.count > root.utf8.count else { return nil }
     let inner = key.utf8.dropLast()
     guard let slash = inner.lastIndex(of: UInt8(ascii: "/")) else { return "" }
     return String(Substring(key.utf8[...slash]))

@@ -86,10 +86,10 @@ struct TreeListing {
     let open = stack.removeLast()
     held -= open.entries.count
     guard open.visible else { return nil }
-    let directories = Set(open.entries.lazy.filter { $0.kind == .directory }.map(\.name))
+    let directories = Set(open.entries.lazy.filter { $0.kind == .directory }.map { ObjectKey($0.name) })
     guard !directories.isEmpty else { return (open.key, open.entries) }
     let entries = open.entries.filter { entry in
-      guard entry.kind == .file, directories.contains(entry.name) else { return true }
+      guard entry.kind == .file, directories.contains(ObjectKey(entry.name)) else { return true }
       onConflict(entry.key)
       return false
     }

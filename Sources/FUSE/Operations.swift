@@ -27,7 +27,7 @@ extension FUSESession {
       session.fileSystem.mounted(kernel: KernelCache(session: session))
     }
     ops.lookup = { req, parent, name in
-      let name = String(cString: name!)
+      guard let name = utf8Name(req, name!) else { fuse_reply_err(req, ENOENT); return }
       let fs = session(req).fileSystem
       session(req).serve(req, { try await fs.lookup(parent: parent, name: name) }) { request, entry in
         var param = entry.parameters
@@ -154,7 +154,7 @@ extension FUSESession {
       }
     }
     ops.create = { req, parent, name, mode, info in
-      let name = String(cString: name!)
+      guard let name = utf8Name(req, name!) else { fuse_reply_err(req, EINVAL); return }
       let flags = info!.pointee.flags
       let fs = session(req).fileSystem
       session(req).serve(
@@ -213,7 +213,7 @@ extension FUSESession {
       }
     }
     ops.mkdir = { req, parent, name, mode in
-      let name = String(cString: name!)
+      guard let name = utf8Name(req, name!) else { fuse_reply_err(req, EINVAL); return }
       let fs = session(req).fileSystem
       session(req).serve(req, { try await fs.mkdir(parent: parent, name: name, mode: UInt32(mode)) }) {
         request, entry in
@@ -222,22 +222,22 @@ extension FUSESession {
       }
     }
     ops.unlink = { req, parent, name in
-      let name = String(cString: name!)
+      guard let name = utf8Name(req, name!) else { fuse_reply_err(req, ENOENT); return }
       let fs = session(req).fileSystem
       session(req).serve(req, { try await fs.unlink(parent: parent, name: name) }) { request, _ in
         fuse_reply_err(request.raw, 0)
       }
     }
     ops.rmdir = { req, parent, name in
-      let name = String(cString: name!)
+      guard let name = utf8Name(req, name!) else { fuse_reply_err(req, ENOENT); return }
       let fs = session(req).fileSystem
       session(req).serve(req, { try await fs.rmdir(parent: parent, name: name) }) { request, _ in
         fuse_reply_err(request.raw, 0)
       }
     }
     ops.rename = { req, parent, name, newParent, newName, flags in
-      let name = String(cString: name!)
-      let newName = String(cString: newName!)
+      guard let name = utf8Name(req, name!) else { fuse_reply_err(req, ENOENT); return }
+      guard let newName = utf8Name(req, newName!) else { fuse_reply_err(req, EINVAL); return }
       let fs = session(req).fileSystem
       session(req).serve(
         req,
@@ -257,6 +257,15 @@ extension FUSESession {
     ops.mknod = { req, _, _, mode, _ in fuse_reply_err(req, mode & S_IFMT == S_IFREG ? EOPNOTSUPP : EPERM) }
     return ops
   }
+}
+
+/// A name from the kernel, if it is UTF-8. Object names are UTF-8: a name
+/// that is not can be no object's, and `String(cString:)` would repair it to
+/// U+FFFD and so reach (or create) another object.
+private func utf8Name(_ req: fuse_req_t?, _ raw: UnsafePointer<CChar>) -> String? {
+  if let name = String(validatingCString: raw) { return name }
+  session(req).logger.info("refusing a name that is not UTF-8: \(String(cString: raw).debugDescription)")
+  return nil
 }
 
 private func session(_ req: fuse_req_t?) -> FUSESession {

@@ -82,7 +82,7 @@ extension InMemoryObjectStore {
     runHooks(.move)
     return try state.withLock { (s: inout State) throws(StorageError) -> ObjectMetadata in
       guard s.supportsMove else { throw .unsupported("this bucket does not support moving objects") }
-      guard source != destination else {
+      guard !source.utf8.elementsEqual(destination.utf8) else {  // names are bytes, not Unicode-equivalent strings
         throw .badRequest("Source and destination object names must differ.")
       }
       let sourceKey = Key(source.utf8)

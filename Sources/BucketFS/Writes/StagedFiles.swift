@@ -76,19 +76,24 @@ struct StagedFiles: Sendable {
 
   /// Objects this mount created lately (key -> when), for tools that set
   /// xattrs on a new file after closing it (rsync -X reopens its temp file).
-  var created: [String: Double] = [:]
-  var createdOrder: [String] = []
+  var created: [ObjectKey: Double] = [:]
+  var createdOrder: [ObjectKey] = []
 
   mutating func remember(created key: String, at time: Double) {
-    if created.updateValue(time, forKey: key) == nil { createdOrder.append(key) }
+    if created.updateValue(time, forKey: ObjectKey(key)) == nil { createdOrder.append(ObjectKey(key)) }
     if createdOrder.count > Self.inferredCapacity {
       created[createdOrder.removeFirst()] = nil
     }
   }
 
   struct InferredKey: Hashable, Sendable {
-    let key: String
+    let key: ObjectKey
     let generation: Int64
+
+    init(key: String, generation: Int64) {
+      self.key = ObjectKey(key)
+      self.generation = generation
+    }
   }
 
   mutating func remember(inferred properties: Set<XattrName>, key: String, generation: Int64) {

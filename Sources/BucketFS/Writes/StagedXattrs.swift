@@ -30,7 +30,8 @@ extension BucketFileSystem {
   func recentlyCreated(_ inode: UInt64) -> Bool {
     guard let key = state.withLock({ $0.inodes[inode]?.key }) else { return false }
     let now = clock()
-    return writes.withLock { $0.created[key] }.map { now - $0 < configuration.metadataTTL } ?? false
+    return writes.withLock { $0.created[ObjectKey(key)] }.map { now - $0 < configuration.metadataTTL }
+      ?? false
   }
 
   /// The value a staged file shows for `property`: none for what only the
