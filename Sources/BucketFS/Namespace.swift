@@ -38,7 +38,7 @@ extension BucketFileSystem {
   public func mkdir(parent: UInt64, name: String, mode: UInt32) async throws -> Entry {
     try checkWritable()
     let parentKey = try node(parent, kind: .directory).key
-    let fileKey = try newKey(parentKey, name)
+    let fileKey = try newKey(parentKey, name, placeholder: true)
     let directoryKey = fileKey + "/"
     defer { walks.invalidateListings(under: directoryKey) }
     // The bucket decides, not a held node: an implicit directory vanishes with its last object.
@@ -107,13 +107,13 @@ extension BucketFileSystem {
 
   /// The key a new name gets under `parentKey`, checked against the name
   /// rules before any request: EINVAL for a name no listing could show,
-  /// ENAMETOOLONG past 255 bytes or the service's 1024-byte object names.
-  func newKey(_ parentKey: String, _ name: String) throws -> String {
+  /// ENAMETOOLONG past 255 bytes or the service's 1024-byte object names
+  /// (counting the trailing `/` of a directory's placeholder).
+  func newKey(_ parentKey: String, _ name: String, placeholder: Bool = false) throws -> String {
     guard name.utf8.count <= 255 else { throw Errno.nameTooLong }
     guard Names.isValidComponent(name) else { throw Errno.invalid }
     let key = parentKey + name
-    // Room for the trailing `/` of a directory placeholder too.
-    guard key.utf8.count < Self.maxObjectNameBytes else { throw Errno.nameTooLong }
+    guard key.utf8.count + (placeholder ? 1 : 0) <= Self.maxObjectNameBytes else { throw Errno.nameTooLong }
     return key
   }
 

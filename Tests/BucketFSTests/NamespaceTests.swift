@@ -131,7 +131,23 @@ final class NamespaceTests: XCTestCase {
     await XCTAssertErrno(.nameTooLong) {
       _ = try await self.fs.mkdir(parent: parent, name: String(repeating: "x", count: 30), mode: 0o755)
     }
+    // 1,004 bytes of parent: a placeholder of 1,024 bytes (with its `/`) is the limit.
+    await XCTAssertErrno(.nameTooLong) {
+      _ = try await self.fs.mkdir(parent: parent, name: String(repeating: "x", count: 20), mode: 0o755)
+    }
     XCTAssertEqual(store.calls, [])
+    _ = try await fs.mkdir(parent: parent, name: String(repeating: "x", count: 19), mode: 0o755)
+    // A file name of exactly 1,024 bytes is valid: a rename may make one.
+    store.put("file", data: [1])
+    try await fs.rename(
+      parent: 1, name: "file", newParent: parent, newName: String(repeating: "f", count: 20), flags: [])
+    XCTAssertTrue(
+      store.names.contains { $0.utf8.count == 1024 && $0.hasSuffix("/" + String(repeating: "f", count: 20)) })
+    await XCTAssertErrno(.nameTooLong) {
+      try await self.fs.rename(
+        parent: parent, name: String(repeating: "f", count: 20), newParent: parent,
+        newName: String(repeating: "f", count: 21), flags: [])
+    }
   }
 
   // MARK: rmdir
