@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import time
 
 import pytest
 
@@ -131,6 +132,33 @@ def test_sed_i_keeps_metadata(mount, bucket, client):
     run(["sed", "-i", "s/old/new/", m.p("doc.txt")])
     assert_doc_kept(client, bucket, "doc.txt", b"new line\nsecond line\n")
     assert names(client, bucket) == ["doc.txt"]
+
+
+def test_sed_i_shows_the_new_bytes_mtime_not_the_replaced_one(mount, bucket, client):
+    client.upload(bucket, "old.txt", b"old line\n", metadata={"goog-reserved-file-mtime": "1000000000"})
+    m = mount_rw(mount, bucket)
+    assert int(os.stat(m.p("old.txt")).st_mtime) == 1000000000
+    started = time.time() - 5
+    run(["sed", "-i", "s/old/new/", m.p("old.txt")])
+    assert os.stat(m.p("old.txt")).st_mtime >= started
+    stored = client.get(bucket, "old.txt")["metadata"]["goog-reserved-file-mtime"]
+    assert int(stored) >= started
+
+
+@pytest.mark.skipif(shutil.which("vim") is None, reason="vim is not installed")
+@pytest.mark.parametrize("setting", ["no", "yes"])
+def test_vim_saves_twice_in_a_row(mount, bucket, client, setting):
+    """vim refuses to write a file whose mtime changed since it read it: the
+    first save's mtime must not move when the file is stored or renamed."""
+    client.upload(bucket, "f.txt", b"line1\n")
+    m = mount_rw(mount, bucket)
+    env = dict(os.environ, HOME=tempfile.mkdtemp(dir=SESSION_TMP))
+    for expected in (b"line2\n", b"line3\n"):
+        before = expected.replace(b"2", b"1").replace(b"3", b"2").decode().strip()
+        subprocess.run(["vim", "-u", "NONE", "-N", "-n", "-es", "-c", f"set backupcopy={setting}",
+                        "-c", f"s/{before}/{expected.decode().strip()}/", "-c", "wq", m.p("f.txt")],
+                       check=True, timeout=60, env=env, stdin=subprocess.DEVNULL)
+        assert client.download(bucket, "f.txt") == expected
 
 
 def test_python_tempfile_and_os_replace_keep_metadata(mount, bucket, client):
