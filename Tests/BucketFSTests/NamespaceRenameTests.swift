@@ -303,6 +303,14 @@ final class NamespaceWrittenFileTests: XCTestCase {
     XCTAssertEqual(store.names, ["doc.md", "final.txt"])
   }
 
+  func testAFileOpenForReadingKeepsReadingAfterARename() async throws {
+    store.put("x.txt", data: bytes("kept bytes"))
+    let (inode, handle) = try await fs.openFile("x.txt", flags: O_RDONLY)
+    try await fs.rename(parent: 1, name: "x.txt", newParent: 1, newName: "y.txt", flags: [])
+    await XCTAssertEqualAsync(try await fs.readAll(inode, handle), bytes("kept bytes"))
+    try await fs.close(inode, handle)
+  }
+
   func testAFileUnlinkedWhileOpenIsNeverUploaded() async throws {
     store.put("gone.txt", data: bytes("old"))
     let (inode, handle) = try await fs.openFile("gone.txt", flags: O_WRONLY)
