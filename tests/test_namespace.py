@@ -161,6 +161,17 @@ def test_vim_saves_twice_in_a_row(mount, bucket, client, setting):
         assert client.download(bucket, "f.txt") == expected
 
 
+def test_a_file_open_for_reading_reads_on_after_mv(mount, bucket, client):
+    client.upload(bucket, "r/x", b"0123456789" * 100000)
+    m = mount_rw(mount, bucket)
+    with open(m.p("r/x"), "rb", buffering=0) as f:
+        assert f.read(10) == b"0123456789"
+        os.rename(m.p("r/x"), m.p("r/y"))
+        f.seek(500000)
+        assert f.read(10) == b"0123456789"
+    assert names(client, bucket) == ["r/y"]
+
+
 def test_python_tempfile_and_os_replace_keep_metadata(mount, bucket, client):
     seed_doc(client, bucket)
     m = mount_rw(mount, bucket)
