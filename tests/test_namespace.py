@@ -15,6 +15,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import time
 
 import pytest
 
@@ -132,6 +133,44 @@ def test_sed_i_keeps_metadata(mount, bucket, client):
     run(["sed", "-i", "s/old/new/", m.p("doc.txt")])
     assert_doc_kept(client, bucket, "doc.txt", b"new line\nsecond line\n")
     assert names(client, bucket) == ["doc.txt"]
+
+
+def test_sed_i_shows_the_new_bytes_mtime_not_the_replaced_one(mount, bucket, client):
+    client.upload(bucket, "old.txt", b"old line\n", metadata={"goog-reserved-file-mtime": "1000000000"})
+    m = mount_rw(mount, bucket)
+    assert int(os.stat(m.p("old.txt")).st_mtime) == 1000000000
+    started = time.time() - 5
+    run(["sed", "-i", "s/old/new/", m.p("old.txt")])
+    assert os.stat(m.p("old.txt")).st_mtime >= started
+    stored = client.get(bucket, "old.txt")["metadata"]["goog-reserved-file-mtime"]
+    assert int(stored) >= started
+
+
+@pytest.mark.skipif(shutil.which("vim") is None, reason="vim is not installed")
+@pytest.mark.parametrize("setting", ["no", "yes"])
+def test_vim_saves_twice_in_a_row(mount, bucket, client, setting):
+    """vim refuses to write a file whose mtime changed since it read it: the
+    first save's mtime must not move when the file is stored or renamed."""
+    client.upload(bucket, "f.txt", b"line1\n")
+    m = mount_rw(mount, bucket)
+    env = dict(os.environ, HOME=tempfile.mkdtemp(dir=SESSION_TMP))
+    for expected in (b"line2\n", b"line3\n"):
+        before = expected.replace(b"2", b"1").replace(b"3", b"2").decode().strip()
+        subprocess.run(["vim", "-u", "NONE", "-N", "-n", "-es", "-c", f"set backupcopy={setting}",
+                        "-c", f"s/{before}/{expected.decode().strip()}/", "-c", "wq", m.p("f.txt")],
+                       check=True, timeout=60, env=env, stdin=subprocess.DEVNULL)
+        assert client.download(bucket, "f.txt") == expected
+
+
+def test_a_file_open_for_reading_reads_on_after_mv(mount, bucket, client):
+    client.upload(bucket, "r/x", b"0123456789" * 100000)
+    m = mount_rw(mount, bucket)
+    with open(m.p("r/x"), "rb", buffering=0) as f:
+        assert f.read(10) == b"0123456789"
+        os.rename(m.p("r/x"), m.p("r/y"))
+        f.seek(500000)
+        assert f.read(10) == b"0123456789"
+    assert names(client, bucket) == ["r/y"]
 
 
 def test_python_tempfile_and_os_replace_keep_metadata(mount, bucket, client):

@@ -14,11 +14,16 @@ import ObjectStore
 /// 3. else the source's inferred value (a contentType from the temp file's
 ///    name, a generated download token), if any;
 /// 4. else absent.
+///
+/// `goog-reserved-file-mtime` is never taken from the replaced file: the
+/// result holds new bytes, so its mtime is the source's (else `rsync -a`
+/// would see the old mtime and skip the edit).
 enum AtomicSave {
   static func attributes(
     source: ObjectAttributes, inferred: Set<XattrName>, replaced: ObjectAttributes
   ) -> ObjectAttributes {
     var result = replaced
+    result.custom[BucketFileSystem.mtimeKey] = nil
     for (field, value) in source.fields {
       if !inferred.contains(.writable(field)) || result.fields[field] == nil { result.fields[field] = value }
     }

@@ -12,8 +12,10 @@ import Synchronization
 /// thread replies at once, which is what keeps a sequential read at the speed
 /// of the network rather than of task switches.
 final class FileReader: Sendable {
-  let key: String
-  let generation: Int64
+  /// The object read; a rename by this mount moves it (``retarget(key:generation:)``).
+  private let target: Mutex<(key: String, generation: Int64)>
+  var key: String { target.withLock { $0.key } }
+  var generation: Int64 { target.withLock { $0.generation } }
   let size: UInt64
   private let store: any ObjectStore
   private let firstSegment: UInt64 = 256 << 10
@@ -56,8 +58,7 @@ final class FileReader: Sendable {
     key: String, generation: Int64, size: UInt64, store: any ObjectStore, maxSegment: Int, maxAhead: Int,
     budget: ReadAheadBudget, prefetched: (task: Task<ByteBuffer, any Error>, grant: Int)? = nil
   ) {
-    self.key = key
-    self.generation = generation
+    self.target = Mutex((key, generation))
     self.size = size
     self.store = store
     self.maxSegment = UInt64(max(maxSegment, 256 << 10))
@@ -187,7 +188,8 @@ final class FileReader: Sendable {
   }
 
   private func direct(_ offset: UInt64, _ end: UInt64) async throws -> ByteBuffer {
-    try await store.read(key, generation: generation, range: Int64(offset)..<Int64(end))
+    let (key, generation) = target.withLock { $0 }
+    return try await store.read(key, generation: generation, range: Int64(offset)..<Int64(end))
   }
 
   /// Keeps a few segments in flight ahead of the reader, as far as the budget allows.
@@ -222,7 +224,8 @@ final class FileReader: Sendable {
     let end = start + UInt64(min(grant, wanted))
     let id = state.nextID
     state.nextID += 1
-    let (store, key, generation) = (self.store, self.key, self.generation)
+    let store = self.store
+    let (key, generation) = target.withLock { $0 }
     let spare = SpareBuffer(reused)
     let task = Task { [weak self] in
       let bytes = try await store.read(
@@ -262,5 +265,11 @@ final class FileReader: Sendable {
       budget.release(segment.grant)
     }
     state.segments = []
+  }
+
+  /// The same bytes now live at `key`, `generation` (a rename by this
+  /// mount): later fetches go there, as reads of a renamed local file work.
+  func retarget(key: String, generation: Int64) {
+    target.withLock { $0 = (key, generation) }
   }
 }

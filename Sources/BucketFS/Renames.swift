@@ -114,6 +114,10 @@ extension BucketFileSystem {
       // The bucket had no directory of that name (it was checked): one the
       // mount still holds had vanished with its last object.
       if let vanished = state.inodes.inode(of: moved.name + "/") { state.inodes.detach(vanished) }
+      // Open readers of the old name read the same bytes at the new one.
+      for reader in state.files.values where reader.key == from && reader.generation == generation {
+        reader.retarget(key: moved.name, generation: moved.generation)
+      }
       state.inodes.removeMetadata(of: from)
       state.inodes.refresh(moved, at: now)
     }

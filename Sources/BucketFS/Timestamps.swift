@@ -66,3 +66,9 @@ enum RFC3339 {
     return parse(text)
   }
 }
+
+extension Timestamp {
+  /// Now, truncated to the whole seconds an upload stores as
+  /// `goog-reserved-file-mtime`: a staged file shows what it will keep.
+  static func wholeSecondsNow() -> Timestamp { Timestamp(seconds: Timestamp.now().seconds) }
+}

@@ -33,7 +33,9 @@ final class NamespaceRenameTests: XCTestCase {
   }
 
   func testRenameMovesServerSideAndTheKernelKeepsTheInode() async throws {
-    let a = store.put("dir/a.txt", data: bytes("hello"), contentType: "text/plain", custom: ["k": "v"])
+    let a = store.put(
+      "dir/a.txt", data: bytes("hello"), contentType: "text/plain",
+      custom: ["k": "v", "goog-reserved-file-mtime": "1000000000"])
     store.put("other/", data: [])
     let inode = try await fs.inode(at: "dir/a.txt")
     store.resetCalls()
@@ -249,7 +251,34 @@ final class NamespaceWrittenFileTests: XCTestCase {
     try await fs.rename(parent: 1, name: "doc.md.tmp", newParent: 1, newName: "doc.md", flags: [])
     XCTAssertEqual(store.data("doc.md"), bytes("new"))
     XCTAssertEqual(store.object("doc.md")?.contentType, "text/markdown")
-    XCTAssertEqual(store.object("doc.md")?.custom, ["firebaseStorageDownloadTokens": "t"])
+    XCTAssertEqual(store.object("doc.md")?.custom["firebaseStorageDownloadTokens"], "t")
+  }
+
+  /// A file's mtime does not move when it is stored or renamed (vim refuses
+  /// to save over a file whose mtime changed since it read it).
+  func testStatShowsOneMtimeWhileStagedAfterCloseAndAfterRenames() async throws {
+    let (inode, handle) = try await fs.createFile("draft.txt")
+    try await fs.writeText(inode, handle, at: 0, "first")
+    let staged = try await fs.getattr(inode: inode).0.modificationTime
+    try await fs.close(inode, handle)
+    await XCTAssertEqualAsync(try await fs.getattr(inode: inode).0.modificationTime, staged)
+    try await fs.rename(parent: 1, name: "draft.txt", newParent: 1, newName: "final.txt", flags: [])
+    await XCTAssertEqualAsync(try await fs.getattr(inode: inode).0.modificationTime, staged)
+    try await fs.rename(parent: 1, name: "final.txt", newParent: 1, newName: "doc.md", flags: [])
+    await XCTAssertEqualAsync(try await fs.getattr(inode: inode).0.modificationTime, staged)
+    let fresh = makeWritingFileSystem(store, stageDirectory: stages, mimeTypes: nil)
+    await XCTAssertEqualAsync(
+      try await fresh.getattr(inode: fresh.inode(at: "doc.md")).0.modificationTime, staged)
+  }
+
+  func testAnAtomicSaveShowsTheNewBytesMtimeNotTheReplacedOne() async throws {
+    store.put("old.txt", data: bytes("old"), custom: ["goog-reserved-file-mtime": "1000000000"])
+    try await writeTemp("old.txt.tmp", "new")
+    let written = try await fs.getattr(inode: fs.inode(at: "old.txt.tmp")).0.modificationTime
+    try await fs.rename(parent: 1, name: "old.txt.tmp", newParent: 1, newName: "old.txt", flags: [])
+    XCTAssertNotEqual(store.object("old.txt")?.custom["goog-reserved-file-mtime"], "1000000000")
+    await XCTAssertEqualAsync(
+      try await fs.getattr(inode: fs.inode(at: "old.txt")).0.modificationTime, written)
   }
 
   func testAContentTypeSetAfterCloseWins() async throws {
@@ -272,6 +301,14 @@ final class NamespaceWrittenFileTests: XCTestCase {
     try await fs.close(inode, handle)
     XCTAssertEqual(store.data("final.txt"), bytes("first and more"))
     XCTAssertEqual(store.names, ["doc.md", "final.txt"])
+  }
+
+  func testAFileOpenForReadingKeepsReadingAfterARename() async throws {
+    store.put("x.txt", data: bytes("kept bytes"))
+    let (inode, handle) = try await fs.openFile("x.txt", flags: O_RDONLY)
+    try await fs.rename(parent: 1, name: "x.txt", newParent: 1, newName: "y.txt", flags: [])
+    await XCTAssertEqualAsync(try await fs.readAll(inode, handle), bytes("kept bytes"))
+    try await fs.close(inode, handle)
   }
 
   func testAFileUnlinkedWhileOpenIsNeverUploaded() async throws {
@@ -321,6 +358,15 @@ final class NamespaceAtomicSaveRuleTests: XCTestCase {
         "a generated download token never wins", A(custom: ["firebaseStorageDownloadTokens": "new"]),
         [.custom("firebaseStorageDownloadTokens")], A(custom: ["firebaseStorageDownloadTokens": "shared"]),
         A(custom: ["firebaseStorageDownloadTokens": "shared"])
+      ),
+      (
+        "the replaced file's mtime is never carried", A(), [],
+        A(custom: ["goog-reserved-file-mtime": "1000000000", "k": "v"]), A(custom: ["k": "v"])
+      ),
+      (
+        "the source's mtime wins", A(custom: ["goog-reserved-file-mtime": "2000000000"]), [],
+        A(custom: ["goog-reserved-file-mtime": "1000000000"]),
+        A(custom: ["goog-reserved-file-mtime": "2000000000"])
       ),
       (
         "custom keys merge key by key", A(custom: ["a": "1", "b": "2"]), [],

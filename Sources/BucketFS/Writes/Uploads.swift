@@ -67,8 +67,10 @@ extension BucketFileSystem {
         guard s.dirty, !s.unlinked else { return nil }
         s.busy = true
         var attributes = s.attributes
-        // New bytes, new mtime: a carried goog-reserved-file-mtime would be stale.
-        if attributes.custom[Self.mtimeKey] != nil || s.mtimeSet, let modified = s.modified {
+        // Every upload stores the mtime stat showed while staged (whole
+        // seconds, as gsutil), so stat does not change when the file is
+        // stored or renamed (vim refuses to save over a changed mtime).
+        if let modified = s.modified {
           attributes.custom[Self.mtimeKey] = String(modified.seconds)
         }
         return (s.key, s.baseGeneration, attributes, s.size)

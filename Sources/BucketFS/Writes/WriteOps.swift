@@ -59,7 +59,7 @@ extension BucketFileSystem {
       inode: inode, stage: stage,
       state: StagedFile.State(
         key: key, baseGeneration: 0, base: nil, attributes: attributes, inferred: inferred, size: 0,
-        loaded: true, dirty: true, handles: 1, modified: .now()))
+        loaded: true, dirty: true, handles: 1, modified: .wholeSecondsNow()))
     let failure = stage.writeRecord(staged.record)
     if failure != 0 {
       stage.remove()
@@ -260,7 +260,7 @@ extension BucketFileSystem {
     }
     s.loaded = true
     s.size = max(s.size, offset + UInt64(data.count))
-    s.modified = .now()
+    s.modified = .wholeSecondsNow()
     s.mtimeSet = false
     return .success(data.count)
   }
@@ -343,7 +343,7 @@ extension BucketFileSystem {
         }
         s.loaded = true
         s.size = size
-        s.modified = .now()
+        s.modified = .wholeSecondsNow()
         s.mtimeSet = false
       }
     }
