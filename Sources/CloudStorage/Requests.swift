@@ -38,7 +38,7 @@ extension CloudStorageClient {
     operation: String, maxBody: Int, idempotent: Bool, deadline: NIODeadline? = nil, sending: Int = 0,
     accepting: Set<Int> = [], settledAfterRetry: Set<Int> = [],
     validate: (@Sendable (Int, HTTPHeaders, ByteBuffer) -> String?)? = nil, window: Range<Int64>? = nil,
-    spare: SpareBuffer? = nil
+    spare: SpareBuffer? = nil, streaming: SourceBody? = nil
   ) async throws -> (status: Int, headers: HTTPHeaders, body: ByteBuffer) {
     // A caller's bound (one user-visible read, OperationDeadline) can only shorten it.
     let bound = OperationDeadline.current
@@ -60,7 +60,7 @@ extension CloudStorageClient {
         let slowest =
           NIODeadline.now() + .milliseconds(Int64((retry.attemptTimeout + Double(sending) / 65536) * 1000))
         outcome = try await attemptOnce(
-          method, url: url, headers: headers, body: body,
+          method, url: url, headers: headers, body: body, streaming: streaming,
           deadline: sending > 0 ? max(deadline, slowest) : deadline,
           maxBody: maxBody,
           refreshToken: refresh, accepting: reachedBefore ? accepting.union(settledAfterRetry) : accepting,
@@ -116,7 +116,8 @@ extension CloudStorageClient {
   }
 
   private func attemptOnce(
-    _ method: HTTPMethod, url: String, headers: [(String, String)], body: ByteBuffer?, deadline: NIODeadline,
+    _ method: HTTPMethod, url: String, headers: [(String, String)], body: ByteBuffer?, streaming: SourceBody?,
+    deadline: NIODeadline,
     maxBody: Int, refreshToken: Bool, accepting: Set<Int>, window: Range<Int64>?, spare: SpareBuffer?
   ) async throws -> Outcome {
     var request = HTTPClientRequest(url: url)
@@ -136,6 +137,7 @@ extension CloudStorageClient {
       request.headers.add(name: "Authorization", value: "Bearer \(token)")
     }
     if let body { request.body = .bytes(body) }
+    if let streaming { request.body = .stream(streaming, length: .known(Int64(streaming.count))) }
 
     // The client's deadline covers the response head; the body must arrive
     // by the same deadline, however slowly the server trickles it.

@@ -132,19 +132,27 @@ extension CloudStorageClient {
     }
   }
 
-  /// One chunk from `offset`, read from the source only now: an upload holds
-  /// one chunk in memory. Tried once; a transient failure is `unavailable`.
+  /// One chunk from `offset`, streamed from the source as it is sent: an
+  /// upload holds one 1 MiB piece in memory whatever the chunk size. Tried once; a transient failure is `unavailable`.
   private func sendChunk(
     _ session: String, name: String, from source: any UploadSource, at offset: Int64, contentType: String
   ) async throws -> SessionState {
     let size = source.size
     let count = Int(min(Int64(uploads.chunkSize), size - offset))
-    let chunk = try read(source, from: offset, count: count)
+    let chunk = SourceBody(source: source, offset: offset, count: count)
     let range = "bytes \(offset)-\(offset + Int64(count) - 1)/\(size)"
-    let (status, headers, body) = try await exchange(
-      .PUT, url: session, headers: [("Content-Range", range), ("Content-Type", contentType)], body: chunk,
-      operation: "upload \(name) \(range)", maxBody: 4 << 20, idempotent: false,
-      sending: count, accepting: [308, 404, 410])
+    let answer: (status: Int, headers: HTTPHeaders, body: ByteBuffer)
+    do {
+      answer = try await exchange(
+        .PUT, url: session, headers: [("Content-Range", range), ("Content-Type", contentType)],
+        operation: "upload \(name) \(range)", maxBody: 4 << 20, idempotent: false,
+        sending: count, accepting: [308, 404, 410], streaming: chunk)
+    } catch {
+      // A local read failure is the caller's to see, not an outage to resume after.
+      if let local = chunk.failure.withLockedValue({ $0 }) { throw local }
+      throw error
+    }
+    let (status, headers, body) = answer
     return try sessionState(status, headers, body, name: name, size: size)
   }
 

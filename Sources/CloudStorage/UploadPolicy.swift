@@ -7,8 +7,8 @@ public struct UploadPolicy: Sendable, Equatable {
   /// Sizes at or below this go up in one multipart request (metadata + media).
   public private(set) var threshold: Int64 = 8 << 20
   /// Bytes per PUT of a resumable session; also the most read from the
-  /// source at once, so about what an upload holds in memory.
-  public private(set) var chunkSize = 16 << 20
+  /// source at once for a multipart body; session chunks stream in 1 MiB pieces.
+  public private(set) var chunkSize = 128 << 20
 
   public struct Invalid: Error, CustomStringConvertible {
     public let description: String

@@ -57,7 +57,7 @@ struct Mount: ParsableCommand {
     help: "Files up to this many bytes are uploaded in one request; larger ones in a resumable session.")
   var uploadThreshold: Int64 = 8 << 20
   @Option(help: "Bytes per request of a resumable upload, a multiple of 262144 (256 KiB).")
-  var uploadChunkSize = 16 << 20
+  var uploadChunkSize = 128 << 20
   @Option(help: "MiB of memory read-ahead may hold at once, all open files together.")
   var readAheadBudget = 256
   @Option(help: "trace, debug, info, notice, warning, error or critical.") var logLevel = "info"
