@@ -5,7 +5,7 @@ import Synchronization
 /// Directories this mount has seen listed fresh and complete (a readdir from
 /// the first entry to the last, or a directory it just created): a name not
 /// in one is known absent without a lookup request while the record is
-/// younger than the metadata TTL. Names this mount stores are added, so only
+/// younger than the negative TTL. Names this mount stores are added, so only
 /// another client's new objects can be missed, for as long as the kernel's
 /// own negative entries would miss them.
 struct CompleteListings: Sendable {
@@ -192,11 +192,12 @@ extension BucketFileSystem {
     }
   }
 
-  /// Whether `name` is known absent from directory `directoryKey` without asking.
+  /// Whether `name` is known absent from directory `directoryKey` without asking:
+  /// only for the negative TTL, so another client's new object shows within it.
   func knownAbsent(_ directoryKey: String, _ name: String) -> Bool {
     let now = clock()
     return listings.withLock {
-      $0.knownAbsent(directory: directoryKey, name: name, now: now, ttl: configuration.metadataTTL)
+      $0.knownAbsent(directory: directoryKey, name: name, now: now, ttl: configuration.negativeTTL)
     }
   }
 }
