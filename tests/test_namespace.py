@@ -202,7 +202,7 @@ def test_vim_saves(mount, bucket, client):
     vim(m.p("yes.txt"), "yes")
     assert_doc_kept(client, bucket, "yes.txt", b"new line\nsecond line\n")
     # backupcopy=no renames the original away and writes a new file: the bytes
-    # are right, the metadata is a new file's (docs/semantics/namespace.md).
+    # are right, the metadata is a new file's (docs/SEMANTICS.md#tree).
     vim(m.p("no.txt"), "no")
     assert client.download(bucket, "no.txt") == b"new line\nsecond line\n"
     assert names(client, bucket) == ["no.txt", "yes.txt"]

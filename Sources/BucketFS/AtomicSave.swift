@@ -5,7 +5,7 @@ import ObjectStore
 /// file's metadata wins and the original's custom keys, content type and
 /// download tokens are lost, as on every other mount.
 ///
-/// The rule (docs/semantics/namespace.md), property by property over the
+/// The rule (docs/SEMANTICS.md#tree), property by property over the
 /// writable ones (contentType, cacheControl, contentDisposition,
 /// contentEncoding, contentLanguage, each custom key):
 /// 1. the source's value, if it has one that was set explicitly (its own

@@ -31,7 +31,7 @@ public struct Configuration: Sendable {
   /// Where new files' content types come from; nil: the built-in table only.
   public var mimeTypesPath: String? = "/etc/mime.types"
   /// Objects a directory rename moves at most; a larger directory answers
-  /// EXDEV, so `mv` copies it instead (docs/semantics/namespace.md).
+  /// EXDEV, so `mv` copies it instead (docs/SEMANTICS.md#tree).
   public var renameDirectoryLimit: Int = 1000
   /// Server-side moves or copies a directory rename runs at once.
   public var renameConcurrency: Int = 16

@@ -6,7 +6,7 @@ import ObjectStore
   import Glibc
 #endif
 
-/// unlink, mkdir and rmdir (docs/semantics/namespace.md), and what renames
+/// unlink, mkdir and rmdir (docs/SEMANTICS.md#tree), and what renames
 /// share with them: name checks and what a name holds in the bucket now.
 extension BucketFileSystem {
   public func unlink(parent: UInt64, name: String) async throws {

@@ -7,7 +7,7 @@ import ObjectStore
 #endif
 
 /// rename of a file: server-side, with preconditions on both names, and the
-/// atomic-save rule when it replaces a file (docs/semantics/namespace.md).
+/// atomic-save rule when it replaces a file (docs/SEMANTICS.md#tree).
 extension BucketFileSystem {
   public func rename(parent: UInt64, name: String, newParent: UInt64, newName: String, flags: RenameFlags)
     async throws

@@ -2,7 +2,7 @@ import XCTest
 
 @testable import BucketFS
 
-/// The record of directories listed fresh and complete (docs/semantics/writes.md#writes-lookups).
+/// The record of directories listed fresh and complete (docs/SEMANTICS.md#writes#writes-lookups).
 final class CompleteListingTests: XCTestCase {
   func testANameIsKnownAbsentOnlyFromAFreshRecord() {
     var listings = CompleteListings()

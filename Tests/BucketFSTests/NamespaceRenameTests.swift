@@ -329,7 +329,7 @@ final class NamespaceWrittenFileTests: XCTestCase {
   }
 }
 
-/// The atomic-save rule, property by property (docs/semantics/namespace.md).
+/// The atomic-save rule, property by property (docs/SEMANTICS.md#tree).
 final class NamespaceAtomicSaveRuleTests: XCTestCase {
   func testTheRuleTable() {
     typealias A = ObjectAttributes

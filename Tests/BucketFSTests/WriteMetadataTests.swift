@@ -10,7 +10,7 @@ import XCTest
 #endif
 
 /// What an upload stores besides the bytes: carried, inferred, set while
-/// staged, and mtimes (docs/semantics/writes.md).
+/// staged, and mtimes (docs/SEMANTICS.md#writes).
 final class WriteMetadataTests: XCTestCase {
   var store: InMemoryObjectStore!
   var fs: BucketFileSystem!

@@ -17,7 +17,7 @@ import XCTest
 
 /// Uploads never overwrite someone else's change, errors reach close and
 /// fsync, and unsaved stages survive for the next mount
-/// (docs/semantics/writes.md).
+/// (docs/SEMANTICS.md#writes).
 final class WritePreconditionTests: XCTestCase {
   var store: InMemoryObjectStore!
   var fs: BucketFileSystem!

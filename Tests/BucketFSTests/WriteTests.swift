@@ -11,7 +11,7 @@ import XCTest
 #endif
 
 /// Writing files: staging, read-your-writes, uploads on close
-/// (docs/semantics/writes.md), against the exact in-process service.
+/// (docs/SEMANTICS.md#writes), against the exact in-process service.
 final class WriteTests: XCTestCase {
   var store: InMemoryObjectStore!
   var fs: BucketFileSystem!

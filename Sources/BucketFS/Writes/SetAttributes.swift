@@ -6,7 +6,7 @@ import ObjectStore
 #endif
 
 /// setattr: size on the stage, mtime as `goog-reserved-file-mtime`, mode
-/// and owner accepted without change (docs/semantics/writes.md).
+/// and owner accepted without change (docs/SEMANTICS.md#writes).
 extension BucketFileSystem {
   public func setattr(inode: UInt64, handle: UInt64?, changes: AttributeChanges) async throws
     -> (FileAttributes, timeout: Double)

@@ -3,7 +3,7 @@ import ObjectStore
 
 /// Extended attributes of a staged file (open for writing or not yet
 /// uploaded): pending values, changed in memory and carried by the upload,
-/// with no PATCH of their own (docs/semantics/writes.md).
+/// with no PATCH of their own (docs/SEMANTICS.md#writes).
 extension BucketFileSystem {
   /// The metadata a staged file's upload would store, for getxattr and
   /// listxattr; nil when the inode is not staged or its handles are only

@@ -3,7 +3,7 @@ import ObjectStore
 import Synchronization
 
 /// flush/fsync upload a dirty staged file with its precondition; the hooks
-/// namespace changes use (docs/semantics/writes.md).
+/// namespace changes use (docs/SEMANTICS.md#writes).
 extension BucketFileSystem {
   public func flush(inode: UInt64, handle: UInt64) async throws {
     guard let staged = stagedFile(handle: handle) else { return }

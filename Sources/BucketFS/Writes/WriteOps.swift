@@ -14,7 +14,7 @@ import Synchronization
 #endif
 
 /// create, open for writing, write and release of staged files
-/// (docs/semantics/writes.md).
+/// (docs/SEMANTICS.md#writes).
 extension BucketFileSystem {
   static let mtimeKey = "goog-reserved-file-mtime"
   static let firebaseTokenKey = "firebaseStorageDownloadTokens"
