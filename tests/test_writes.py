@@ -102,6 +102,16 @@ def test_cp_shell_redirects_and_python_writes(mount, bucket, client):
     assert os.stat(m.p("data.json")).st_size == 9
 
 
+def test_a_temporary_file_unlinked_before_its_first_close_leaves_nothing(mount, bucket, client):
+    m, _ = mount_rw(mount, bucket)
+    with tempfile.TemporaryFile(dir=m.path) as f:
+        f.write(b"scratch")
+        f.seek(0)
+        assert f.read() == b"scratch"
+    assert os.listdir(m.path) == []
+    assert client.list(bucket, "")[0] == []
+
+
 def test_dd_notrunc_truncate_and_touch(mount, bucket, client):
     client.upload(bucket, "blob.bin", b"0123456789", content_type="application/x-demo",
                   metadata={"keep": "me"})

@@ -17,6 +17,7 @@ extension BucketFileSystem {
     let key = parentKey + name
     // Kept tree listings that could show the name go, whatever the outcome.
     defer { walks.invalidateListings(under: key) }
+    if unlinkNeverStored(key) { return }
     let (inode, metadata) = try await existingFile(key)
     do {
       try await store.delete(key, ifGenerationMatch: metadata.generation)
@@ -33,6 +34,18 @@ extension BucketFileSystem {
       state.inodes.removeMetadata(of: key)
     }
     if let inode { stagedFileUnlinked(inode: inode) }
+  }
+
+  /// A file this mount created and has not stored yet has no object to
+  /// delete: unlinking it drops the name at once, and its handles keep their
+  /// bytes but never upload them (a create-then-unlink scratch file).
+  private func unlinkNeverStored(_ key: String) -> Bool {
+    guard let inode = state.withLock({ $0.inodes.inode(of: key) }), let staged = stagedFile(inode: inode),
+      staged.state.withLock({ $0.baseGeneration == 0 && !$0.unlinked })
+    else { return false }
+    stagedFileUnlinked(inode: inode)
+    state.withLock { $0.inodes.detach(inode) }
+    return true
   }
 
   public func mkdir(parent: UInt64, name: String, mode: UInt32) async throws -> Entry {

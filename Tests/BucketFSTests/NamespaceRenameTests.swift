@@ -320,6 +320,19 @@ final class NamespaceWrittenFileTests: XCTestCase {
     XCTAssertEqual(store.names, ["doc.md"])
   }
 
+  func testANewFileUnlinkedBeforeItsFirstCloseIsNeverStored() async throws {
+    // tmpfile(3), Python's TemporaryFile: create, unlink, write, close.
+    store.resetCalls()
+    let (inode, handle) = try await fs.createFile("scratch.tmp")
+    try await fs.unlink(parent: 1, name: "scratch.tmp")
+    try await fs.writeText(inode, handle, at: 0, "scratch")
+    await XCTAssertEqualAsync(try await fs.readAll(inode, handle), bytes("scratch"))
+    try await fs.close(inode, handle)
+    XCTAssertEqual(store.names, ["doc.md"])
+    XCTAssertEqual(store.calls(.upload) + store.calls(.delete), [])
+    await XCTAssertEqualAsync(try await fs.lookup(parent: 1, name: "scratch.tmp").attributes, nil)
+  }
+
   func testATempFileRenamedTwiceStaysInferred() async throws {
     try await writeTemp("a.tmp", "new")
     try await fs.rename(parent: 1, name: "a.tmp", newParent: 1, newName: "b.tmp", flags: [])
