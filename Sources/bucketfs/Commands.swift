@@ -216,7 +216,9 @@ struct Mount: ParsableCommand {
     configuration.firebaseDownloadTokens = firebaseDownloadTokens
     if let directory = stageDirectory() {
       configuration.stageDirectory = directory
-      for leftover in Recovery.leftovers(in: directory) {
+      let others = Recovery.leftovers(
+        under: cacheDir ?? Recovery.defaultCacheDirectory(), except: directory)
+      for leftover in Recovery.leftovers(in: directory) + others {
         logger.warning(
           "unsaved staged file from an earlier mount, not uploaded: \(leftover.description); copy it into the mount or delete it"
         )

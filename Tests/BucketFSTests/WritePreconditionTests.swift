@@ -143,6 +143,18 @@ final class WritePreconditionTests: XCTestCase {
     XCTAssertEqual(stageFiles.count, 2, "the stored one is gone, the unsaved one stays")
     XCTAssertEqual(
       Recovery.leftovers(in: stages).map(\.key), ["unsaved.txt"], "and is listed again next time")
+    // A mount of something else under the same cache directory lists it too.
+    let cache = makeStageDirectory()
+    defer { try? FileManager.default.removeItem(atPath: cache) }
+    let elsewhere = cache + "/bucket-0000000000000001"
+    XCTAssertEqual(mkdir(elsewhere, 0o700), 0)
+    let path = leftovers[0].path
+    let name = String(path[path.index(after: path.lastIndex(of: "/")!)...])
+    XCTAssertEqual(link(path, elsewhere + "/" + name), 0)
+    XCTAssertEqual(link(path + ".json", elsewhere + "/" + name + ".json"), 0)
+    XCTAssertEqual(
+      Recovery.leftovers(under: cache + "/", except: cache + "/another-mount").map(\.key), ["unsaved.txt"])
+    XCTAssertEqual(Recovery.leftovers(under: cache, except: elsewhere), [])
   }
 
   func testTheStagingDirectoryIsPrivate() async throws {

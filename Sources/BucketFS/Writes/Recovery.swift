@@ -62,6 +62,27 @@ public enum Recovery {
     return found
   }
 
+  /// The leftovers of every other staging directory under `cacheDirectory`
+  /// (mounts of another bucket, prefix or mountpoint), so that the next
+  /// mount reports a crash's bytes whatever it mounts; `own` is skipped.
+  public static func leftovers(under cacheDirectory: String, except own: String) -> [LeftoverStage] {
+    let root = cacheDirectory.hasSuffix("/") ? String(cacheDirectory.dropLast()) : cacheDirectory
+    guard let dir = opendir(root) else { return [] }
+    var directories: [String] = []
+    while let entry = readdir(dir) {
+      let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
+        String(cString: raw.bindMemory(to: CChar.self).baseAddress!)
+      }
+      let path = root + "/" + name
+      var info = stat()
+      guard name != ".", name != "..", path != own, lstat(path, &info) == 0, info.st_mode & S_IFMT == S_IFDIR
+      else { continue }
+      directories.append(path)
+    }
+    closedir(dir)
+    return directories.sorted().flatMap { leftovers(in: $0) }
+  }
+
   /// Stage names carry the pid that made them (`stage-PID-N`).
   private static func isLive(_ name: String) -> Bool {
     let parts = name.split(separator: "-")
