@@ -73,6 +73,9 @@ let package = Package(
         .product(name: "Logging", package: "swift-log"),
       ]
     ),
+    // Reproduces a Swift 6.3.1 -O miscompile (tuple results split across an
+    // await) and checks the shapes the code uses instead; run on the release build.
+    .executableTarget(name: "ToolchainCheck", path: "Tests/ToolchainCheck"),
     // An exact, in-process model of the service, and an HTTP front for it.
     .target(
       name: "StorageFake",

@@ -101,43 +101,59 @@ extension BucketFileSystem {
     var failure: (String, any Error)?
   }
 
+  /// One child's answer: built whole after its last suspension point.
+  struct Relocation: Sendable {
+    let name: String
+    let result: Result<ObjectMetadata, any Error>
+  }
+
   /// Moves each object to its target, `renameConcurrency` at a time; after
   /// a failure starts no more, and lets the ones under way finish.
+  ///
+  /// The child returns a ``Relocation`` made after its await, never a tuple
+  /// literal with an await inside: Swift 6.3.1 at -O miscompiles a closure
+  /// that returns `(known, try await …)` through an indirect result (the
+  /// elements written before the suspension are lost), which crashed every
+  /// `mv dir dir2` of the release build. Tests/ToolchainCheck reproduces it;
+  /// scripts/lint-async-tuples.py keeps the shape out of the code.
   func moveAll(
     _ objects: [ObjectMetadata], to targets: [String], replacing replaced: ObjectMetadata?, into to: String
   )
     async -> MoveOutcome
   {
     var outcome = MoveOutcome()
-    await withTaskGroup(of: (String, Result<ObjectMetadata, any Error>).self) { group in
+    let concurrency = max(configuration.renameConcurrency, 1)
+    await withTaskGroup(of: Relocation.self) { group in
       var next = 0
-      func startNext() {
-        let (object, target) = (objects[next], targets[next])
-        next += 1
-        // The placeholder of an empty directory being replaced is replaced in turn.
-        let match = Names.same(target, to) ? replaced?.generation ?? 0 : 0
-        group.addTask {
-          do {
-            return (
-              object.name,
-              .success(try await self.relocate(object, to: target, attributes: nil, ifGenerationMatch: match))
-            )
-          } catch {
-            return (object.name, .failure(error))
+      var running = 0
+      repeat {
+        while outcome.failure == nil, next < objects.count, running < concurrency {
+          let (object, target) = (objects[next], targets[next])
+          next += 1
+          running += 1
+          // The placeholder of an empty directory being replaced is replaced in turn.
+          let match = Names.same(target, to) ? replaced?.generation ?? 0 : 0
+          group.addTask {
+            let result: Result<ObjectMetadata, any Error>
+            do {
+              result = .success(
+                try await self.relocate(object, to: target, attributes: nil, ifGenerationMatch: match))
+            } catch {
+              result = .failure(error)
+            }
+            return Relocation(name: object.name, result: result)
           }
         }
-      }
-      while next < min(objects.count, max(configuration.renameConcurrency, 1)) { startNext() }
-      for await (name, result) in group {
-        switch result {
+        guard let done = await group.next() else { break }
+        running -= 1
+        switch done.result {
         case .success(let moved):
-          outcome.moved.append((name, moved))
+          outcome.moved.append((done.name, moved))
         case .failure(let error):
-          if case RelocationFailure.sourceKept = error { outcome.sourceKept.append(name) }
-          if outcome.failure == nil { outcome.failure = (name, error) }
+          if case RelocationFailure.sourceKept = error { outcome.sourceKept.append(done.name) }
+          if outcome.failure == nil { outcome.failure = (done.name, error) }
         }
-        if outcome.failure == nil, next < objects.count { startNext() }
-      }
+      } while running > 0 || (outcome.failure == nil && next < objects.count)
     }
     return outcome
   }

@@ -146,7 +146,10 @@ extension CloudStorageClient {
     let (response, payload) = try await Self.racing(deadline) {
       let response = try await http.execute(prepared, deadline: deadline, logger: nil)
       let window = response.status == .ok ? window : nil
-      return (response, try await Self.collect(response, upTo: maxBody, window: window, into: spare?.take()))
+      // Awaited before the tuple is made: see Tests/ToolchainCheck (a tuple
+      // literal with an await inside is miscompiled by Swift 6.3.1 at -O).
+      let payload = try await Self.collect(response, upTo: maxBody, window: window, into: spare?.take())
+      return (response, payload)
     }
     let status = Int(response.status.code)
     switch status {

@@ -298,7 +298,12 @@ final class ListingTests: XCTestCase {
     store.latency = .milliseconds(50)
     let names = (0..<30).map { String(format: "f%02d", $0) } + ["sub", "both", "missing"]
     let answers = try await withThrowingTaskGroup(of: (String, Entry).self) { group in
-      for name in names { group.addTask { (name, try await fs.lookup(parent: dir, name: name)) } }
+      for name in names {
+        group.addTask {
+          let entry = try await fs.lookup(parent: dir, name: name)
+          return (name, entry)
+        }
+      }
       return try await group.reduce(into: [String: Entry]()) { $0[$1.0] = $1.1 }
     }
     for i in 0..<30 {
@@ -325,7 +330,10 @@ final class ListingTests: XCTestCase {
     let names = (0..<12).map { String(format: "f%02d", $0) } + ["a-missing", "z-missing"]
     let kinds = try await withThrowingTaskGroup(of: (String, FileAttributes.Kind?).self) { group in
       for name in names {
-        group.addTask { (name, try await fs.lookup(parent: dir, name: name).attributes?.kind) }
+        group.addTask {
+          let kind = try await fs.lookup(parent: dir, name: name).attributes?.kind
+          return (name, kind)
+        }
       }
       return try await group.reduce(into: [String: FileAttributes.Kind?]()) { $0[$1.0] = $1.1 }
     }

@@ -103,7 +103,12 @@ final class ReadAheadBudgetTests: XCTestCase {
 
     let held = inodes
     let read = try await withThrowingTaskGroup(of: (Int, [UInt8]).self) { group in
-      for i in 0..<files { group.addTask { (i, try await Self.readAll(fs, held[i])) } }
+      for i in 0..<files {
+        group.addTask {
+          let bytes = try await Self.readAll(fs, held[i])
+          return (i, bytes)
+        }
+      }
       var read: [Int: [UInt8]] = [:]
       for try await (i, bytes) in group { read[i] = bytes }
       return read

@@ -83,7 +83,10 @@ final class UnicodeNameTests: XCTestCase {
     let found = try await withThrowingTaskGroup(of: (String, UInt64?).self) { group in
       let fs = self.fs!
       for name in names {
-        group.addTask { (name, try await fs.lookup(parent: 1, name: name).attributes?.inode) }
+        group.addTask {
+          let inode = try await fs.lookup(parent: 1, name: name).attributes?.inode
+          return (name, inode)
+        }
       }
       return try await group.reduce(into: []) { $0.append($1) }
     }

@@ -59,7 +59,8 @@ extension BucketFileSystem {
 
   func openFile(_ path: String, flags: Int32) async throws -> (inode: UInt64, handle: UInt64) {
     let inode = try await inode(at: path)
-    return (inode, try await open(inode: inode, flags: flags).handle)
+    let handle = try await open(inode: inode, flags: flags).handle
+    return (inode, handle)
   }
 
   /// A write as the session makes it: inline when it can be, else in a task.
