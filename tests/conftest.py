@@ -6,7 +6,10 @@ unmount``, then ``fusermount3 -u -z``) and every bucketfs process it started is
 killed; the emulator is stopped (fixture finalizer + atexit); at the end of the
 session a check fails if a FUSE mount under this session's temp dir remains.
 
-Binary: $BUCKETFS_BIN, else <repo>/.build/debug/bucketfs.
+Binary: $BUCKETFS_BIN, else <repo>/.build/release/bucketfs (what install.sh installs).
+Emulator: $BUCKETFS_E2E_EMULATOR, fake-gcs-server (default) or storage-testbench;
+a test that hits a deviation of one is marked ``@deviates("EMULATOR", "why")``
+and expected to fail there (tests/EMULATOR-NOTES.md lists the deviations).
 Extra logging: BUCKETFS_E2E_LOG_LEVEL (default "info"); each mount logs to
 <session tmp>/logs/<n>.log (kept when the session fails).
 """
@@ -33,8 +36,12 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
 
 import fakegcs as F  # noqa: E402
+import testbench as TB  # noqa: E402
 
-BUCKETFS_BIN = os.environ.get("BUCKETFS_BIN") or str(REPO / ".build" / "debug" / "bucketfs")
+BUCKETFS_BIN = os.environ.get("BUCKETFS_BIN") or str(REPO / ".build" / "release" / "bucketfs")
+# fake-gcs-server (fast, some deviations) or storage-testbench (Google's faithful emulator).
+EMULATOR = os.environ.get("BUCKETFS_E2E_EMULATOR", "fake-gcs-server")
+assert EMULATOR in ("fake-gcs-server", "storage-testbench"), f"unknown BUCKETFS_E2E_EMULATOR {EMULATOR!r}"
 LOG_LEVEL = os.environ.get("BUCKETFS_E2E_LOG_LEVEL", "info")
 
 # Everything this session mounts lives under one private temp dir.
@@ -195,6 +202,8 @@ def parse_getfattr(text: str) -> dict[str, dict[str, str]]:
         elif line.strip() and cur is not None:
             m = re.match(r'^([^=]+)(?:="(.*)")?$', line)
             assert m, f"unexpected getfattr line: {line!r}"
+            if EMULATOR == "storage-testbench" and TB.is_emulator_key(m.group(1).removeprefix("user.custom.")):
+                continue  # the emulator's own upload bookkeeping (scripts/testbench.py)
             out[cur][m.group(1)] = _unescape_getfattr(m.group(2) or "")
     return out
 
@@ -260,10 +269,21 @@ def bucketfs_bin() -> str:
 
 @pytest.fixture(scope="session")
 def gcs():
-    """One fake-gcs-server per session."""
-    s = F.FakeGCS(log_path=os.path.join(LOG_DIR, "fake-gcs-server.log")).start()
+    """One emulator per session (fake-gcs-server, or storage-testbench)."""
+    if EMULATOR == "storage-testbench":
+        s = TB.Testbench().start()
+    else:
+        s = F.FakeGCS(log_path=os.path.join(LOG_DIR, "fake-gcs-server.log")).start()
     yield s
     s.stop()
+
+
+def deviates(emulator: str, reason: str):
+    """Marks a test that fails on ``emulator`` because the emulator differs
+    from the real service there (tests/EMULATOR-NOTES.md): expected to fail
+    on it, strictly, so a test that starts passing is noticed."""
+    assert emulator in ("fake-gcs-server", "storage-testbench"), emulator
+    return pytest.mark.xfail(EMULATOR == emulator, reason=f"{emulator}: {reason}", strict=True)
 
 
 @pytest.fixture(scope="session")
