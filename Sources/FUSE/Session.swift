@@ -40,10 +40,11 @@ public final class FUSESession: @unchecked Sendable {
   let fileSystem: FileSystem
   let logger: Logger
   private var session: OpaquePointer?
-  /// The session for notifications and exit requests from other threads;
-  /// cleared (under the lock) before the session is destroyed, so neither
-  /// outlives it.
-  private let notifyTarget = Mutex<UInt>(0)
+  /// The session for notifications and exit requests from other threads,
+  /// and how many such calls are under way. Cleared before the session is
+  /// destroyed, which waits for the calls under way: none outlives it, and
+  /// none runs under the lock (a notification may block in the kernel).
+  private let notifyTarget = Mutex<NotifyTarget>(NotifyTarget())
   private var mountpoint = ""
   private let inflight = Mutex<[UInt: InflightRequest]>([:])
   private let loopThread = Mutex<pthread_t?>(nil)
@@ -78,7 +79,7 @@ public final class FUSESession: @unchecked Sendable {
     }
     self.session = created
     self.mountpoint = mountpoint
-    notifyTarget.withLock { $0 = UInt(bitPattern: Int(bitPattern: UnsafeRawPointer(created))) }
+    notifyTarget.withLock { $0.raw = UInt(bitPattern: Int(bitPattern: UnsafeRawPointer(created))) }
   }
 
   /// Serves requests on the calling thread until unmounted or ``requestExit()``.
@@ -122,9 +123,17 @@ public final class FUSESession: @unchecked Sendable {
       if waited >= .milliseconds(Int64(grace * 1000) + 5000) { break }
       usleep(10_000)
     }
-    notifyTarget.withLock { $0 = 0 }
+    notifyTarget.withLock { $0.raw = 0 }
     fuse_session_unmount(session)
-    if inflight.withLock({ $0.isEmpty }) {
+    // A notification under way ends once the kernel connection is gone.
+    let unmounted = ContinuousClock.now
+    while notifyTarget.withLock({ $0.users > 0 }) && ContinuousClock.now - unmounted < .seconds(5) {
+      usleep(1_000)
+    }
+    if notifyTarget.withLock({ $0.users > 0 }) {
+      logger.error(
+        "a kernel notification is still under way at shutdown; leaving the session to the process exit")
+    } else if inflight.withLock({ $0.isEmpty }) {
       fuse_session_destroy(session)
     } else {
       // A reply after destroy would touch freed memory; leaking is safer.
@@ -133,12 +142,17 @@ public final class FUSESession: @unchecked Sendable {
     self.session = nil
   }
 
-  /// Calls `body` with the live session, or returns nil once it is shut down.
+  /// Calls `body` with the live session, outside the lock, or returns nil
+  /// once it is shut down.
   func withSession<T>(_ body: (OpaquePointer) -> T) -> T? {
-    notifyTarget.withLock { raw in
-      guard raw != 0, let pointer = OpaquePointer(bitPattern: raw) else { return nil }
-      return body(pointer)
+    let pointer = notifyTarget.withLock { target -> OpaquePointer? in
+      guard target.raw != 0, let pointer = OpaquePointer(bitPattern: target.raw) else { return nil }
+      target.users += 1
+      return pointer
     }
+    guard let pointer else { return nil }
+    defer { notifyTarget.withLock { $0.users -= 1 } }
+    return body(pointer)
   }
 
   /// Runs `operation` in a task and replies with its result through `reply`.
@@ -188,6 +202,12 @@ public final class FUSESession: @unchecked Sendable {
     action.sa_flags = 0  // no SA_RESTART: the read must fail with EINTR
     sigaction(SIGUSR1, &action, nil)
   }
+}
+
+/// The session's address for calls from other threads, and how many are under way.
+struct NotifyTarget {
+  var raw: UInt = 0
+  var users = 0
 }
 
 /// A request pointer that may cross into a task; libfuse allows a reply from
