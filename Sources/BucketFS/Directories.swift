@@ -41,7 +41,9 @@ extension BucketFileSystem {
     let dot = Entry(attributes: own, entryTimeout: 0, attributeTimeout: 0)
     if offset == 0, !buffer.add(name: ".", entry: dot, nextOffset: 1) { return }
     if offset <= 1, !buffer.add(name: "..", entry: dot, nextOffset: 2) { return }
-    var index = Int(max(offset, 2) - 2)
+    // An offset no readdir gave (a garbage seekdir) is an index like any
+    // other, clamped: past the end it lists nothing.
+    var index = Int(clamping: max(offset, 2) - 2)
     var added = false
     var subdirectories: [String] = []
     var files: [SiblingPrefetch.File] = []
@@ -78,7 +80,7 @@ extension BucketFileSystem {
           if let metadata = listed.metadata { state.inodes.refresh(metadata, at: now) }
           return (state.inodes.expectedInode(of: listed.key), facts)
         }
-        let next = UInt64(index + 3)
+        let next = UInt64(index) + 3
         guard
           buffer.add(
             name: listed.name, entry: entry(inode: inode, kind: listed.kind, facts: shown, answeredAt: now),

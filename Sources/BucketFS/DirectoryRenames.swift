@@ -76,6 +76,7 @@ extension BucketFileSystem {
     let limit = configuration.renameDirectoryLimit
     var objects: [ObjectMetadata] = []
     var token: String?
+    var tokens = Set<String>()
     repeat {
       let page: ListPage
       do {
@@ -91,6 +92,11 @@ extension BucketFileSystem {
         throw Errno(EXDEV)
       }
       token = page.nextPageToken
+      if let token, !tokens.insert(token).inserted {
+        throw failure(
+          StorageError.invalidResponse("page token \(token) came back; the listing loops"), operation: "list",
+          key: prefix)
+      }
     } while token != nil
     return objects
   }

@@ -44,6 +44,8 @@ actor DirectoryStream {
   private var pass = 0
   /// A listing given at init that no reader has asked for yet.
   private var unread = false
+  /// Page tokens of this pass: one coming back would list the same pages forever.
+  private var tokens = Set<String>()
 
   /// `listed`: the whole listing, already known (a tree walk's flat pages
   /// made it); a rewind lists again.
@@ -97,6 +99,7 @@ actor DirectoryStream {
     nextPageToken = nil
     started = false
     deferred = []
+    tokens = []
   }
 
   private func fetchNextPage() async throws {
@@ -120,6 +123,10 @@ actor DirectoryStream {
       // A page started early from this one's token must not stand in for it.
       cancelPrefetch()
       throw error
+    }
+    if let token = page.page.nextPageToken, !tokens.insert(token).inserted {
+      cancelPrefetch()
+      throw StorageError.invalidResponse("list \(prefix): page token \(token) came back; the listing loops")
     }
     base += entries.count
     entries = absorb(page.page, answeredAt: page.answeredAt)

@@ -130,9 +130,11 @@ extension BucketFileSystem {
   }
 
   /// Whether `current` is `proposed` (what a PATCH based on metageneration
-  /// m would make) after exactly that one change: m + 1, same properties.
+  /// m would make) after exactly that one change: m + 1, same properties
+  /// (none after the service's Int64.max).
   static func isResult(_ current: ObjectMetadata, of proposed: ObjectMetadata) -> Bool {
-    current.generation == proposed.generation && current.metageneration == proposed.metageneration + 1
+    current.generation == proposed.generation && proposed.metageneration < .max
+      && current.metageneration == proposed.metageneration + 1
       && current.custom == proposed.custom
       && ObjectMetadata.WritableField.allCases.allSatisfy { current[$0] == proposed[$0] }
   }

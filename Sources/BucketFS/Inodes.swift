@@ -269,7 +269,9 @@ struct FileFacts: Sendable, Equatable {
     guard let time else { return absent }
     let (seconds, overflow) = Int64(time.seconds).multipliedReportingOverflow(by: 1_000_000_000)
     guard !overflow, seconds > absent + 1_000_000_000 else { return absent }
-    return seconds + Int64(time.nanoseconds)
+    // Past 2262-04-11T23:47:16.854775807Z the sum does not fit either.
+    let (sum, past) = seconds.addingReportingOverflow(Int64(time.nanoseconds))
+    return past ? absent : sum
   }
 
   private static func timestamp(_ nanoseconds: Int64) -> Timestamp? {

@@ -47,7 +47,7 @@ extension BucketFileSystem {
     guard let reader = state.withLock({ $0.files[handle] }),
       let pieces = reader.atHand(offset: offset, count: size)
     else { return nil }
-    if offset + UInt64(size) >= reader.size { prefetch.readToEnd(reader.key) }
+    if Self.reachesEnd(offset, size, of: reader.size) { prefetch.readToEnd(reader.key) }
     return pieces
   }
 
@@ -62,7 +62,7 @@ extension BucketFileSystem {
         try await reader.read(offset: offset, count: size)
       }
       state.withLock { $0.readDeadlines.end(reader.key, nil) }
-      if offset + UInt64(size) >= reader.size { prefetch.readToEnd(reader.key) }
+      if Self.reachesEnd(offset, size, of: reader.size) { prefetch.readToEnd(reader.key) }
       return pieces
     } catch {
       state.withLock { $0.readDeadlines.end(reader.key, error) }
@@ -71,6 +71,13 @@ extension BucketFileSystem {
       }
       throw failure(error, operation: "read", key: reader.key, context: .read)
     }
+  }
+
+  /// Whether a read of `size` bytes at `offset` reaches the end of a file of
+  /// `total` bytes; without overflow for any offset and size a caller passes.
+  static func reachesEnd(_ offset: UInt64, _ size: Int, of total: UInt64) -> Bool {
+    let count = UInt64(clamping: size)
+    return count >= total || offset >= total - count
   }
 
   public func release(inode: UInt64, handle: UInt64) {

@@ -88,10 +88,14 @@ public final class CloudStorageClient: ObjectStore {
     if let pageToken { query.append(("pageToken", pageToken)) }
     let body = try await send(
       .GET, url: objectsPath + queryString(query), operation: "list \(prefix)", maxBody: 64 << 20)
-    if let nextPageToken, let token = ObjectList.nextPageToken(in: body), !token.isEmpty {
+    if let nextPageToken, let token = ObjectList.nextPageToken(in: body), !token.isEmpty, token != pageToken {
       nextPageToken(token)
     }
     let list = try read(body, what: "list of \(prefix)", as: ObjectList.init(reading:))
+    if let pageToken, list.nextPageToken == pageToken {
+      // Followed, it would list the same page forever.
+      throw StorageError.invalidResponse("list \(prefix): the next page token repeats")
+    }
     return ListPage(
       items: try list.items.map { try $0.metadata(defaultBucket: bucket) },
       prefixes: list.prefixes,
@@ -129,10 +133,15 @@ public final class CloudStorageClient: ObjectStore {
       validate: { status, headers, body in Self.shortRead(status, headers, body, asked: range) },
       window: range, spare: spare)
     var bytes = body
-    if status == 206, let contentRange = ContentRange(headers.first(name: "Content-Range")),
-      contentRange.first != range.lowerBound
-    {
-      throw StorageError.invalidResponse("read \(name): asked for \(range), got \(contentRange.text)")
+    if status == 206 {
+      // Without a usable Content-Range a short answer could not be told from the object's end.
+      guard let contentRange = ContentRange(headers.first(name: "Content-Range")) else {
+        let header = headers.first(name: "Content-Range") ?? "none"
+        throw StorageError.invalidResponse("read \(name) \(range): a 206 answer with Content-Range \(header)")
+      }
+      if contentRange.first != range.lowerBound {
+        throw StorageError.invalidResponse("read \(name): asked for \(range), got \(contentRange.text)")
+      }
     }
     if bytes.readableBytes > range.count { bytes.moveWriterIndex(to: bytes.readerIndex + Int(range.count)) }
     return bytes

@@ -20,6 +20,10 @@ struct JSONReader {
 
   private let bytes: UnsafeRawBufferPointer
   private(set) var offset = 0
+  /// Objects and arrays open around the reader: each one is a recursion,
+  /// and an answer nested a million deep would overflow the stack.
+  private var depth = 0
+  static let maxDepth = 512
 
   init(_ bytes: UnsafeRawBufferPointer) {
     self.bytes = bytes
@@ -79,6 +83,8 @@ struct JSONReader {
   /// Calls `body` with each key of an object, positioned at its value, which
   /// `body` must read or skip.
   mutating func readObject(_ body: (String, inout JSONReader) throws -> Void) throws {
+    try enter()
+    defer { depth -= 1 }
     try expect(UInt8(ascii: "{"))
     if try consume(UInt8(ascii: "}")) { return }
     repeat {
@@ -92,6 +98,8 @@ struct JSONReader {
 
   /// Calls `body` positioned at each element of an array.
   mutating func readArray(_ body: (inout JSONReader) throws -> Void) throws {
+    try enter()
+    defer { depth -= 1 }
     try expect(UInt8(ascii: "["))
     if try consume(UInt8(ascii: "]")) { return }
     repeat {
@@ -170,6 +178,8 @@ struct JSONReader {
 
   /// As `readObject` skipping every value, without making strings of the keys.
   private mutating func skipObject() throws {
+    try enter()
+    defer { depth -= 1 }
     try expect(UInt8(ascii: "{"))
     if try consume(UInt8(ascii: "}")) { return }
     repeat {
@@ -340,6 +350,12 @@ struct JSONReader {
     guard peek() == byte else { return false }
     offset += 1
     return true
+  }
+
+  /// One level deeper; balanced by `depth -= 1` when the level ends.
+  private mutating func enter() throws {
+    guard depth < Self.maxDepth else { throw failure("nested deeper than \(Self.maxDepth)") }
+    depth += 1
   }
 
   private func failure(_ reason: String) -> Failure { Failure(offset: offset, reason: reason) }

@@ -219,7 +219,8 @@ extension CloudStorageClient {
     _ response: HTTPClientResponse, upTo maxBody: Int, window: Range<Int64>?,
     into recycled: consuming ByteBuffer?
   ) async throws -> ByteBuffer {
-    var expected = response.headers.first(name: "Content-Length").flatMap(Int.init) ?? 0
+    // Never negative at the allocator, whatever the header says; the body is counted as it arrives.
+    var expected = max(response.headers.first(name: "Content-Length").flatMap(Int.init) ?? 0, 0)
     if let window {
       expected = Int(max(0, min(Int64(expected) - window.lowerBound, window.upperBound - window.lowerBound)))
     }

@@ -72,10 +72,18 @@ struct ObjectResource {
     guard let metageneration else {
       throw .invalidResponse("object \(name) has no metageneration")
     }
+    // Without its size a file would show empty, and a write to it would
+    // replace the object's bytes with only the new ones.
+    guard let size else { throw .invalidResponse("object \(name) has no size") }
+    guard size >= 0, generation >= 0, metageneration >= 0 else {
+      throw .invalidResponse(
+        "object \(name) has a negative size \(size), generation \(generation) or metageneration \(metageneration)"
+      )
+    }
     // The service omits unset properties; an empty one is unset too.
     func present(_ value: String?) -> String? { value?.isEmpty == false ? value : nil }
     return ObjectMetadata(
-      bucket: bucket ?? defaultBucket, name: name, size: size ?? 0, generation: generation,
+      bucket: bucket ?? defaultBucket, name: name, size: size, generation: generation,
       metageneration: metageneration, timeCreated: timeCreated ?? "", updated: updated ?? timeCreated ?? "",
       md5Hash: present(md5Hash), crc32c: present(crc32c), etag: present(etag),
       storageClass: present(storageClass),

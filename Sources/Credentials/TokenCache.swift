@@ -71,13 +71,18 @@ actor TokenCache {
   private func store(_ token: AccessToken) {
     let now = ContinuousClock.now
     // No expiry given: trust it for an hour (what Google issues), then ask again.
-    let lifetime = max(token.expiresIn ?? 3600, 0)
+    // One that is not a number of seconds a Duration holds counts as none.
+    let given = token.expiresIn.flatMap { $0.isFinite ? $0 : nil } ?? 3600
+    let lifetime = min(max(given, 0), Self.longestLifetime)
     let fresh = lifetime > refreshMargin ? lifetime - refreshMargin : lifetime / 2
     cached = Cached(
       value: token.value, staleAt: now + .milliseconds(Int64(fresh * 1000)),
       expiresAt: now + .milliseconds(Int64(lifetime * 1000)))
     inFlight = nil
   }
+
+  /// A year: no token lives longer, and its milliseconds fit an Int64.
+  static let longestLifetime: Double = 365 * 86400
 
   private func clearInFlight() {
     inFlight = nil

@@ -75,7 +75,9 @@ struct TokenEndpoint: Sendable {
       }
       switch outcome {
       case .token(let token):
-        logger.debug("access token from \(url), valid for \(token.expiresIn.map { "\(Int($0)) s" } ?? "?")")
+        // Int(exactly:) and not Int(_:), which traps on the endpoint's 1e300 or "nan".
+        let lifetime = token.expiresIn.map { Int(exactly: $0.rounded(.down)).map(String.init) ?? "\($0)" }
+        logger.debug("access token from \(url), valid for \(lifetime.map { "\($0) s" } ?? "?")")
         return token
       case .retry(let reason, let after):
         let backoff = 0.2 * Double(1 << (attempt - 1))

@@ -27,7 +27,7 @@ extension FUSESession {
       session.fileSystem.mounted(kernel: KernelCache(session: session))
     }
     ops.lookup = { req, parent, name in
-      guard let name = utf8Name(req, name!) else { fuse_reply_err(req, ENOENT); return }
+      guard let name = utf8Name(req, name) else { fuse_reply_err(req, ENOENT); return }
       let fs = session(req).fileSystem
       session(req).serve(req, { try await fs.lookup(parent: parent, name: name) }) { request, entry in
         var param = entry.parameters
@@ -61,17 +61,24 @@ extension FUSESession {
       }
     }
     ops.readdir = { req, inode, size, offset, info in
-      serveReaddir(req, inode: inode, size: size, offset: offset, handle: info!.pointee.fh, plus: false)
+      guard let handle = fileHandle(req, info, "readdir"), let offset = checkedOffset(req, offset, "readdir")
+      else { return }
+      serveReaddir(req, inode: inode, size: size, offset: offset, handle: handle, plus: false)
     }
     ops.readdirplus = { req, inode, size, offset, info in
-      serveReaddir(req, inode: inode, size: size, offset: offset, handle: info!.pointee.fh, plus: true)
+      guard let handle = fileHandle(req, info, "readdirplus"),
+        let offset = checkedOffset(req, offset, "readdirplus")
+      else { return }
+      serveReaddir(req, inode: inode, size: size, offset: offset, handle: handle, plus: true)
     }
     ops.releasedir = { req, inode, info in
-      session(req).fileSystem.releasedir(inode: inode, handle: info!.pointee.fh)
+      guard let handle = fileHandle(req, info, "releasedir") else { return }
+      session(req).fileSystem.releasedir(inode: inode, handle: handle)
       fuse_reply_err(req, 0)
     }
     ops.open = { req, inode, info in
-      let flags = info!.pointee.flags
+      guard let info else { return missing(req, "file info for open") }
+      let flags = info.pointee.flags
       let fs = session(req).fileSystem
       session(req).serve(req, { try await fs.open(inode: inode, flags: flags) }) { request, result in
         var reply = fuse_file_info()
@@ -83,20 +90,23 @@ extension FUSESession {
       }
     }
     ops.read = { req, inode, size, offset, info in
-      let handle = info!.pointee.fh
+      guard let req, let handle = fileHandle(req, info, "read"),
+        let offset = checkedOffset(req, offset, "read")
+      else { return }
       let fs = session(req).fileSystem
-      if let pieces = fs.readAtHand(inode: inode, handle: handle, offset: UInt64(offset), size: size) {
-        replyData(req!, pieces)
+      if let pieces = fs.readAtHand(inode: inode, handle: handle, offset: offset, size: size) {
+        replyData(req, pieces)
         return
       }
       session(req).serve(
-        req, { try await fs.read(inode: inode, handle: handle, offset: UInt64(offset), size: size) }
+        req, { try await fs.read(inode: inode, handle: handle, offset: offset, size: size) }
       ) { request, pieces in
         replyData(request.raw, pieces)
       }
     }
     ops.release = { req, inode, info in
-      session(req).fileSystem.release(inode: inode, handle: info!.pointee.fh)
+      guard let handle = fileHandle(req, info, "release") else { return }
+      session(req).fileSystem.release(inode: inode, handle: handle)
       fuse_reply_err(req, 0)
     }
     ops.statfs = { req, _ in
@@ -113,10 +123,11 @@ extension FUSESession {
       fuse_reply_statfs(req, &st)
     }
     ops.getxattr = { req, inode, name, size in
-      let name = String(cString: name!)
+      guard let req else { return }
+      guard let name = name.map({ String(cString: $0) }) else { return missing(req, "getxattr name") }
       let fs = session(req).fileSystem
       if let answer = fs.getxattrAtHand(inode: inode, name: name) {
-        replyXattr(req!, answer, size: size)
+        replyXattr(req, answer, size: size)
         return
       }
       session(req).serve(req, { try await fs.getxattr(inode: inode, name: name) }) { request, value in
@@ -124,9 +135,10 @@ extension FUSESession {
       }
     }
     ops.listxattr = { req, inode, size in
+      guard let req else { return }
       let fs = session(req).fileSystem
       if let answer = fs.listxattrAtHand(inode: inode) {
-        replyXattr(req!, answer.map(packNames), size: size)
+        replyXattr(req, answer.map(packNames), size: size)
         return
       }
       session(req).serve(req, { try await fs.listxattr(inode: inode) }) { request, names in
@@ -134,7 +146,7 @@ extension FUSESession {
       }
     }
     ops.setxattr = { req, inode, name, value, size, flags in
-      let name = String(cString: name!)
+      guard let name = name.map({ String(cString: $0) }) else { return missing(req, "setxattr name") }
       let bytes =
         size == 0 || value == nil
         ? [] : Array(UnsafeRawBufferPointer(start: value, count: size).bindMemory(to: UInt8.self))
@@ -147,15 +159,16 @@ extension FUSESession {
       }
     }
     ops.removexattr = { req, inode, name in
-      let name = String(cString: name!)
+      guard let name = name.map({ String(cString: $0) }) else { return missing(req, "removexattr name") }
       let fs = session(req).fileSystem
       session(req).serve(req, { try await fs.removexattr(inode: inode, name: name) }) { request, _ in
         fuse_reply_err(request.raw, 0)
       }
     }
     ops.create = { req, parent, name, mode, info in
-      guard let name = utf8Name(req, name!) else { fuse_reply_err(req, EINVAL); return }
-      let flags = info!.pointee.flags
+      guard let name = utf8Name(req, name) else { fuse_reply_err(req, EINVAL); return }
+      guard let info else { return missing(req, "file info for create") }
+      let flags = info.pointee.flags
       let fs = session(req).fileSystem
       session(req).serve(
         req, { try await fs.create(parent: parent, name: name, mode: UInt32(mode), flags: flags) }
@@ -170,10 +183,14 @@ extension FUSESession {
       }
     }
     ops.write = { req, inode, buf, size, offset, info in
-      let handle = info!.pointee.fh
+      guard let handle = fileHandle(req, info, "write"), let offset = checkedOffset(req, offset, "write")
+      else {
+        return
+      }
+      guard buf != nil || size == 0 else { return missing(req, "data to write") }
       let fs = session(req).fileSystem
       let bytes = UnsafeRawBufferPointer(start: buf, count: size)
-      if let answer = fs.writeAtHand(inode: inode, handle: handle, offset: UInt64(offset), data: bytes) {
+      if let answer = fs.writeAtHand(inode: inode, handle: handle, offset: offset, data: bytes) {
         switch answer {
         case .success(let count): fuse_reply_write(req, count)
         case .failure(let errno): fuse_reply_err(req, errno.code)
@@ -182,20 +199,20 @@ extension FUSESession {
       }
       let data = Array(bytes.bindMemory(to: UInt8.self))
       session(req).serve(
-        req, { try await fs.write(inode: inode, handle: handle, offset: UInt64(offset), data: data) }
+        req, { try await fs.write(inode: inode, handle: handle, offset: offset, data: data) }
       ) { request, count in
         fuse_reply_write(request.raw, count)
       }
     }
     ops.flush = { req, inode, info in
-      let handle = info!.pointee.fh
+      guard let handle = fileHandle(req, info, "flush") else { return }
       let fs = session(req).fileSystem
       session(req).serve(req, { try await fs.flush(inode: inode, handle: handle) }) { request, _ in
         fuse_reply_err(request.raw, 0)
       }
     }
     ops.fsync = { req, inode, dataOnly, info in
-      let handle = info!.pointee.fh
+      guard let handle = fileHandle(req, info, "fsync") else { return }
       let fs = session(req).fileSystem
       session(req).serve(req, { try await fs.fsync(inode: inode, handle: handle, dataOnly: dataOnly != 0) }) {
         request, _ in
@@ -203,7 +220,15 @@ extension FUSESession {
       }
     }
     ops.setattr = { req, inode, attr, toSet, info in
-      let changes = AttributeChanges(attr!.pointee, toSet: toSet)
+      guard let attr else { return missing(req, "attributes to set") }
+      // off_t: a size past Int64.max arrives negative. Never a truncation to 0.
+      if toSet & FUSE_SET_ATTR_SIZE != 0 && attr.pointee.st_size < 0 {
+        let size = UInt64(bitPattern: Int64(attr.pointee.st_size))
+        session(req).logger.notice("truncate of inode \(inode) to \(size) bytes: past the largest file size")
+        fuse_reply_err(req, EINVAL)
+        return
+      }
+      let changes = AttributeChanges(attr.pointee, toSet: toSet)
       let handle = info.map { $0.pointee.fh }
       let fs = session(req).fileSystem
       session(req).serve(req, { try await fs.setattr(inode: inode, handle: handle, changes: changes) }) {
@@ -213,7 +238,7 @@ extension FUSESession {
       }
     }
     ops.mkdir = { req, parent, name, mode in
-      guard let name = utf8Name(req, name!) else { fuse_reply_err(req, EINVAL); return }
+      guard let name = utf8Name(req, name) else { fuse_reply_err(req, EINVAL); return }
       let fs = session(req).fileSystem
       session(req).serve(req, { try await fs.mkdir(parent: parent, name: name, mode: UInt32(mode)) }) {
         request, entry in
@@ -222,22 +247,22 @@ extension FUSESession {
       }
     }
     ops.unlink = { req, parent, name in
-      guard let name = utf8Name(req, name!) else { fuse_reply_err(req, ENOENT); return }
+      guard let name = utf8Name(req, name) else { fuse_reply_err(req, ENOENT); return }
       let fs = session(req).fileSystem
       session(req).serve(req, { try await fs.unlink(parent: parent, name: name) }) { request, _ in
         fuse_reply_err(request.raw, 0)
       }
     }
     ops.rmdir = { req, parent, name in
-      guard let name = utf8Name(req, name!) else { fuse_reply_err(req, ENOENT); return }
+      guard let name = utf8Name(req, name) else { fuse_reply_err(req, ENOENT); return }
       let fs = session(req).fileSystem
       session(req).serve(req, { try await fs.rmdir(parent: parent, name: name) }) { request, _ in
         fuse_reply_err(request.raw, 0)
       }
     }
     ops.rename = { req, parent, name, newParent, newName, flags in
-      guard let name = utf8Name(req, name!) else { fuse_reply_err(req, ENOENT); return }
-      guard let newName = utf8Name(req, newName!) else { fuse_reply_err(req, EINVAL); return }
+      guard let name = utf8Name(req, name) else { fuse_reply_err(req, ENOENT); return }
+      guard let newName = utf8Name(req, newName) else { fuse_reply_err(req, EINVAL); return }
       let fs = session(req).fileSystem
       session(req).serve(
         req,
@@ -262,7 +287,11 @@ extension FUSESession {
 /// A name from the kernel, if it is UTF-8. Object names are UTF-8: a name
 /// that is not can be no object's, and `String(cString:)` would repair it to
 /// U+FFFD and so reach (or create) another object.
-private func utf8Name(_ req: fuse_req_t?, _ raw: UnsafePointer<CChar>) -> String? {
+private func utf8Name(_ req: fuse_req_t?, _ raw: UnsafePointer<CChar>?) -> String? {
+  guard let raw else {
+    session(req).logger.error("libfuse passed no name")
+    return nil
+  }
   if let name = String(validatingCString: raw) { return name }
   session(req).logger.info("refusing a name that is not UTF-8: \(String(cString: raw).debugDescription)")
   return nil
@@ -272,15 +301,45 @@ private func session(_ req: fuse_req_t?) -> FUSESession {
   Unmanaged<FUSESession>.fromOpaque(fuse_req_userdata(req)!).takeUnretainedValue()
 }
 
+/// Something libfuse always passes is missing: EIO and a log line, never a trap.
+private func missing(_ req: fuse_req_t?, _ what: String) {
+  session(req).logger.error("libfuse passed no \(what)")
+  fuse_reply_err(req, EIO)
+}
+
+/// The handle of an open file or directory; nil (answered) without one.
+private func fileHandle(
+  _ req: fuse_req_t?, _ info: UnsafeMutablePointer<fuse_file_info>?, _ operation: String
+)
+  -> UInt64?
+{
+  guard let info else {
+    missing(req, "file info for \(operation)")
+    return nil
+  }
+  return info.pointee.fh
+}
+
+/// A file offset as the filesystem takes it; nil (answered EINVAL) when
+/// negative, as a 64-bit offset past Int64.max arrives in an off_t.
+private func checkedOffset(_ req: fuse_req_t?, _ offset: off_t, _ operation: String) -> UInt64? {
+  guard offset < 0 else { return UInt64(offset) }
+  session(req).logger.notice(
+    "\(operation) at offset \(UInt64(bitPattern: Int64(offset))): past the largest file offset")
+  fuse_reply_err(req, EINVAL)
+  return nil
+}
+
 private func serveReaddir(
-  _ req: fuse_req_t?, inode: UInt64, size: Int, offset: off_t, handle: UInt64, plus: Bool
+  _ req: fuse_req_t?, inode: UInt64, size: Int, offset: UInt64, handle: UInt64, plus: Bool
 ) {
+  guard let req else { return }
   let fs = session(req).fileSystem
-  let buffer = SendableBuffer(FUSEDirectoryBuffer(request: req!, capacity: size, plus: plus))
+  let buffer = SendableBuffer(FUSEDirectoryBuffer(request: req, capacity: size, plus: plus))
   session(req).serve(
     req,
     {
-      try await fs.readdir(inode: inode, handle: handle, offset: UInt64(offset), into: buffer.value)
+      try await fs.readdir(inode: inode, handle: handle, offset: offset, into: buffer.value)
       return buffer
     }
   ) { (request: Request, filled: SendableBuffer) in

@@ -78,6 +78,10 @@ struct Mount: ParsableCommand {
     guard renameDirLimit >= 0 else { throw ValidationError("--rename-dir-limit must be 0 or more") }
     guard metadataTTL >= 0, negativeTTL >= 0 else { throw ValidationError("TTLs must not be negative") }
     guard requestTimeout > 0, retryDeadline > 0 else { throw ValidationError("timeouts must be positive") }
+    // Every request turns them into integer milli- and nanoseconds: a larger one (inf) would trap there.
+    guard requestTimeout <= 31_536_000, retryDeadline <= 31_536_000 else {
+      throw ValidationError("timeouts must be at most 31536000 seconds (a year)")
+    }
     do {
       _ = try UploadPolicy(threshold: uploadThreshold, chunkSize: uploadChunkSize)
     } catch {

@@ -102,6 +102,18 @@ final class EdgeTests: XCTestCase {
     XCTAssertNotNil(cache["c"])
   }
 
+  /// The service's metageneration may be Int64.max: the one after it is
+  /// none, not a trap.
+  func testALostPatchAnswerCheckSurvivesTheLargestMetageneration() {
+    let proposed = ObjectMetadata(
+      bucket: "b", name: "f", size: 1, generation: 7, metageneration: .max, timeCreated: "", updated: "")
+    var current = proposed
+    current.metageneration = .min
+    XCTAssertFalse(BucketFileSystem.isResult(current, of: proposed))
+    current.metageneration = .max
+    XCTAssertFalse(BucketFileSystem.isResult(current, of: proposed))
+  }
+
   func testAPatchRetriedAfterALostAnswerIsNotAConflict() async throws {
     let base = InMemoryObjectStore(bucket: "demo")
     base.put("f", data: [1], custom: ["old": "x"])

@@ -88,6 +88,92 @@ final class FaultTests: XCTestCase {
     await XCTAssertErrno(.accessDenied) { _ = try await self.fs.names(of: 1) }
   }
 
+  // MARK: Malformed answers: an errno and a log line, never a crash or a hang
+
+  func testMalformedMetadataOfALookupIsEIO() async throws {
+    let answers = [
+      #"{"name":"d/f1","generation":"7","metageneration":"1","size":"1180591620717411303424"}"#,  // 2^70
+      #"{"name":"d/f1","generation":"9223372036854775808","metageneration":"1","size":"1000"}"#,
+      #"{"name":"d/f1","generation":"7","metageneration":"1","size":"-1000"}"#,
+      #"{"name":"d/f1","generation":"7","metageneration":"1"}"#,
+      #"{"name":"d/f1","generation":7,"metageneration":"1","size":"1000","contentType":1}"#,
+      #"{"name":"d/f1","generation":"7","metageneration":"1","size":"1"#,
+    ]
+    let dir = try await fs.inode(at: "d")
+    for answer in answers {
+      server.injectFaults([.raw(.json(answer))]) { $0.kind == .metadata && $0.objectName == "d/f1" }
+      await XCTAssertErrno(.io) { _ = try await self.fs.lookup(parent: dir, name: "f1") }
+    }
+    await XCTAssertEqualAsync(try await fs.lookup(parent: dir, name: "f1").attributes?.size, 1000)
+  }
+
+  func testAListingWithAMalformedItemIsEIO() async throws {
+    let items = [
+      #"{"name":"d/f0","generation":"7","metageneration":"1","size":"-1"}"#,
+      #"{"name":"d/f0","generation":"7","metageneration":"1","size":"1180591620717411303424"}"#,
+      #"{"name":"d/f0","generation":"7","metageneration":"1"}"#,
+      #"{"name":"d/f0","generation":"7","metageneration":"1","size":"1","metadata":{"k":["v"]}}"#,
+      #"{"name":"d/f0","generation":"7","metageneration":"1","size":"1","acl":"#
+        + String(repeating: "[", count: 200_000) + String(repeating: "]", count: 200_000) + "}",
+    ]
+    let dir = try await fs.inode(at: "d")
+    for item in items {
+      server.injectFaults([.raw(.json(#"{"items":["# + item + "]}"))]) {
+        $0.kind == .list && $0.query["prefix"] == "d/" && $0.query["delimiter"] == "/"
+      }
+      await XCTAssertErrno(.io) { _ = try await self.fs.names(of: dir) }
+    }
+    await XCTAssertEqualAsync(try await fs.names(of: dir), ["f0", "f1", "f2", "f3", "f4"])
+  }
+
+  /// Page tokens that come back (the same one, or a cycle) would list the
+  /// same pages forever: EIO after a few requests, and the next listing works.
+  func testAListingWhoseTokensLoopIsEIO() async throws {
+    let dir = try await fs.inode(at: "d")
+    func page(_ names: [String], next: String) -> FakeStorageServer.ScriptedResponse {
+      let items = names.map { #"{"name":"d/\#($0)","generation":"7","metageneration":"1","size":"1000"}"# }
+      return .raw(.json(#"{"items":[\#(items.joined(separator: ","))],"nextPageToken":"\#(next)"}"#))
+    }
+    let cycles: [[String?: FakeStorageServer.ScriptedResponse]] = [
+      [nil: page(["f0", "f1"], next: "A"), "A": page(["f2"], next: "A")],
+      [
+        nil: page(["f0", "f1"], next: "A"), "A": page(["f2", "f3"], next: "B"), "B": page(["f4"], next: "A"),
+      ],
+    ]
+    for cycle in cycles {
+      server.resetRequests()
+      for (token, answer) in cycle {
+        server.injectFaults(Array(repeating: answer, count: 500)) {
+          $0.kind == .list && $0.query["prefix"] == "d/" && $0.query["delimiter"] == "/"
+            && $0.query["pageToken"] == token
+        }
+      }
+      await XCTAssertErrno(.io) { _ = try await self.fs.names(of: dir) }
+      XCTAssertLessThan(server.requests(.list).count, 10, "stopped at the first token that came back")
+      server.clearFaults()
+      await XCTAssertEqualAsync(try await fs.names(of: dir), ["f0", "f1", "f2", "f3", "f4"])
+    }
+  }
+
+  /// A 206 that cannot be checked against the range asked (no Content-Range,
+  /// or one no object has) is EIO, never a short read the kernel takes as
+  /// the end of the file.
+  func testARangedAnswerWithoutAUsableContentRangeIsEIO() async throws {
+    let inode = try await fs.inode(at: "d/f2")
+    let opened = try await fs.open(inode: inode, flags: O_RDONLY)
+    for contentRange in [nil, "bytes 500-509/-9223372036854775808", "bytes 500-509/505"] {
+      let headers = contentRange.map { [("Content-Range", $0)] } ?? []
+      server.injectFaults(
+        [.raw(.init(status: 206, headers: headers, body: Array(repeating: 2, count: 10)))], for: .media)
+      await XCTAssertErrno(.io) {
+        _ = try await self.fs.read(inode: inode, handle: opened.handle, offset: 500, size: 100)
+      }
+    }
+    await XCTAssertEqualAsync(
+      try await fs.read(inode: inode, handle: opened.handle, offset: 500, size: 100).array,
+      Array(repeating: 2, count: 100))
+  }
+
   func testCancellationStopsTheRequest() async throws {
     let inode = try await fs.inode(at: "d/f1")
     let opened = try await fs.open(inode: inode, flags: O_RDONLY)

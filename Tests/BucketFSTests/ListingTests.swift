@@ -256,6 +256,23 @@ final class ListingTests: XCTestCase {
     await XCTAssertEqualAsync(try await fs.names(of: try await fs.inode(at: "full")), ["a"])
   }
 
+  /// An offset no readdir gave (seekdir to anything) lists from that
+  /// position, clamped: nothing past the end, however large.
+  func testAGarbageReaddirOffsetListsNothingPastTheEnd() async throws {
+    let store = InMemoryObjectStore(bucket: "demo")
+    for i in 0..<5 { store.put("d/f\(i)", data: []) }
+    let fs = makeFileSystem(store, pageSize: 2)
+    let dir = try await fs.inode(at: "d")
+    let handle = try await fs.opendir(inode: dir)
+    defer { fs.releasedir(inode: dir, handle: handle) }
+    for offset: UInt64 in [.max, .max - 2, UInt64(Int64.max) + 3, UInt64(Int64.max), 1 << 40, 8] {
+      await XCTAssertEqualAsync(try await fs.names(of: dir, handle: handle, from: offset), [], "\(offset)")
+    }
+    await XCTAssertEqualAsync(try await fs.names(of: dir, handle: handle, from: 5), ["f3", "f4"])
+    await XCTAssertEqualAsync(
+      try await fs.names(of: dir, handle: handle, from: 0), [".", "..", "f0", "f1", "f2", "f3", "f4"])
+  }
+
   func testInvalidComponentsAreLeftOut() async throws {
     let store = InMemoryObjectStore(bucket: "demo")
     let long = String(repeating: "L", count: 300)

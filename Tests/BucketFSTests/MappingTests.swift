@@ -30,6 +30,26 @@ final class ErrnoMappingTests: XCTestCase {
     XCTAssertNil(old.modified)
   }
 
+  /// Nanoseconds since 1970 fit an Int64 until 2262-04-11T23:47:16.854775807Z:
+  /// a time past it (set by any client as the mtime) is absent, not a trap.
+  func testTimesPastWhatNanosecondsHoldAreAbsent() {
+    let facts = FileFacts(
+      ObjectMetadata(
+        bucket: "b", name: "f", size: 7, generation: 42, metageneration: 1,
+        timeCreated: "2262-04-11T23:47:16.9Z", updated: "9999-12-31T23:59:59.999999999Z",
+        custom: ["goog-reserved-file-mtime": "2262-04-11T23:47:16.999999999Z"]))
+    XCTAssertNil(facts.created)
+    XCTAssertNil(facts.changed)
+    XCTAssertNil(facts.modified)
+    let last = FileFacts(
+      ObjectMetadata(
+        bucket: "b", name: "f", size: 7, generation: 42, metageneration: 1,
+        timeCreated: "2262-04-11T23:47:16.854775807Z", updated: "",
+        custom: ["goog-reserved-file-mtime": "-9223372036"]))
+    XCTAssertEqual(last.created, Timestamp(seconds: 9_223_372_036, nanoseconds: 854_775_807))
+    XCTAssertNil(last.modified)
+  }
+
   func testStorageErrorsMapToErrno() {
     let table: [(StorageError, ErrorMapping.Context, Int32)] = [
       (.notFound, .metadata, ENOENT),

@@ -144,6 +144,30 @@ final class ReadTests: XCTestCase {
     }
   }
 
+  /// Offsets up to UInt64.max and sizes of 0 (or less) read nothing: no
+  /// arithmetic on them may trap, in the synchronous path or the other.
+  func testReadsAtAnyOffsetOrSizeGiveBytesOrNothing() async throws {
+    let store = InMemoryObjectStore(bucket: "demo")
+    let data = randomBytes(1000)
+    store.put("f", data: data)
+    let fs = makeFileSystem(store)
+    let inode = try await fs.inode(at: "f")
+    let opened = try await fs.open(inode: inode, flags: O_RDONLY)
+    let offsets: [UInt64] = [.max, .max - 10, UInt64(Int64.max), UInt64(Int64.max) + 1, 1000, 999]
+    for offset in offsets {
+      for size in [4096, Int.max, 0, -1] {
+        let expected: [UInt8] = offset == 999 && size > 0 ? [data[999]] : []
+        let atHand = fs.readAtHand(inode: inode, handle: opened.handle, offset: offset, size: size)
+        if let atHand { XCTAssertEqual(atHand.array, expected, "at hand, \(offset) size \(size)") }
+        await XCTAssertEqualAsync(
+          try await fs.read(inode: inode, handle: opened.handle, offset: offset, size: size).array, expected,
+          "\(offset) size \(size)")
+      }
+    }
+    await XCTAssertEqualAsync(
+      try await fs.read(inode: inode, handle: opened.handle, offset: 0, size: 2000).array, data)
+  }
+
   func testReplacedWhileOpenFailsWithESTALEInsteadOfMixingVersions() async throws {
     let store = InMemoryObjectStore(bucket: "demo")
     store.put("f", data: Array(repeating: 1, count: 8 << 20))

@@ -119,6 +119,46 @@ final class WriteTests: XCTestCase {
     XCTAssertEqual(store.object("docs/readme.txt")?.contentType, "text/plain", "metadata carried")
   }
 
+  /// A write of no bytes changes nothing, wherever it is (write(2) of 0 bytes).
+  func testAnEmptyWriteChangesNothing() async throws {
+    let (inode, handle) = try await fs.openFile("docs/readme.txt", flags: O_WRONLY)
+    store.resetCalls()
+    await XCTAssertEqualAsync(try await fs.writeBytes(inode, handle, at: 1000, []), 0)
+    await XCTAssertEqualAsync(try await fs.write(inode: inode, handle: handle, offset: 1000, data: []), 0)
+    await XCTAssertEqualAsync(try await fs.getattr(inode: inode).0.size, 11)
+    try await fs.close(inode, handle)
+    XCTAssertEqual(store.calls, [], "nothing downloaded, nothing uploaded")
+    XCTAssertEqual(text(store.data("docs/readme.txt")), "hello world")
+  }
+
+  /// No file grows past the largest object the service stores (5 TiB), by a
+  /// write at any offset up to UInt64.max or by truncate: EFBIG, and the
+  /// file is as it was and still uploads.
+  func testWritesAndTruncatesPastTheLargestObjectAreEFBIG() async throws {
+    let (inode, handle) = try await fs.createFile("docs/big.bin")
+    try await fs.writeText(inode, handle, at: 0, "kept")
+    let limit = BucketFileSystem.maxObjectBytes
+    for offset: UInt64 in [.max, .max - 2, UInt64(Int64.max), limit, limit - 3] {
+      await XCTAssertErrno(Errno(EFBIG)) {
+        _ = try await self.fs.writeBytes(inode, handle, at: offset, [1, 2, 3, 4])
+      }
+      await XCTAssertErrno(Errno(EFBIG)) {
+        _ = try await self.fs.write(inode: inode, handle: handle, offset: offset, data: [1, 2, 3, 4])
+      }
+    }
+    for size in [UInt64.max, UInt64(Int64.max) + 1, limit + 1] {
+      await XCTAssertErrno(Errno(EFBIG)) {
+        _ = try await self.fs.setattr(inode: inode, handle: handle, changes: AttributeChanges(size: size))
+      }
+      await XCTAssertErrno(Errno(EFBIG)) {
+        _ = try await self.fs.setattr(inode: inode, handle: nil, changes: AttributeChanges(size: size))
+      }
+    }
+    await XCTAssertEqualAsync(try await fs.getattr(inode: inode).0.size, 4)
+    try await fs.close(inode, handle)
+    XCTAssertEqual(text(store.data("docs/big.bin")), "kept")
+  }
+
   func testHandlesShareTheStageAndStatShowsTheStagedSize() async throws {
     let (inode, writer) = try await fs.createFile("shared.txt")
     let reader = try await fs.open(inode: inode, flags: O_RDONLY).handle

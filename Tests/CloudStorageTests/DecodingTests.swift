@@ -144,6 +144,29 @@ final class DecodingTests: XCTestCase {
     }
   }
 
+  /// A page whose next token is the token it was asked with would be
+  /// listed forever: no answer, and the token is not handed over.
+  func testAPageNamingItsOwnTokenAsTheNextIsInvalidResponse() async throws {
+    try await withFakeServer { server, client in
+      server.store.put("p/a", data: [1])
+      let body = #"{"prefixes":["p/b/"],"nextPageToken":"again"}"#
+      server.injectFaults([.raw(.json(body)), .raw(.json(body))], for: .list)
+      let events = Events()
+      let error = await storageError {
+        try await client.list(prefix: "p/", delimiter: "/", pageSize: 10, pageToken: "again") {
+          events.add($0)
+        }
+      }
+      guard case .invalidResponse = error else {
+        return XCTFail("expected invalidResponse, got \(String(describing: error))")
+      }
+      XCTAssertEqual(events.all, [])
+      // Asked with another token, the same answer is a page like any other.
+      let page = try await client.list(prefix: "p/", delimiter: "/", pageSize: 10, pageToken: "first")
+      XCTAssertEqual(page.nextPageToken, "again")
+    }
+  }
+
   func testEmptyListPage() async throws {
     try await withFakeServer { _, client in
       let page = try await client.list(prefix: "nothing/", delimiter: "/", pageSize: 10, pageToken: nil)

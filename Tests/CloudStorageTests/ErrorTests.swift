@@ -138,6 +138,151 @@ final class ErrorTests: XCTestCase {
     }
   }
 
+  /// Through the fake's HTTP front: numbers no field can hold, types the
+  /// field does not have, truncated text. Each is invalidResponse, in a
+  /// metadata answer and as an item of a list page.
+  func testOutOfRangeNumbersWrongTypesAndTruncationsAreInvalidResponse() async throws {
+    let good = #""name":"f","bucket":"bkt","generation":"7","metageneration":"1","size":"3""#
+    let objects = [
+      #"{"name":"f","generation":"7","metageneration":"1","size":"1180591620717411303424"}"#,  // 2^70
+      #"{"name":"f","generation":"7","metageneration":"1","size":1180591620717411303424}"#,
+      #"{"name":"f","generation":"9223372036854775808","metageneration":"1","size":"3"}"#,  // Int64.max + 1
+      #"{"name":"f","generation":"7","metageneration":"99999999999999999999999","size":"3"}"#,
+      #"{"name":"f","generation":"7","metageneration":"1","size":true}"#,
+      #"{"name":"f","generation":"7","metageneration":"1","size":"3.5"}"#,
+      #"{"name":"f","generation":"7","metageneration":"1","size":3e2}"#,
+      #"{"name":"f","generation":"7","metageneration":"1","size":"0x10"}"#,
+      #"{"name":"f","generation":[7],"metageneration":"1","size":"3"}"#,
+      #"{"name":"f","generation":"7","metageneration":"1","size":"3","contentType":7}"#,
+      #"{"name":"f","generation":"7","metageneration":"1","size":"3","updated":{"t":1}}"#,
+      #"{"name":["f"],"generation":"7","metageneration":"1","size":"3"}"#,
+      #"{"name":"f","generation":"7","metageneration":"1","size":"3","metadata":"k=v"}"#,
+      "{" + good + ",\"metadata\":{\"k\":\"v",  // truncated inside a string
+      "{" + good,  // truncated before the brace
+      "{" + good + "}}",
+    ]
+    try await withFakeServer { server, client in
+      server.store.put("f", data: [1, 2, 3])
+      for object in objects {
+        server.injectFaults([.raw(.json(object))], for: .metadata)
+        let error = await storageError { try await client.metadata(of: "f") }
+        guard case .invalidResponse = error else {
+          return XCTFail("\(object): expected invalidResponse, got \(String(describing: error))")
+        }
+        server.injectFaults([.raw(.json(#"{"items":["# + object + "]}"))], for: .list)
+        let listError = await storageError {
+          try await client.list(prefix: "", delimiter: "/", pageSize: 10, pageToken: nil)
+        }
+        guard case .invalidResponse = listError else {
+          return XCTFail("list of \(object): expected invalidResponse, got \(String(describing: listError))")
+        }
+      }
+      // The sound answer still reads.
+      server.injectFaults([.raw(.json("{" + good + "}"))], for: .metadata)
+      let meta = try await client.metadata(of: "f")
+      XCTAssertEqual(meta.size, 3)
+      XCTAssertEqual(meta.generation, 7)
+    }
+  }
+
+  /// An answer nested a million deep in a field nobody reads.
+  func testADeeplyNestedAnswerIsInvalidResponse() async throws {
+    let deep = String(repeating: "[", count: 1_000_000) + String(repeating: "]", count: 1_000_000)
+    let object = #"{"name":"f","generation":"7","metageneration":"1","size":"3","acl":"# + deep + "}"
+    try await withFakeServer { server, client in
+      server.injectFaults([.raw(.json(object))], for: .metadata)
+      let error = await storageError { try await client.metadata(of: "f") }
+      guard case .invalidResponse = error else {
+        return XCTFail("expected invalidResponse, got \(String(describing: error))")
+      }
+      server.injectFaults([.raw(.json(#"{"items":["# + object + "]}"))], for: .list)
+      let listError = await storageError {
+        try await client.list(prefix: "", delimiter: "/", pageSize: 10, pageToken: nil)
+      }
+      guard case .invalidResponse = listError else {
+        return XCTFail("expected invalidResponse, got \(String(describing: listError))")
+      }
+      // An error status whose body is nested as deep (read for its message).
+      server.injectFaults([.raw(.json(#"{"error":"# + deep + "}", status: 418))], for: .metadata)
+      let statusError = await storageError { try await client.metadata(of: "f") }
+      guard case .invalidResponse = statusError else {
+        return XCTFail("expected invalidResponse, got \(String(describing: statusError))")
+      }
+    }
+  }
+
+  /// A negative size, generation or metageneration, or no size at all, is
+  /// no object: a file shown empty would have a write replace all its bytes.
+  func testNegativeNumbersAndAMissingSizeAreInvalidResponse() async throws {
+    let objects = [
+      #"{"name":"f","generation":"7","metageneration":"1","size":"-1"}"#,
+      #"{"name":"f","generation":"7","metageneration":"1","size":-9223372036854775808}"#,
+      #"{"name":"f","generation":"-7","metageneration":"1","size":"3"}"#,
+      #"{"name":"f","generation":"7","metageneration":"-1","size":"3"}"#,
+      #"{"name":"f","generation":"7","metageneration":"1"}"#,
+      #"{"name":"f","generation":"7","metageneration":"1","size":null}"#,
+    ]
+    try await withFakeServer { server, client in
+      server.store.put("f", data: [1, 2, 3])
+      for object in objects {
+        server.injectFaults([.raw(.json(object))], for: .metadata)
+        let error = await storageError { try await client.metadata(of: "f") }
+        guard case .invalidResponse = error else {
+          return XCTFail("\(object): expected invalidResponse, got \(String(describing: error))")
+        }
+        server.injectFaults([.raw(.json(#"{"items":["# + object + "]}"))], for: .list)
+        let listError = await storageError {
+          try await client.list(prefix: "", delimiter: "/", pageSize: 10, pageToken: nil)
+        }
+        guard case .invalidResponse = listError else {
+          return XCTFail("list of \(object): expected invalidResponse, got \(String(describing: listError))")
+        }
+      }
+    }
+  }
+
+  /// A Content-Length longer than the body (the connection then closes) is
+  /// a broken answer, retried; a shorter one cuts the JSON, which is invalid.
+  func testALyingContentLengthIsRetriedOrInvalidNeverACrash() async throws {
+    try await withFakeServer { server, client in
+      let stored = server.store.put("f", data: [1, 2, 3])
+      let text = #"{"name":"f","generation":"7","metageneration":"1","size":"3"}"#
+      server.injectFaults(
+        [.raw(.json(text, contentLength: "1000")), .raw(.json(text, contentLength: "99999999999"))],
+        for: .metadata)
+      let meta = try await client.metadata(of: "f")
+      XCTAssertEqual(meta, stored, "the third attempt got the real answer")
+      XCTAssertEqual(server.requests(.metadata).count, 3)
+
+      server.resetRequests()
+      server.injectFaults([.raw(.json(text, contentLength: "20"))], for: .metadata)
+      let error = await storageError { try await client.metadata(of: "f") }
+      guard case .invalidResponse = error else {
+        return XCTFail("expected invalidResponse, got \(String(describing: error))")
+      }
+    }
+  }
+
+  /// A 308 saying the session holds every byte an Int64 can count.
+  func testASessionRangeBeyondInt64IsInvalidResponse() async throws {
+    let data = Array(repeating: UInt8(7), count: 300 << 10)
+    let policy = try UploadPolicy(threshold: 0, chunkSize: 256 << 10)
+    for range in ["bytes=0-9223372036854775807", "bytes=0-9223372036854775806", "bytes=0--5", "bytes=5-9"] {
+      try await withFakeServer(uploads: policy) { server, client in
+        server.injectFaults(
+          [.raw(.init(status: 308, headers: [("Range", range)], body: []))], for: .uploadChunk)
+        let error = await storageError {
+          try await client.upload(
+            "f", from: BytesSource(data), attributes: ObjectAttributes(), ifGenerationMatch: 0)
+        }
+        guard case .invalidResponse = error else {
+          return XCTFail("\(range): expected invalidResponse, got \(String(describing: error))")
+        }
+        XCTAssertNil(server.store.object("f"), range)
+      }
+    }
+  }
+
   func testGarbagePatchAnswerIsInvalidResponse() async throws {
     try await withCannedServer(handler: { _ in .json(200, "{{{") }) { _, client in
       let error = await storageError {

@@ -121,6 +121,27 @@ final class JSONReaderTests: XCTestCase {
     XCTAssertThrowsError(try invalid.withUnsafeBytes { try JSONReader.read($0) { try $0.readString() } })
   }
 
+  /// Each level of nesting is a recursion: an answer nested a million deep
+  /// throws at the limit instead of overflowing the stack.
+  func testNestingPastTheLimitThrowsInsteadOfOverflowingTheStack() throws {
+    func nested(_ depth: Int, _ open: String, _ inner: String, _ close: String) -> String {
+      String(repeating: open, count: depth) + inner + String(repeating: close, count: depth)
+    }
+    let skip: (inout JSONReader) throws -> Void = { reader in
+      try reader.readObject { _, reader in try reader.skipValue() }
+    }
+    for deep in [
+      nested(1_000_000, "[", "", "]"), nested(1_000_000, #"{"a":"#, "1", "}"), nested(513, "[", "", "]"),
+    ] {
+      XCTAssertThrowsError(try read(#"{"x":"# + deep + "}", skip))
+      XCTAssertThrowsError(
+        try read(#"{"items":[{"name":"a","x":"# + deep + "}]}") { try ObjectList(reading: &$0) })
+    }
+    // Up to the limit, counting the object around it, it reads.
+    XCTAssertNoThrow(try read(#"{"x":"# + nested(JSONReader.maxDepth - 1, "[", "", "]") + "}", skip))
+    XCTAssertNoThrow(try read(#"{"x":"# + nested(JSONReader.maxDepth - 1, #"{"a":"#, "1", "}") + "}", skip))
+  }
+
   func testListPageReadsWhatItNeedsAndSkipsTheRest() throws {
     let text = #"""
       {"kind": "storage#objects",

@@ -157,6 +157,69 @@ final class ShortReadTests: XCTestCase {
     }
   }
 
+  /// More bytes than asked, under a Content-Range that says so: only those asked for.
+  func testA206WithMoreBytesThanAskedGivesTheRange() async throws {
+    let data = (0..<200).map { UInt8($0) }
+    try await withFakeServer { server, client in
+      let meta = server.store.put("f", data: data)
+      server.injectFaults(
+        [
+          .raw(
+            .init(status: 206, headers: [("Content-Range", "bytes 50-89/200")], body: Array(data[50..<90])))
+        ],
+        for: .media)
+      let bytes = try await client.read("f", generation: meta.generation, range: 50..<60).array
+      XCTAssertEqual(bytes, Array(data[50..<60]))
+    }
+  }
+
+  /// A 206 without a usable Content-Range cannot tell a short answer from
+  /// the object's end: it is no answer, never a short read.
+  func testA206WithoutAUsableContentRangeIsInvalidResponse() async throws {
+    let data = (0..<200).map { UInt8($0) }
+    let contentRanges: [String?] = [
+      nil, "bytes 50-59/-9223372036854775808", "bytes 50-59/55", "bytes 50-40/200", "bytes 50-59/lots",
+      "bytes */200", "items 50-59/200",
+    ]
+    try await withFakeServer { server, client in
+      let meta = server.store.put("f", data: data)
+      for contentRange in contentRanges {
+        server.injectFaults(
+          [
+            .raw(
+              .init(status: 206, headers: contentRange.map { [("Content-Range", $0)] } ?? [], body: [50, 51]))
+          ],
+          for: .media)
+        let error = await storageError {
+          try await client.read("f", generation: meta.generation, range: 50..<60)
+        }
+        guard case .invalidResponse = error else {
+          return XCTFail(
+            "\(contentRange ?? "none"): expected invalidResponse, got \(String(describing: error))")
+        }
+      }
+    }
+  }
+
+  /// A Content-Length that lies about the media: longer (the connection
+  /// then closes) or shorter than the bytes of the range; retried, and the
+  /// retry gives exactly the range.
+  func testALyingContentLengthOnMediaIsRetried() async throws {
+    let data = (0..<200).map { UInt8($0) }
+    try await withFakeServer { server, client in
+      let meta = server.store.put("f", data: data)
+      let range = [("Content-Range", "bytes 50-59/200")]
+      server.injectFaults(
+        [
+          .raw(.init(status: 206, headers: range, body: Array(data[50..<60]), contentLength: "4096")),
+          .raw(.init(status: 206, headers: range, body: Array(data[50..<60]), contentLength: "3")),
+        ], for: .media)
+      let bytes = try await client.read("f", generation: meta.generation, range: 50..<60).array
+      XCTAssertEqual(bytes, Array(data[50..<60]))
+      XCTAssertEqual(server.requests(.media).count, 3)
+    }
+  }
+
   /// A 200 with the whole object for a ranged GET: the right slice for any
   /// offset, even far past range + 64 KiB, in one request.
   func testRangeIgnoredGivesTheRightBytesAtAnyOffset() async throws {

@@ -97,6 +97,34 @@ final class DiscoveryTests: XCTestCase {
     }
   }
 
+  /// An expires_in no Duration holds (1e300, "nan", "inf") or below zero
+  /// is no reason to fail, nor to trap: the token is used, and asked for
+  /// again when it is stale (an absurd lifetime counts as an hour).
+  func testAnExpiresInOutOfRangeStillGivesTheToken() async throws {
+    let home = try temporaryDirectory(self)
+    for expiresIn in ["1e300", #""nan""#, #""inf""#, "-5", #""1e400""#, "9223372036854775807"] {
+      let handler: LocalHTTPServer.Handler = { _ in
+        LocalHTTPServer.Response(
+          status: 200, headers: [("Content-Type", "application/json"), ("Metadata-Flavor", "Google")],
+          body: #"{"access_token":"vm-token","expires_in":\#(expiresIn),"token_type":"Bearer"}"#)
+      }
+      let (logger, lines) = capturingLogger()
+      try await withLocalServer(handler) { server in
+        try await withHTTPClient { http in
+          let provider = try discover(
+            explicitFile: nil,
+            environment: ["HOME": home.path, "GCE_METADATA_HOST": "127.0.0.1:\(server.port)"],
+            http: http, logger: logger, metadataServerAvailable: { false })
+          let token = try await provider.token(refresh: false)
+          XCTAssertEqual(token, "vm-token", expiresIn)
+          let again = try await provider.token(refresh: false)
+          XCTAssertEqual(again, "vm-token", expiresIn)
+        }
+      }
+      XCTAssertTrue(lines.current.contains { $0.contains("access token from") }, expiresIn)
+    }
+  }
+
   // MARK: Authorized user and gcloud's file
 
   func testAuthorizedUserFromTheGcloudApplicationDefaultFile() async throws {

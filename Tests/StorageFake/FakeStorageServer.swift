@@ -68,6 +68,39 @@ public final class FakeStorageServer: @unchecked Sendable {
     case shortBody(Int)
     /// For a media GET: ignore Range and send the whole object with 200.
     case ignoreRange
+    /// This answer instead of the service's, as written: for malformed ones
+    /// (bad JSON, numbers out of range, a lying Content-Length, a 206 with
+    /// more or fewer bytes than asked).
+    case raw(RawAnswer)
+  }
+
+  /// An answer sent as given, whatever it says.
+  public struct RawAnswer: Sendable, Equatable {
+    public struct Header: Sendable, Equatable {
+      public var name: String
+      public var value: String
+    }
+    public var status: Int
+    public var headers: [Header]
+    public var body: [UInt8]
+    /// Sent as Content-Length instead of the body's size (a lie); the
+    /// connection closes after the answer, as a server that lied would.
+    public var contentLength: String?
+
+    public init(status: Int, headers: [(String, String)] = [], body: [UInt8], contentLength: String? = nil) {
+      self.status = status
+      self.headers = headers.map { Header(name: $0.0, value: $0.1) }
+      self.body = body
+      self.contentLength = contentLength
+    }
+
+    /// `text` as a JSON answer.
+    public static func json(_ text: String, status: Int = 200, contentLength: String? = nil) -> RawAnswer {
+      RawAnswer(
+        status: status, headers: [("Content-Type", "application/json; charset=UTF-8")],
+        body: Array(text.utf8),
+        contentLength: contentLength)
+    }
   }
 
   struct FaultRule {
@@ -213,6 +246,8 @@ public final class FakeStorageServer: @unchecked Sendable {
     var status: Int
     var headers: [(String, String)] = []
     var body: [UInt8] = []
+    /// A Content-Length other than the body's (``RawAnswer/contentLength``).
+    var declaredLength: String?
 
     static func json(_ status: Int, _ text: String, headers: [(String, String)] = []) -> Response {
       Response(
@@ -256,7 +291,7 @@ public final class FakeStorageServer: @unchecked Sendable {
           switch await handle(request, body: body, oversized: oversized, channel: channel) {
           case .respond(let response):
             try await write(response, for: request, to: outbound)
-            if !request.isKeepAlive { return }
+            if !request.isKeepAlive || response.declaredLength != nil { return }
           case .reset:
             if let provider = channel as? SocketOptionProvider {
               try? await provider.setSoLinger(linger(l_onoff: 1, l_linger: 0)).get()
@@ -275,8 +310,11 @@ public final class FakeStorageServer: @unchecked Sendable {
     to outbound: NIOAsyncChannelOutboundWriter<HTTPServerResponsePart>
   ) async throws {
     var headers = HTTPHeaders(response.headers)
-    headers.replaceOrAdd(name: "Content-Length", value: String(response.body.count))
-    if !request.isKeepAlive { headers.replaceOrAdd(name: "Connection", value: "close") }
+    headers.replaceOrAdd(
+      name: "Content-Length", value: response.declaredLength ?? String(response.body.count))
+    if !request.isKeepAlive || response.declaredLength != nil {
+      headers.replaceOrAdd(name: "Connection", value: "close")
+    }
     let head = HTTPResponseHead(
       version: request.version, status: HTTPResponseStatus(statusCode: response.status), headers: headers)
     try await outbound.write(.head(head))
@@ -328,6 +366,11 @@ public final class FakeStorageServer: @unchecked Sendable {
       return .respond(Self.scriptedError(code, retryAfter: retryAfter))
     case .resetConnection?:
       return .reset
+    case .raw(let answer)?:
+      return .respond(
+        Response(
+          status: answer.status, headers: answer.headers.map { ($0.name, $0.value) }, body: answer.body,
+          declaredLength: answer.contentLength))
     case .stall(let duration)?:
       guard await Self.hold(duration, channel: channel) else { return .drop }
     case let other?: modifier = other

@@ -18,6 +18,11 @@ extension BucketFileSystem {
       return (attributes(inode: inode, kind: .directory, facts: nil), configuration.metadataTTL)
     }
     if let size = changes.size {
+      if size > Self.maxObjectBytes {
+        logger.notice(
+          "truncate \(node.key) to \(size) bytes: past the largest object the service stores (5 TiB)")
+        throw Errno(EFBIG)
+      }
       if let staged = handle.flatMap(stagedFile(handle:)) ?? stagedFile(inode: inode) {
         try await resize(staged, to: size)
       } else {

@@ -223,6 +223,7 @@ extension BucketFileSystem {
     guard let staged = stagedFile(handle: handle) else { return .failure(.badHandle) }
     return staged.state.withLock { s -> Result<Int, Errno>? in
       if let poisoned = s.poisoned { return .failure(poisoned) }
+      if let answer = unstagedWrite(s.key, offset: offset, count: data.count) { return answer }
       if s.busy || !covers(s, offset: offset, count: data.count) { return nil }
       return write(staged, &s, data, at: offset)
     }
@@ -232,12 +233,27 @@ extension BucketFileSystem {
     guard let staged = stagedFile(handle: handle) else { throw Errno.badHandle }
     return try await staged.gate.run {
       if let poisoned = staged.state.withLock({ $0.poisoned }) { throw poisoned }
+      let key = staged.state.withLock { $0.key }
+      if let answer = unstagedWrite(key, offset: offset, count: data.count) { return try answer.get() }
       let needsBytes = staged.state.withLock { !covers($0, offset: offset, count: data.count) }
       if needsBytes { try await load(staged) }
       return try data.withUnsafeBytes { bytes in
         try staged.state.withLock { s in try write(staged, &s, bytes, at: offset).get() }
       }
     }
+  }
+
+  /// The largest object the service stores: a file cannot grow past it.
+  static let maxObjectBytes: UInt64 = 5 << 40
+
+  /// The answer to a write that leaves the stage alone: 0 for no bytes (the
+  /// size stays), EFBIG when it would end past ``maxObjectBytes``.
+  private func unstagedWrite(_ key: String, offset: UInt64, count: Int) -> Result<Int, Errno>? {
+    if count == 0 { return .success(0) }
+    let (end, overflow) = offset.addingReportingOverflow(UInt64(count))
+    guard overflow || end > Self.maxObjectBytes else { return nil }
+    logger.notice("write to \(key) at byte \(offset): past the largest object the service stores (5 TiB)")
+    return .failure(Errno(EFBIG))
   }
 
   /// Whether a write needs none of the bytes not yet in the stage.
