@@ -39,6 +39,7 @@ let package = Package(
       dependencies: [
         "ObjectStore",
         .product(name: "AsyncHTTPClient", package: "async-http-client"),
+        .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
         .product(name: "NIOCore", package: "swift-nio"),
         .product(name: "NIOHTTP1", package: "swift-nio"),
         .product(name: "Logging", package: "swift-log"),
@@ -52,6 +53,7 @@ let package = Package(
         "CloudStorage",
         .product(name: "AsyncHTTPClient", package: "async-http-client"),
         .product(name: "NIOCore", package: "swift-nio"),
+        .product(name: "NIOHTTP1", package: "swift-nio"),
         .product(name: "Logging", package: "swift-log"),
         .product(name: "Crypto", package: "swift-crypto"),
         .product(name: "_CryptoExtras", package: "swift-crypto"),
@@ -70,6 +72,7 @@ let package = Package(
       dependencies: [
         "BucketFS", "CFuse", "CloudStorage", "Credentials", "FUSE", "ObjectStore",
         .product(name: "ArgumentParser", package: "swift-argument-parser"),
+        .product(name: "AsyncHTTPClient", package: "async-http-client"),
         .product(name: "Logging", package: "swift-log"),
       ]
     ),
