@@ -24,6 +24,8 @@ What is in here:
   streamed) and records each request: method, path, query, kind
   (list / metadata / media / patch / other), status, and PATCH bodies.
   bucketfs is pointed at the proxy's URL so tests can count what it asks for.
+  It can also fail requests: all of some kinds (``set_fault``), or a seeded
+  random few (``set_random_faults``: 503s, resets, lost answers, stalls).
 """
 
 from __future__ import annotations
@@ -35,9 +37,11 @@ import http.client
 import http.server
 import json
 import os
+import random
 import signal
 import socket
 import socketserver
+import struct
 import subprocess
 import sys
 import tempfile
@@ -442,7 +446,8 @@ class _ThreadingServer(socketserver.ThreadingMixIn, http.server.HTTPServer):
 
 class CountingProxy:
     """Forward everything to ``upstream`` (http://host:port) and record it.
-    ``set_fault`` makes it fail requests of some kinds instead."""
+    ``set_fault`` makes it fail requests of some kinds instead;
+    ``set_random_faults`` fails a seeded random few of them."""
 
     def __init__(self, upstream: str, port: int = 0, latency: float = 0.0):
         u = urllib.parse.urlsplit(upstream)
@@ -455,6 +460,8 @@ class CountingProxy:
         self._lock = threading.Lock()
         self._records: list[Record] = []
         self._fault: tuple[str, frozenset[str], threading.Event] | None = None
+        self._random: tuple[random.Random, float, tuple[float, float], frozenset[str]] | None = None
+        self.fault_counts: dict[str, int] = dict.fromkeys(self.RANDOM_FAULTS, 0)
         proxy = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -507,6 +514,22 @@ class CountingProxy:
                     self.end_headers()
                     self.wfile.write(msg)
                     return
+                chaos, stall = proxy._draw(rec.kind)
+                if chaos == "stall":
+                    time.sleep(stall)  # then forwarded as usual: a slow network, not a lost request
+                elif chaos == "503":
+                    rec.status = 503
+                    msg = b'{"error": {"code": 503, "message": "proxy: injected at random"}}'
+                    self.send_response(503)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(msg)))
+                    self.end_headers()
+                    self.wfile.write(msg)
+                    return
+                elif chaos == "reset":  # before forwarding: the request never reaches the service
+                    rec.status = 0
+                    self._reset()
+                    return
                 hdrs = {k: v for k, v in self.headers.items() if k.lower() not in _HOP and k.lower() != "host"}
                 hdrs["Host"] = f"{proxy.upstream_host}:{proxy.upstream_port}"
                 if body is not None:
@@ -523,12 +546,29 @@ class CountingProxy:
                     self.wfile.write(msg)
                     return
                 rec.status = resp.status
+                if chaos == "lost-answer":  # the service acted, the client never hears of it
+                    try:
+                        resp.read()
+                    finally:
+                        if resp.will_close:
+                            conn.close()
+                            proxy._drop_conn()
+                    rec.status = 0
+                    self._reset()
+                    return
                 try:
                     self._relay(resp)
                 finally:
                     if resp.will_close:
                         conn.close()
                         proxy._drop_conn()
+
+            def _reset(self):
+                # SO_LINGER 0: the close sends RST (ECONNRESET), not FIN. The socket
+                # really closes once finish() drops the rfile/wfile references.
+                self.close_connection = True
+                self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                self.connection.close()
 
             def _relay(self, resp: http.client.HTTPResponse):
                 self.send_response_only(resp.status, resp.reason)
@@ -617,6 +657,7 @@ class CountingProxy:
 
     def stop(self) -> None:
         self.set_fault(None)
+        self.set_random_faults(0)
         self.server.shutdown()
         self.server.server_close()
 
@@ -630,6 +671,30 @@ class CountingProxy:
             old[2].set()
         if mode is not None:
             self._fault = (mode, frozenset(kinds), threading.Event())
+
+    RANDOM_FAULTS = ("503", "reset", "lost-answer", "stall")
+
+    def set_random_faults(self, rate: float, seed: int | str = 0, stall: tuple[float, float] = (0.2, 2.0),
+                          kinds: Iterable[str] = KINDS) -> None:
+        """Fail about ``rate`` (0..1) of the requests of ``kinds`` at random, one of
+        RANDOM_FAULTS each, evenly: "503" answered at once; "reset" the connection
+        before forwarding; "lost-answer" forwarded, then reset instead of answering;
+        "stall" held ``stall`` seconds (uniform) and then forwarded. The draws come
+        from ``random.Random(seed)`` in the order requests arrive (threads make that
+        order vary between runs). rate 0 turns it off; ``fault_counts`` counts them."""
+        with self._lock:
+            self._random = (random.Random(seed), rate, stall, frozenset(kinds)) if rate > 0 else None
+
+    def _draw(self, kind: str) -> tuple[str | None, float]:
+        with self._lock:
+            if self._random is None:
+                return None, 0.0
+            rng, rate, stall, kinds = self._random
+            if kind not in kinds or rng.random() >= rate:
+                return None, 0.0
+            chaos = rng.choice(self.RANDOM_FAULTS)
+            self.fault_counts[chaos] += 1
+            return chaos, rng.uniform(*stall)
 
     def __enter__(self):
         return self.start()
