@@ -23,6 +23,9 @@ final class ReferenceModelTests: XCTestCase {
     let environment = ProcessInfo.processInfo.environment
     let seeds = environment["BUCKETFS_MODEL_SEEDS"].flatMap(Int.init).map { Array(0..<$0) } ?? [1, 2, 3, 4]
     let steps = environment["BUCKETFS_MODEL_STEPS"].flatMap(Int.init) ?? 60
+    print(
+      "ReferenceModelTests: seeds \(seeds.first!)...\(seeds.last!), \(steps) steps (BUCKETFS_MODEL_SEEDS=n runs 0..<n)"
+    )
     for seed in seeds {
       var generator = SeededGenerator(seed: UInt64(seed))
       let start = ModelStart.random(using: &generator)

@@ -8,7 +8,7 @@ import XCTest
 /// generated trees with odd names.
 final class TreeListingTests: XCTestCase {
   func testFlatPagesGiveTheSameDirectoriesAsDelimiterListings() async throws {
-    var random = SplitMix64(seed: 14)
+    var random = SplitMix64.forTest(seed: 14)
     for round in 0..<60 {
       let store = InMemoryObjectStore(bucket: "b")
       for name in Self.generatedNames(count: Int.random(in: 1...80, using: &random), using: &random) {
@@ -124,18 +124,5 @@ final class TreeListingTests: XCTestCase {
   static func object(_ name: String) -> ObjectMetadata {
     ObjectMetadata(
       bucket: "b", name: name, size: 0, generation: 1, metageneration: 1, timeCreated: "", updated: "")
-  }
-}
-
-/// A seeded generator, so a failing round can be replayed.
-struct SplitMix64: RandomNumberGenerator {
-  private var state: UInt64
-  init(seed: UInt64) { state = seed }
-  mutating func next() -> UInt64 {
-    state &+= 0x9E37_79B9_7F4A_7C15
-    var z = state
-    z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-    z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-    return z ^ (z >> 31)
   }
 }
