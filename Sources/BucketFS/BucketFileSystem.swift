@@ -1,6 +1,5 @@
 import FUSE
 import Logging
-import NIOCore
 import ObjectStore
 import Synchronization
 
@@ -56,16 +55,29 @@ public final class BucketFileSystem: FileSystem, Sendable {
   let writes = Mutex(StagedFiles())
   let stagedCount = Atomic<Int>(0)
   let stages = Mutex<StageDirectory?>(nil)
+  /// The calls that write the stages' bytes.
+  let stageFiles: any StageFiles
   let contentTypes: ContentTypes
   let listings: SharedListings
   /// Tree walks and the listings they fetch ahead (SubtreeWalk.swift).
   let walks: SubtreeWalks
 
-  public init(
+  public convenience init(
     store: any ObjectStore, configuration: Configuration, logger: Logger,
     clock: @escaping @Sendable () -> Double = BucketFileSystem.monotonicSeconds,
     onMounted: @escaping @Sendable () -> Void = {}
   ) {
+    self.init(
+      store: store, configuration: configuration, logger: logger, clock: clock, onMounted: onMounted,
+      stageFiles: LocalStageFiles())
+  }
+
+  init(
+    store: any ObjectStore, configuration: Configuration, logger: Logger,
+    clock: @escaping @Sendable () -> Double, onMounted: @escaping @Sendable () -> Void,
+    stageFiles: any StageFiles
+  ) {
+    self.stageFiles = stageFiles
     let listings = SharedListings()
     let warner = ConflictWarner()
     let walks = SubtreeWalks(

@@ -1,6 +1,5 @@
 import FUSE
 import ObjectStore
-import Synchronization
 
 /// What the filesystem knows of one inode.
 struct Node: Sendable {

@@ -1,8 +1,6 @@
 import FUSE
-import Logging
 import NIOCore
 import ObjectStore
-import Synchronization
 
 #if canImport(Glibc)
   import Glibc

@@ -1,5 +1,4 @@
 import FUSE
-import Logging
 import ObjectStore
 
 #if canImport(Glibc)

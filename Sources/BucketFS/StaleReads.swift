@@ -1,5 +1,4 @@
 import Dispatch
-import FUSE
 import ObjectStore
 
 /// A read that finds the generation pinned at open gone: the object was

@@ -38,7 +38,7 @@ final class SubtreeWalks: Sendable {
   private let onConflict: @Sendable (String) -> Void
   private let logger: Logger
 
-  private struct Activity {
+  struct Activity {
     var lastRead: Double
     var handles = 0
     var descents = 0
@@ -49,15 +49,15 @@ final class SubtreeWalks: Sendable {
     var subdirectories: [String] = []
     var visited: Set<ObjectKey> = []
   }
-  private struct Listing {
+  struct Listing {
     let entries: [ListedEntry]
     let at: Double
   }
-  private struct Fetch {
+  struct Fetch {
     let id: Int
     let task: Task<Void, Never>
   }
-  private struct State {
+  struct State {
     var activity: [ObjectKey: Activity] = [:]
     var listings: [ObjectKey: Listing] = [:]
     /// Keys in `listings` in the order they came, for dropping the oldest.
@@ -74,7 +74,8 @@ final class SubtreeWalks: Sendable {
     var siblingLists: [ObjectKey] = []
     var siblingKeys = 0
   }
-  private let state = Mutex(State())
+  /// Not private: the tests of the bounds read it.
+  let state = Mutex(State())
 
   init(
     store: any ObjectStore, pageSize: Int, freshness: Double, logger: Logger,
@@ -172,16 +173,6 @@ final class SubtreeWalks: Sendable {
         drop(listed, &state)
       }
     }
-  }
-
-  /// Entries held in kept listings (for tests of the memory bound).
-  var heldEntries: Int { state.withLock { $0.held } }
-
-  var fetchesUnderWay: Int { state.withLock { $0.fetches.count } }
-
-  /// Subdirectory keys held for look-ahead (for tests of their bound).
-  var siblingKeysHeld: Int {
-    state.withLock { state in state.activity.values.reduce(0) { $0 + $1.subdirectories.count } }
   }
 
   // MARK: - Fetching

@@ -1,4 +1,3 @@
-import FUSE
 import ObjectStore
 
 /// docs/SEMANTICS.md#xattrs-table: object metadata as `user.*` extended attributes.

@@ -1,5 +1,4 @@
 import AsyncHTTPClient
-import Logging
 import NIOCore
 import NIOHTTP1
 import ObjectStore

@@ -1,7 +1,6 @@
 import AsyncHTTPClient
 import CloudStorage
 import Logging
-import NIOCore
 import _CryptoExtras
 
 #if canImport(FoundationEssentials)

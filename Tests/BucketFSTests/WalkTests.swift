@@ -1,6 +1,7 @@
 import FUSE
 import ObjectStore
 import StorageFake
+import Synchronization
 import XCTest
 
 @testable import BucketFS
@@ -220,5 +221,18 @@ extension BucketFileSystem {
         inode: attributes.inode, key: key + name + "/", keepOpen: keepOpen, onOpen: onOpen, into: &result)
     }
     if keepOpen { releasedir(inode: inode, handle: handle) }
+  }
+}
+
+/// What a walk holds, read from its state for the tests of its bounds.
+extension SubtreeWalks {
+  /// Entries held in kept listings.
+  var heldEntries: Int { state.withLock { $0.held } }
+
+  var fetchesUnderWay: Int { state.withLock { $0.fetches.count } }
+
+  /// Subdirectory keys held for look-ahead.
+  var siblingKeysHeld: Int {
+    state.withLock { state in state.activity.values.reduce(0) { $0 + $1.subdirectories.count } }
   }
 }

@@ -2,6 +2,7 @@ import FUSE
 import Logging
 import ObjectStore
 import StorageFake
+import Synchronization
 import XCTest
 
 @testable import BucketFS
@@ -34,7 +35,8 @@ func filesIn(_ directory: String) -> [String] {
 
 func makeWritingFileSystem(
   _ store: any ObjectStore, stageDirectory: String = makeStageDirectory(), firebase: Bool = false,
-  clock: ManualClock = ManualClock(), mimeTypes: String? = "/etc/mime.types"
+  clock: ManualClock = ManualClock(), mimeTypes: String? = "/etc/mime.types",
+  stageFiles: any StageFiles = LocalStageFiles()
 ) -> BucketFileSystem {
   var configuration = Configuration()
   configuration.uid = 1234
@@ -42,7 +44,27 @@ func makeWritingFileSystem(
   configuration.stageDirectory = stageDirectory
   configuration.firebaseDownloadTokens = firebase
   configuration.mimeTypesPath = mimeTypes
-  return BucketFileSystem(store: store, configuration: configuration, logger: quietLogger, clock: clock.read)
+  return BucketFileSystem(
+    store: store, configuration: configuration, logger: quietLogger, clock: clock.read, onMounted: {},
+    stageFiles: stageFiles)
+}
+
+/// Stage files whose next writes or truncations fail with the errno given,
+/// one per call, as a full or failing disk would.
+final class FailingStageFiles: StageFiles {
+  let failures = Mutex<[Int32]>([])
+
+  func fail(_ codes: [Int32]) { failures.withLock { $0 += codes } }
+
+  private func next() -> Int32? { failures.withLock { $0.isEmpty ? nil : $0.removeFirst() } }
+
+  func write(_ fd: Int32, _ data: UnsafeRawBufferPointer, at offset: UInt64) -> Int32 {
+    next() ?? LocalStageFiles().write(fd, data, at: offset)
+  }
+
+  func truncate(_ fd: Int32, to size: UInt64) -> Int32 {
+    next() ?? LocalStageFiles().truncate(fd, to: size)
+  }
 }
 
 extension BucketFileSystem {

@@ -239,11 +239,13 @@ final class WriteTests: XCTestCase {
   }
 
   func testALocalWriteFailureIsThatErrnoAndNothingIsUploaded() async throws {
+    let files = FailingStageFiles()
+    let fs = makeWritingFileSystem(store, stageDirectory: stages, stageFiles: files)
     let (inode, handle) = try await fs.createFile("full.bin")
     try await fs.writeText(inode, handle, at: 0, "kept")
-    fs.stages.withLock { $0 }!.injectedFailures.withLock { $0 = [ENOSPC] }
-    await XCTAssertErrno(Errno(ENOSPC)) { _ = try await self.fs.writeBytes(inode, handle, at: 4, [1, 2, 3]) }
-    await XCTAssertErrno(Errno(ENOSPC)) { try await self.fs.flush(inode: inode, handle: handle) }
+    files.fail([ENOSPC])
+    await XCTAssertErrno(Errno(ENOSPC)) { _ = try await fs.writeBytes(inode, handle, at: 4, [1, 2, 3]) }
+    await XCTAssertErrno(Errno(ENOSPC)) { try await fs.flush(inode: inode, handle: handle) }
     fs.release(inode: inode, handle: handle)
     XCTAssertNil(store.object("full.bin"), "nothing uploaded half")
     XCTAssertEqual(store.calls(.upload), [])

@@ -1,5 +1,4 @@
 import FUSE
-import ObjectStore
 
 #if canImport(Glibc)
   import Glibc

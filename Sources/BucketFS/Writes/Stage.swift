@@ -18,18 +18,50 @@ struct StageFailure: Error, Equatable {
   let code: Int32
 }
 
+/// The calls that change the bytes of a stage file. ``LocalStageFiles`` makes
+/// them; tests put in one that fails as a full or broken disk would.
+protocol StageFiles: Sendable {
+  /// Writes all of `data` at `offset` of `fd`: 0, or the errno of the failure.
+  func write(_ fd: Int32, _ data: UnsafeRawBufferPointer, at offset: UInt64) -> Int32
+  /// Sets the size of `fd`: 0, or the errno of the failure.
+  func truncate(_ fd: Int32, to size: UInt64) -> Int32
+}
+
+/// `pwrite` and `ftruncate`, retried after EINTR.
+struct LocalStageFiles: StageFiles {
+  func write(_ fd: Int32, _ data: UnsafeRawBufferPointer, at offset: UInt64) -> Int32 {
+    var done = 0
+    while done < data.count {
+      let n = pwrite(fd, data.baseAddress! + done, data.count - done, off_t(offset) + off_t(done))
+      if n < 0 {
+        if errno == EINTR { continue }
+        return errno
+      }
+      done += n
+    }
+    return 0
+  }
+
+  func truncate(_ fd: Int32, to size: UInt64) -> Int32 {
+    while ftruncate(fd, off_t(size)) != 0 {
+      if errno != EINTR { return errno }
+    }
+    return 0
+  }
+}
+
 /// The private per-mount directory that holds staged files (mode 0700), one
 /// data file and one sidecar per staged inode.
 final class StageDirectory: Sendable {
   let path: String
+  let files: any StageFiles
   private let counter = Atomic<UInt64>(0)
-  /// Test seam: errno the next local writes fail with, one per write.
-  let injectedFailures = Mutex<[Int32]>([])
   private let pid = getpid()
 
   /// Creates `path` (and missing parents) if needed and restricts it to its owner.
-  init(path: String) throws(StageFailure) {
+  init(path: String, files: any StageFiles = LocalStageFiles()) throws(StageFailure) {
     self.path = path.hasSuffix("/") && path.count > 1 ? String(path.dropLast()) : path
+    self.files = files
     try Self.makeDirectories(self.path)
     if chmod(self.path, 0o700) != 0 { throw StageFailure(code: errno) }
   }
@@ -50,11 +82,6 @@ final class StageDirectory: Sendable {
     let fd = open(data, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
     guard fd >= 0 else { throw StageFailure(code: errno) }
     return Stage(fd: fd, path: data, sidecarPath: data + ".json", directory: self)
-  }
-
-  /// The errno an injected fault makes the next local write fail with.
-  func takeInjectedFailure() -> Int32? {
-    injectedFailures.withLock { $0.isEmpty ? nil : $0.removeFirst() }
   }
 }
 
@@ -88,25 +115,11 @@ final class Stage: Sendable {
 
   /// Writes all of `data` at `offset`: 0, or the errno of the local failure.
   func write(_ data: UnsafeRawBufferPointer, at offset: UInt64) -> Int32 {
-    if let injected = directory.takeInjectedFailure() { return injected }
-    var done = 0
-    while done < data.count {
-      let n = pwrite(fd, data.baseAddress! + done, data.count - done, off_t(offset) + off_t(done))
-      if n < 0 {
-        if errno == EINTR { continue }
-        return errno
-      }
-      done += n
-    }
-    return 0
+    directory.files.write(fd, data, at: offset)
   }
 
   func truncate(to size: UInt64) -> Int32 {
-    if let injected = directory.takeInjectedFailure() { return injected }
-    while ftruncate(fd, off_t(size)) != 0 {
-      if errno != EINTR { return errno }
-    }
-    return 0
+    directory.files.truncate(fd, to: size)
   }
 
   /// Up to `count` bytes at `offset`, fewer only at the stage's end.
@@ -129,11 +142,6 @@ final class Stage: Sendable {
     }
     if failure != 0 { throw StageFailure(code: failure) }
     return buffer
-  }
-
-  /// Makes the staged bytes durable, for fsync.
-  func sync() -> Int32 {
-    fsync(fd) == 0 ? 0 : errno
   }
 
   /// Writes the sidecar atomically (a temporary file renamed over it).

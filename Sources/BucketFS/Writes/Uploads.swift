@@ -1,6 +1,5 @@
 import FUSE
 import ObjectStore
-import Synchronization
 
 /// flush/fsync upload a dirty staged file with its precondition; the hooks
 /// namespace changes use (docs/SEMANTICS.md#writes).

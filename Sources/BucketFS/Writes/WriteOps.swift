@@ -1,7 +1,6 @@
 import FUSE
 import NIOCore
 import ObjectStore
-import Synchronization
 
 #if canImport(FoundationEssentials)
   import FoundationEssentials
@@ -187,7 +186,7 @@ extension BucketFileSystem {
     do {
       let directory = try stages.withLock { (stages: inout StageDirectory?) throws(StageFailure) in
         if let stages { return stages }
-        let made = try StageDirectory(path: stageDirectoryPath)
+        let made = try StageDirectory(path: stageDirectoryPath, files: stageFiles)
         stages = made
         return made
       }
