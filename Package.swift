@@ -67,10 +67,13 @@ let package = Package(
         .product(name: "NIOCore", package: "swift-nio"),
       ]
     ),
+    // The options of `bucketfs mount` (name, default, meaning): the CLI's
+    // ArgumentParser options and README's options table are built from it.
+    .target(name: "MountOptionTable"),
     .executableTarget(
       name: "bucketfs",
       dependencies: [
-        "BucketFS", "CFuse", "CloudStorage", "Credentials", "FUSE", "ObjectStore",
+        "BucketFS", "CFuse", "CloudStorage", "Credentials", "FUSE", "MountOptionTable", "ObjectStore",
         .product(name: "ArgumentParser", package: "swift-argument-parser"),
         .product(name: "AsyncHTTPClient", package: "async-http-client"),
         .product(name: "Logging", package: "swift-log"),
@@ -107,6 +110,8 @@ let package = Package(
         .product(name: "Logging", package: "swift-log"),
       ]
     ),
+    .testTarget(
+      name: "MountOptionTableTests", dependencies: ["MountOptionTable", "BucketFS", "CloudStorage"]),
     .testTarget(name: "StorageFakeTests", dependencies: ["StorageFake", "ObjectStore"]),
     .testTarget(
       name: "CredentialsTests",

@@ -7,6 +7,7 @@ import Credentials
 import Dispatch
 import FUSE
 import Logging
+import MountOptionTable
 import ObjectStore
 
 #if canImport(Glibc)
@@ -21,56 +22,62 @@ struct BucketFSCommand: ParsableCommand {
     subcommands: [Mount.self, Unmount.self])
 }
 
+private typealias T = MountOptionTable
+
+/// An option's help and value name, from the table.
+private func help<Value>(_ option: MountOption<Value>) -> ArgumentHelp {
+  ArgumentHelp(option.help, valueName: option.valueName)
+}
+
 struct Mount: ParsableCommand {
   static let configuration = CommandConfiguration(
     abstract: "Mount gs://BUCKET[/PREFIX] at MOUNTPOINT.",
     discussion: """
       By default checks that the bucket can be listed, then runs in the background and returns once \
-      the mount is live. Mount options (-o, comma-separated): ro, allow_other, uid=N, gid=N, \
-      file_mode=OCTAL, dir_mode=OCTAL; mount(8) options such as _netdev or nofail are accepted and ignored.
+      the mount is live.
       """)
 
   @Argument(help: "gs://BUCKET or gs://BUCKET/PREFIX.") var source: String
   @Argument(help: "An existing, empty directory.") var mountpoint: String
 
-  @Flag(help: "Stay attached to the terminal (for systemd and debugging).") var foreground = false
-  @Option(help: "The JSON API endpoint (default \(Endpoint.production); STORAGE_EMULATOR_HOST also sets it).")
-  var endpoint: String?
-  @Flag(help: "Send no credentials (public buckets, emulators).") var anonymous = false
-  @Option(help: "A service-account key or authorized-user JSON file (default: Google's discovery order).")
+  // Names, help and defaults come from MountOptionTable (README's options table is its rendering).
+  @Flag(name: .customLong(T.foreground.name), help: help(T.foreground))
+  var foreground = T.foreground.value
+  @Option(name: .customLong(T.endpoint.name), help: help(T.endpoint)) var endpoint: String?
+  @Flag(name: .customLong(T.anonymous.name), help: help(T.anonymous))
+  var anonymous = T.anonymous.value
+  @Option(name: .customLong(T.credentials.name), help: help(T.credentials))
   var credentials: String?
-  @Option(help: "A file holding an OAuth access token (also: \(accessTokenVariable) in the environment).")
+  @Option(name: .customLong(T.accessTokenFile.name), help: help(T.accessTokenFile))
   var accessTokenFile: String?
-  @Flag(help: "Allow plain http to a host that is not loopback.") var allowInsecureHTTP = false
-  @Option(name: .customShort("o"), help: "Mount options, comma-separated.") var options: [String] = []
-  @Option(help: "Entries per list call (1-1000).") var pageSize = 1000
-  @Option(help: "Seconds listed or fetched metadata is trusted (kernel entry and attribute timeout).")
-  var metadataTTL = 60.0
-  @Option(help: "Seconds a missing name is remembered.") var negativeTTL = 5.0
-  @Option(help: "Seconds without a byte from the service before an attempt is abandoned.")
-  var requestTimeout = 30.0
-  @Option(help: "Seconds one operation may take, retries included, before it fails with EIO.")
-  var retryDeadline = 60.0
-  @Option(help: "Objects a directory rename moves at most; a larger one fails with EXDEV, so mv copies it.")
-  var renameDirLimit = 1000
-  @Option(
-    help: "Files up to this many bytes are uploaded in one request; larger ones in a resumable session.")
-  var uploadThreshold: Int64 = 8 << 20
-  @Option(help: "Bytes per request of a resumable upload, a multiple of 262144 (256 KiB).")
-  var uploadChunkSize = 128 << 20
-  @Option(help: "MiB of memory read-ahead may hold at once, all open files together.")
-  var readAheadBudget = 256
-  @Option(help: "trace, debug, info, notice, warning, error or critical.") var logLevel = "info"
-  @Option(help: "Append logs to this file (default: stderr in the foreground, syslog in the background).")
-  var logFile: String?
-  @Option(
-    help: ArgumentHelp(
-      "Where written files are staged until uploaded, in a private subdirectory per mount.",
-      discussion: "Default: /var/cache/bucketfs for root, else $XDG_CACHE_HOME/bucketfs or ~/.cache/bucketfs."
-    ))
-  var cacheDir: String?
-  @Flag(help: "Give each new object a random firebaseStorageDownloadTokens, as the Firebase SDK does.")
-  var firebaseDownloadTokens = false
+  @Flag(name: .customLong(T.allowInsecureHTTP.name), help: help(T.allowInsecureHTTP))
+  var allowInsecureHTTP = T.allowInsecureHTTP.value
+  @Option(name: .customShort(Character(T.options.name)), help: help(T.options))
+  var options: [String] = []
+  @Option(name: .customLong(T.pageSize.name), help: help(T.pageSize))
+  var pageSize = T.pageSize.value
+  @Option(name: .customLong(T.metadataTTL.name), help: help(T.metadataTTL))
+  var metadataTTL = T.metadataTTL.value
+  @Option(name: .customLong(T.negativeTTL.name), help: help(T.negativeTTL))
+  var negativeTTL = T.negativeTTL.value
+  @Option(name: .customLong(T.requestTimeout.name), help: help(T.requestTimeout))
+  var requestTimeout = T.requestTimeout.value
+  @Option(name: .customLong(T.retryDeadline.name), help: help(T.retryDeadline))
+  var retryDeadline = T.retryDeadline.value
+  @Option(name: .customLong(T.renameDirLimit.name), help: help(T.renameDirLimit))
+  var renameDirLimit = T.renameDirLimit.value
+  @Option(name: .customLong(T.uploadThreshold.name), help: help(T.uploadThreshold))
+  var uploadThreshold = T.uploadThreshold.value
+  @Option(name: .customLong(T.uploadChunkSize.name), help: help(T.uploadChunkSize))
+  var uploadChunkSize = T.uploadChunkSize.value
+  @Option(name: .customLong(T.readAheadBudget.name), help: help(T.readAheadBudget))
+  var readAheadBudget = T.readAheadBudget.value
+  @Option(name: .customLong(T.logLevel.name), help: help(T.logLevel))
+  var logLevel = T.logLevel.value
+  @Option(name: .customLong(T.logFile.name), help: help(T.logFile)) var logFile: String?
+  @Option(name: .customLong(T.cacheDir.name), help: help(T.cacheDir)) var cacheDir: String?
+  @Flag(name: .customLong(T.firebaseDownloadTokens.name), help: help(T.firebaseDownloadTokens))
+  var firebaseDownloadTokens = T.firebaseDownloadTokens.value
   @Option(help: .hidden) var readyFd: Int32?
 
   func validate() throws {

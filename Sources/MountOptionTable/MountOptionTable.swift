@@ -1,0 +1,206 @@
+/// The options of `bucketfs mount`: the one place each option's name,
+/// default and meaning are written. The CLI builds its ArgumentParser
+/// options (name, help, default) from it, README.md's options table is its
+/// rendering (``MountOptionTable/markdownTable``), and a test checks that
+/// README.md and the defaults docs/SEMANTICS.md states agree with it.
+///
+/// No dependencies, so the executable and a test target can both import it.
+
+/// What a numeric default counts, so prose ("8 MiB", "60 s") can be compared with it.
+public enum OptionUnit: Sendable, Equatable {
+  case none, count, seconds, bytes, mebibytes
+}
+
+/// One option. `Value` is the Swift type the CLI parses it into.
+public struct MountOption<Value: Sendable>: Sendable {
+  /// The long name without `--`, or the one letter of a short option.
+  public let name: String
+  public let isShort: Bool
+  /// The value's placeholder in README (`S`, `N`, `FILE`); nil for a flag.
+  public let valueName: String?
+  /// The default the CLI uses; nil for an option that is absent by default.
+  public let defaultValue: Value?
+  public let unit: OptionUnit
+  /// The default as README shows it, when it is not the value itself
+  /// (absent options: what applies instead).
+  public let defaultNote: String?
+  /// Markdown, as README's table shows it; ``help`` is the plain-text form.
+  public let meaning: String
+
+  init(
+    _ name: String, short: Bool = false, value valueName: String?, default defaultValue: Value?,
+    unit: OptionUnit = .none, note defaultNote: String? = nil, _ meaning: String
+  ) {
+    self.name = name
+    self.isShort = short
+    self.valueName = valueName
+    self.defaultValue = defaultValue
+    self.unit = unit
+    self.defaultNote = defaultNote
+    self.meaning = meaning
+  }
+
+  /// The default value; only for options that have one (a trap otherwise is a table bug).
+  public var value: Value { defaultValue! }
+
+  /// The option as typed: `--page-size`, `-o`.
+  public var spelling: String { isShort ? "-\(name)" : "--\(name)" }
+
+  /// The default as README's table shows it.
+  public var defaultText: String {
+    if let defaultNote { return defaultNote }
+    guard let defaultValue else { return "" }
+    switch defaultValue {
+    case let flag as Bool: return flag ? "on" : "off"
+    case let seconds as Double: return MountOptionTable.number(seconds)
+    case let bytes as Int64 where unit == .bytes: return MountOptionTable.bytes(Int(bytes))
+    case let bytes as Int where unit == .bytes: return MountOptionTable.bytes(bytes)
+    default: return "\(defaultValue)"
+    }
+  }
+
+  /// The default as a number, for comparing with prose; nil if not numeric.
+  public var numericDefault: Double? {
+    switch defaultValue {
+    case let value as Double: return value
+    case let value as Int: return Double(value)
+    case let value as Int64: return Double(value)
+    default: return nil
+    }
+  }
+
+  /// The ArgumentParser help: the meaning without Markdown, as a sentence;
+  /// for an option without a value default, what applies instead.
+  /// (ArgumentParser itself shows the default of an option that has one.)
+  public var help: String {
+    var text = meaning.replacingAll("`", with: "")
+    if let first = text.first { text = first.uppercased() + text.dropFirst() }
+    if defaultValue == nil, let defaultNote, !defaultNote.isEmpty {
+      text += " (default: \(defaultNote.replacingAll("`", with: "")))"
+    }
+    return text.hasSuffix(".") ? text : text + "."
+  }
+
+  public var row: MountOptionRow {
+    MountOptionRow(
+      spelling: spelling, valueName: valueName, defaultText: defaultText, meaning: meaning, unit: unit,
+      numericDefault: numericDefault)
+  }
+}
+
+/// An option without its Swift type: what documents are compared against.
+public struct MountOptionRow: Sendable, Equatable {
+  public let spelling: String
+  public let valueName: String?
+  public let defaultText: String
+  public let meaning: String
+  public let unit: OptionUnit
+  public let numericDefault: Double?
+
+  /// The row of README's options table.
+  public var markdown: String {
+    let option = "`" + spelling + (valueName.map { " " + $0 } ?? "") + "`"
+    return "|" + [option, defaultText, meaning].map { $0.isEmpty ? " " : " \($0) " }.joined(separator: "|")
+      + "|"
+  }
+}
+
+public enum MountOptionTable {
+  public static let foreground = MountOption<Bool>(
+    "foreground", value: nil, default: false, "stay attached (systemd, debugging); logs go to stderr")
+  public static let endpoint = MountOption<String>(
+    "endpoint", value: "URL", default: nil, note: "`https://storage.googleapis.com`",
+    "the JSON API endpoint; `STORAGE_EMULATOR_HOST=host:port` also sets it (and implies anonymous access, as Google's libraries do)"
+  )
+  public static let anonymous = MountOption<Bool>(
+    "anonymous", value: nil, default: false, "send no credentials: public buckets and emulators")
+  public static let credentials = MountOption<String>(
+    "credentials", value: "FILE", default: nil, note: "discovery",
+    "a service-account key or authorized-user JSON file (see Authentication)")
+  public static let accessTokenFile = MountOption<String>(
+    "access-token-file", value: "FILE", default: nil,
+    "a file holding an OAuth access token (also: `BUCKETFS_ACCESS_TOKEN` in the environment)")
+  public static let allowInsecureHTTP = MountOption<Bool>(
+    "allow-insecure-http", value: nil, default: false,
+    "plain `http://` is only accepted for loopback hosts unless this is given")
+  public static let options = MountOption<[String]>(
+    "o", short: true, value: "OPTIONS", default: nil,
+    "comma-separated: `ro`, `allow_other`, `uid=N`, `gid=N`, `file_mode=0644`, `dir_mode=0755`; mount(8) options (`_netdev`, `nofail`, `x-systemd.*`, …) are accepted and ignored"
+  )
+  public static let pageSize = MountOption<Int>(
+    "page-size", value: "N", default: 1000, unit: .count,
+    "entries per list call (the service's maximum is 1000)")
+  public static let metadataTTL = MountOption<Double>(
+    "metadata-ttl", value: "S", default: 60, unit: .seconds,
+    "seconds listed or fetched metadata is trusted; also the kernel's entry and attribute timeout")
+  public static let negativeTTL = MountOption<Double>(
+    "negative-ttl", value: "S", default: 5, unit: .seconds,
+    "seconds a missing name is remembered, by the kernel and by a complete listing of its directory")
+  public static let requestTimeout = MountOption<Double>(
+    "request-timeout", value: "S", default: 30, unit: .seconds,
+    "seconds without a byte from the service before an attempt is abandoned")
+  public static let retryDeadline = MountOption<Double>(
+    "retry-deadline", value: "S", default: 60, unit: .seconds,
+    "seconds one operation may take, retries included, before it fails with EIO")
+  public static let uploadThreshold = MountOption<Int64>(
+    "upload-threshold", value: "BYTES", default: 8 << 20, unit: .bytes,
+    "files up to this size go up in one multipart request; larger ones in a resumable session")
+  public static let uploadChunkSize = MountOption<Int>(
+    "upload-chunk-size", value: "BYTES", default: 128 << 20, unit: .bytes,
+    "bytes per request of a resumable upload, a multiple of 262144 (256 KiB); each is streamed from the staged file in 1 MiB pieces, so it costs no memory"
+  )
+  public static let cacheDir = MountOption<String>(
+    "cache-dir", value: "DIR", default: nil,
+    note: "`/var/cache/bucketfs` for root, else `$XDG_CACHE_HOME/bucketfs` (`~/.cache/bucketfs`)",
+    "where files being written are staged (a private 0700 directory per mount); leftovers of a crash are listed at mount"
+  )
+  public static let firebaseDownloadTokens = MountOption<Bool>(
+    "firebase-download-tokens", value: nil, default: false,
+    "give each new object a random `firebaseStorageDownloadTokens`, as the Firebase SDKs do, so `getDownloadURL` works for it"
+  )
+  public static let renameDirLimit = MountOption<Int>(
+    "rename-dir-limit", value: "N", default: 1000, unit: .count,
+    "objects a directory rename moves at most; a larger directory gives EXDEV, so `mv` copies it")
+  public static let readAheadBudget = MountOption<Int>(
+    "read-ahead-budget", value: "MiB", default: 256, unit: .mebibytes,
+    "memory read-ahead may hold at once, all open files together; when it is short, reads fetch smaller segments"
+  )
+  public static let logLevel = MountOption<String>(
+    "log-level", value: "L", default: "info", "trace, debug, info, notice, warning, error, critical")
+  public static let logFile = MountOption<String>(
+    "log-file", value: "PATH", default: nil,
+    "append logs here (default: stderr in the foreground, syslog in the background)")
+
+  /// Every option, in README's order.
+  public static let rows: [MountOptionRow] = [
+    foreground.row, endpoint.row, anonymous.row, credentials.row, accessTokenFile.row,
+    allowInsecureHTTP.row, options.row, pageSize.row, metadataTTL.row, negativeTTL.row,
+    requestTimeout.row, retryDeadline.row, uploadThreshold.row, uploadChunkSize.row, cacheDir.row,
+    firebaseDownloadTokens.row, renameDirLimit.row, readAheadBudget.row, logLevel.row, logFile.row,
+  ]
+
+  /// README.md's options table, exactly.
+  public static var markdownTable: String {
+    (["| option | default | meaning |", "|---|---|---|"] + rows.map(\.markdown)).joined(separator: "\n")
+  }
+
+  /// 60 → "60", 0.5 → "0.5".
+  static func number(_ value: Double) -> String {
+    value == value.rounded() && abs(value) < 1e15 ? String(Int64(value)) : String(value)
+  }
+
+  /// 8388608 → "8388608 (8 MiB)".
+  static func bytes(_ value: Int) -> String {
+    value >= 1 << 20 && value % (1 << 20) == 0 ? "\(value) (\(value >> 20) MiB)" : "\(value)"
+  }
+}
+
+extension String {
+  fileprivate func replacingAll(_ target: Character, with replacement: String) -> String {
+    var result = ""
+    for character in self {
+      if character == target { result += replacement } else { result.append(character) }
+    }
+    return result
+  }
+}
