@@ -17,7 +17,7 @@ extension BucketFileSystem {
     if flags & O_ACCMODE != O_RDONLY || flags & O_TRUNC != 0 {
       return try await openForWriting(inode: inode, node: node, flags: flags)
     }
-    if let staged = stagedFile(inode: inode) { return openStagedForReading(staged) }
+    if let staged = stagedFile(inode: inode), let opened = openStagedForReading(staged) { return opened }
     let facts: FileFacts
     if let known = node.facts, isFresh(node) {
       facts = known
@@ -81,5 +81,6 @@ extension BucketFileSystem {
   public func release(inode: UInt64, handle: UInt64) {
     _ = state.withLock { $0.files.removeValue(forKey: handle) }
     releaseWriter(handle: handle)
+    releaseReader(handle: handle)
   }
 }

@@ -187,6 +187,22 @@ final class WriteTests: XCTestCase {
     try await fs.close(inode, reader)
   }
 
+  func testAReaderOpenedOnTheStageReadsOnAfterTheWriterCloses() async throws {
+    // Found by tests/test_soak.py: the read failed with EBADF once the writer closed.
+    let (inode, writer) = try await fs.openFile("docs/readme.txt", flags: O_WRONLY | O_TRUNC)
+    try await fs.writeText(inode, writer, at: 0, "new")
+    let reader = try await fs.open(inode: inode, flags: O_RDONLY).handle
+    try await fs.close(inode, writer)
+    XCTAssertEqual(text(store.data("docs/readme.txt")), "new")
+    store.resetCalls()
+    await XCTAssertEqualAsync(text(try await fs.readAll(inode, reader)), "new")
+    XCTAssertEqual(store.calls, [], "read from the stage its writer left")
+    XCTAssertFalse(
+      filesIn(stages).filter { $0.hasPrefix("stage-") }.isEmpty, "the stage stays while its reader is open")
+    try await fs.close(inode, reader)
+    XCTAssertEqual(filesIn(stages).filter { $0.hasPrefix("stage-") }, [], "the reader's close removes it")
+  }
+
   func testFsyncUploadsAndTheNextCloseHasNothingToDo() async throws {
     let (inode, handle) = try await fs.createFile("synced.txt")
     try await fs.writeText(inode, handle, at: 0, "one")

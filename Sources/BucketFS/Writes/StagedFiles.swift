@@ -40,6 +40,11 @@ final class StagedFile: Sendable {
     var mtimeSet = false
     /// Whether the sidecar says "uploaded", to flip it once on the next change.
     var recordUploaded = false
+    /// Read-only handles reading the loaded stage: it stays until they close.
+    var readers = 0
+    /// Every write handle closed while readers remained: the last reader's
+    /// close removes the stage.
+    var removeWhenUnread = false
   }
   let state: Mutex<State>
   /// Serializes the slow work (downloads into the stage, uploads).
@@ -68,6 +73,8 @@ struct StagedFiles: Sendable {
   /// Write handles and the staged file each writes to. A handle keeps its
   /// own even when the inode gets another (its name unlinked and made anew).
   var handles: [UInt64: StagedFile] = [:]
+  /// Read-only handles opened on a loaded stage, and the stage each reads.
+  var readers: [UInt64: StagedFile] = [:]
   /// Properties bucketfs inferred per uploaded key and generation, for an
   /// atomic save to tell them from the user's; bounded, oldest dropped first.
   var inferred: [InferredKey: Set<XattrName>] = [:]

@@ -367,26 +367,64 @@ extension BucketFileSystem {
   // MARK: - Reading staged bytes
 
   /// A read-only handle on a staged inode: the stage's bytes once it holds
-  /// them, the opened generation's until then.
-  func openStagedForReading(_ staged: StagedFile) -> OpenResult {
-    let base = staged.state.withLock { $0.loaded ? nil : $0.base }
-    return state.withLock { state in
+  /// them, the opened generation's until then. A handle on a loaded stage
+  /// counts as its reader, so the stage outlives the writers' close for it.
+  /// Nil when the last writer closed meanwhile: then the bucket has the bytes.
+  func openStagedForReading(_ staged: StagedFile) -> OpenResult? {
+    enum Source {
+      case stage
+      case base(ObjectMetadata?)
+      case closed
+    }
+    let source = staged.state.withLock { s -> Source in
+      guard s.handles > 0 else { return .closed }
+      guard s.loaded else { return .base(s.base) }
+      s.readers += 1
+      return .stage
+    }
+    if case .closed = source { return nil }
+    let handle = state.withLock { state in
       let handle = state.nextHandle
       state.nextHandle += 1
-      if let base {
+      if case .base(let base?) = source {
         state.files[handle] = FileReader(
           key: base.name, generation: base.generation, size: UInt64(base.size), store: store,
           maxSegment: configuration.readAheadMaxChunk, maxAhead: configuration.readAheadMaxBytes,
           budget: readAhead)
       }
-      return OpenResult(handle: handle, keepCache: false)
+      return handle
     }
+    if case .stage = source {
+      writes.withLock { $0.readers[handle] = staged }
+      stagedCount.add(1, ordering: .relaxed)
+    }
+    return OpenResult(handle: handle, keepCache: false)
+  }
+
+  /// The stage a read-only handle reads, if it was opened on a loaded one.
+  func stagedReader(handle: UInt64) -> StagedFile? {
+    guard stagedCount.load(ordering: .relaxed) > 0 else { return nil }
+    return writes.withLock { $0.readers[handle] }
+  }
+
+  /// A reader of a stage closed: the last one removes a stage its writers left.
+  func releaseReader(handle: UInt64) {
+    guard stagedCount.load(ordering: .relaxed) > 0,
+      let staged = writes.withLock({ $0.readers.removeValue(forKey: handle) })
+    else { return }
+    stagedCount.subtract(1, ordering: .relaxed)
+    let remove = staged.state.withLock { s in
+      s.readers -= 1
+      return s.readers == 0 && s.removeWhenUnread
+    }
+    if remove { staged.stage.remove() }
   }
 
   /// The bytes of a loaded stage, for any handle of the inode; nil when the
   /// inode is not staged or its bytes are still the object's.
   func stagedBytes(inode: UInt64, handle: UInt64, offset: UInt64, size: Int) -> Result<[ByteBuffer], Errno>? {
-    guard let staged = stagedFile(handle: handle) ?? stagedFile(inode: inode) else { return nil }
+    guard let staged = stagedFile(handle: handle) ?? stagedReader(handle: handle) ?? stagedFile(inode: inode)
+    else { return nil }
     guard let total = staged.state.withLock({ $0.loaded ? $0.size : nil }) else { return nil }
     guard offset < total, size > 0 else { return .success([]) }
     let count = Int(min(UInt64(size), total - offset))
@@ -446,7 +484,10 @@ extension BucketFileSystem {
       logger.error(
         "\(key): closed with bytes that were not stored; they are kept in \(closed.stage.path) (see \(closed.stage.sidecarPath))"
       )
-    } else {
+    } else if closed.state.withLock({ s in
+      s.removeWhenUnread = s.readers > 0
+      return !s.removeWhenUnread
+    }) {
       closed.stage.remove()
     }
     if !uploadedOnce {
