@@ -228,7 +228,7 @@ struct Mount: ParsableCommand {
     if let directory = stageDirectory() {
       configuration.stageDirectory = directory
       let others = Recovery.leftovers(
-        under: cacheDir ?? Recovery.defaultCacheDirectory(), except: directory)
+        under: cacheDir ?? defaultCacheDirectory(), except: directory)
       for leftover in Recovery.leftovers(in: directory) + others {
         logger.warning(
           "unsaved staged file from an earlier mount, not uploaded: \(leftover.description); copy it into the mount or delete it"
@@ -289,6 +289,19 @@ struct Mount: ParsableCommand {
     }
   }
 
+  /// `--cache-dir` when given, else its default (MountOptionTable.cacheDir):
+  /// /var/cache/bucketfs for root, else $XDG_CACHE_HOME/bucketfs, else
+  /// ~/.cache/bucketfs (with neither variable set, /tmp/bucketfs-UID).
+  private func defaultCacheDirectory() -> String {
+    func variable(_ name: String) -> String? {
+      getenv(name).map { String(cString: $0) }.flatMap { $0.isEmpty ? nil : $0 }
+    }
+    if getuid() == 0 { return "/var/cache/bucketfs" }
+    if let xdg = variable("XDG_CACHE_HOME") { return xdg + "/bucketfs" }
+    if let home = variable("HOME") { return home + "/.cache/bucketfs" }
+    return "/tmp/bucketfs-\(getuid())"
+  }
+
   /// This mount's staging directory (see ``Recovery/stageDirectory``).
   private func stageDirectory() -> String? {
     guard let source = BucketSource(source), let prefix = Names.rootPrefix(source.subtree) else { return nil }
@@ -298,7 +311,7 @@ struct Mount: ParsableCommand {
       free(resolved)
     }
     return Recovery.stageDirectory(
-      cacheDirectory: cacheDir ?? Recovery.defaultCacheDirectory(), bucket: source.bucket, prefix: prefix,
+      cacheDirectory: cacheDir ?? defaultCacheDirectory(), bucket: source.bucket, prefix: prefix,
       mountpoint: place)
   }
 

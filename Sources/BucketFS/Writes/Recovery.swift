@@ -133,16 +133,4 @@ public enum Recovery {
     let base = cacheDirectory.hasSuffix("/") ? String(cacheDirectory.dropLast()) : cacheDirectory
     return "\(base)/\(bucket)-\(padded)"
   }
-
-  /// The default `--cache-dir`: /var/cache/bucketfs for root, else
-  /// $XDG_CACHE_HOME/bucketfs, else ~/.cache/bucketfs.
-  public static func defaultCacheDirectory() -> String {
-    func variable(_ name: String) -> String? {
-      getenv(name).map { String(cString: $0) }.flatMap { $0.isEmpty ? nil : $0 }
-    }
-    if getuid() == 0 { return "/var/cache/bucketfs" }
-    if let xdg = variable("XDG_CACHE_HOME") { return xdg + "/bucketfs" }
-    if let home = variable("HOME") { return home + "/.cache/bucketfs" }
-    return "/tmp/bucketfs-\(getuid())"
-  }
 }
