@@ -66,6 +66,19 @@ final class WriteTests: XCTestCase {
     XCTAssertEqual(text(store.data("docs/readme.txt")), "new")
   }
 
+  func testATruncatingOpenOfANonEmptyFileMovesItsMtime() async throws {
+    // pjdfstest open/00.t 43: open(O_TRUNC) kept the replaced bytes' mtime.
+    store.put("old.txt", data: bytes("old bytes"), custom: ["goog-reserved-file-mtime": "1000000000"])
+    let before = Timestamp.wholeSecondsNow()
+    let (inode, handle) = try await fs.openFile("old.txt", flags: O_WRONLY | O_TRUNC)
+    let shown = try await fs.getattr(inode: inode).0.modificationTime
+    XCTAssertGreaterThanOrEqual(shown.seconds, before.seconds, "stat shows the truncation's time")
+    try await fs.close(inode, handle)
+    let stored = Int(store.object("old.txt")?.custom["goog-reserved-file-mtime"] ?? "") ?? 0
+    XCTAssertGreaterThanOrEqual(stored, before.seconds, "the upload stores it")
+    XCTAssertEqual(store.data("old.txt"), [])
+  }
+
   func testAWriteInsideAnExistingObjectDownloadsItOnceThenPatchesTheBytes() async throws {
     let (inode, handle) = try await fs.openFile("docs/readme.txt", flags: O_WRONLY)
     store.resetCalls()

@@ -99,6 +99,8 @@ extension BucketFileSystem {
     let base = try await currentMetadata(inode: inode, node: node)
     let stage = try makeStage()
     let emptied = truncate || base.size == 0
+    // Truncating bytes away is a change: it moves the mtime, as a write does.
+    let truncated = truncate && base.size > 0
     let inferred = writes.withLock {
       $0.inferred[StagedFiles.InferredKey(key: base.name, generation: base.generation)] ?? []
     }
@@ -107,8 +109,9 @@ extension BucketFileSystem {
       state: StagedFile.State(
         key: node.key, baseGeneration: base.generation, base: base, attributes: ObjectAttributes(of: base),
         inferred: inferred, size: emptied ? 0 : UInt64(base.size), loaded: emptied,
-        dirty: truncate && base.size > 0, handles: 1,
-        modified: FileFacts(base).modified ?? RFC3339.parse(base.timeCreated)))
+        dirty: truncated, handles: 1,
+        modified: truncated ? .wholeSecondsNow() : FileFacts(base).modified ?? RFC3339.parse(base.timeCreated)
+      ))
     if staged.state.withLock({ $0.dirty }) {
       let failure = stage.writeRecord(staged.record)
       if failure != 0 {
