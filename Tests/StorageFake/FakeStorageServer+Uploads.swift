@@ -18,6 +18,10 @@ extension FakeStorageServer {
     var data: [UInt8] = []
     /// The stored object, once the last byte arrived.
     var stored: ObjectMetadata?
+    /// The commit of the complete bytes, once begun: a request that arrives
+    /// meanwhile (a status query after the client gave up waiting) gets its
+    /// answer, as the service's does, instead of committing a second time.
+    var commit: Task<ObjectMetadata, any Error>?
   }
 
   static let chunkGranularity = 256 << 10
@@ -134,16 +138,28 @@ extension FakeStorageServer {
       let overlap = Int64(session.data.count) - first
       if overlap < Int64(taken.count) { session.data += taken[Int(overlap)...] }
     }
-    state.withLock { $0.sessions[id] = session }
+    state.withLock { s in
+      session.commit = s.sessions[id]?.commit  // one begun since this request read the session
+      s.sessions[id] = session
+    }
     if case .persistPrefix? = modifier { return .json(503, "{}") }
     guard let size = session.size, Int64(session.data.count) == size else {
       let held = session.data.count
       return Response(status: 308, headers: held == 0 ? [] : [("Range", "bytes=0-\(held - 1)")], body: [])
     }
+    let complete = session
+    let commit = state.withLock { s -> Task<ObjectMetadata, any Error> in
+      if let begun = s.sessions[id]?.commit { return begun }
+      let task = Task { [store] in
+        try await store.upload(
+          complete.name, from: BytesSource(complete.data), attributes: complete.attributes,
+          ifGenerationMatch: complete.ifGenerationMatch)
+      }
+      s.sessions[id]?.commit = task
+      return task
+    }
     do {
-      let meta = try await store.upload(
-        session.name, from: BytesSource(session.data), attributes: session.attributes,
-        ifGenerationMatch: session.ifGenerationMatch)
+      let meta = try await commit.value
       state.withLock { $0.sessions[id]?.stored = meta }
       return .json(200, Resources.object(meta, endpoint: endpoint))
     } catch StorageError.preconditionFailed {
