@@ -221,6 +221,9 @@ final class ErrorTests: XCTestCase {
       #"{"name":"f","generation":"7","metageneration":"-1","size":"3"}"#,
       #"{"name":"f","generation":"7","metageneration":"1"}"#,
       #"{"name":"f","generation":"7","metageneration":"1","size":null}"#,
+      // The checksums of no bytes vouch for a missing size only when they agree.
+      #"{"name":"f","generation":"7","metageneration":"1","crc32c":"AAAAAA==","md5Hash":"XUFAKrxLKna5cZ2REBfFkg=="}"#,
+      #"{"name":"f","generation":"7","metageneration":"1","crc32c":"mnG7TA=="}"#,
     ]
     try await withFakeServer { server, client in
       server.store.put("f", data: [1, 2, 3])
@@ -237,6 +240,23 @@ final class ErrorTests: XCTestCase {
         guard case .invalidResponse = listError else {
           return XCTFail("list of \(object): expected invalidResponse, got \(String(describing: listError))")
         }
+      }
+    }
+  }
+
+  /// protobuf's JSON (storage-testbench) leaves out a size of 0; the
+  /// checksums of no bytes stand for it.
+  func testAMissingSizeWithTheChecksumsOfNoBytesIsZero() async throws {
+    let objects = [
+      #"{"name":"f","generation":"7","metageneration":"1","crc32c":"AAAAAA==","md5Hash":"1B2M2Y8AsgTpgAmY7PhCfg=="}"#,
+      #"{"name":"f","generation":"7","metageneration":"1","crc32c":"AAAAAA=="}"#,
+    ]
+    try await withFakeServer { server, client in
+      server.store.put("f", data: [])
+      for object in objects {
+        server.injectFaults([.raw(.json(object))], for: .metadata)
+        let metadata = try await client.metadata(of: "f")
+        XCTAssertEqual(metadata.size, 0, object)
       }
     }
   }
