@@ -33,11 +33,15 @@ let package = Package(
     // The storage model and protocol the filesystem is written against.
     // Object bytes travel as NIO ByteBuffers from the socket to the FUSE reply, uncopied.
     .target(name: "ObjectStore", dependencies: [.product(name: "NIOCore", package: "swift-nio")]),
+    // Where the service is and how a request proves who sends it: the
+    // endpoint and the access-token protocol, shared by the client and the
+    // credential providers (so neither depends on the other).
+    .target(name: "ServiceAccess"),
     // Cloud Storage JSON API client. Knows nothing of FUSE.
     .target(
       name: "CloudStorage",
       dependencies: [
-        "ObjectStore",
+        "ObjectStore", "ServiceAccess",
         .product(name: "AsyncHTTPClient", package: "async-http-client"),
         .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
         .product(name: "NIOCore", package: "swift-nio"),
@@ -50,7 +54,7 @@ let package = Package(
     .target(
       name: "Credentials",
       dependencies: [
-        "CloudStorage",
+        "ServiceAccess",
         .product(name: "AsyncHTTPClient", package: "async-http-client"),
         .product(name: "NIOCore", package: "swift-nio"),
         .product(name: "NIOHTTP1", package: "swift-nio"),
@@ -74,6 +78,7 @@ let package = Package(
       name: "bucketfs",
       dependencies: [
         "BucketFS", "CFuse", "CloudStorage", "Credentials", "FUSE", "MountOptionTable", "ObjectStore",
+        "ServiceAccess",
         .product(name: "ArgumentParser", package: "swift-argument-parser"),
         .product(name: "AsyncHTTPClient", package: "async-http-client"),
         .product(name: "Logging", package: "swift-log"),
@@ -96,7 +101,7 @@ let package = Package(
     .testTarget(
       name: "BucketFSTests",
       dependencies: [
-        "BucketFS", "CloudStorage", "FUSE", "ObjectStore", "StorageFake",
+        "BucketFS", "CloudStorage", "FUSE", "ObjectStore", "ServiceAccess", "StorageFake",
         .product(name: "AsyncHTTPClient", package: "async-http-client"),
         .product(name: "Logging", package: "swift-log"),
         .product(name: "NIOCore", package: "swift-nio"),
@@ -105,18 +110,19 @@ let package = Package(
     .testTarget(
       name: "CloudStorageTests",
       dependencies: [
-        "CloudStorage", "ObjectStore", "StorageFake",
+        "CloudStorage", "ObjectStore", "ServiceAccess", "StorageFake",
         .product(name: "AsyncHTTPClient", package: "async-http-client"),
         .product(name: "Logging", package: "swift-log"),
       ]
     ),
     .testTarget(
-      name: "MountOptionTableTests", dependencies: ["MountOptionTable", "BucketFS", "CloudStorage"]),
+      name: "MountOptionTableTests",
+      dependencies: ["MountOptionTable", "BucketFS", "CloudStorage", "ServiceAccess"]),
     .testTarget(name: "StorageFakeTests", dependencies: ["StorageFake", "ObjectStore"]),
     .testTarget(
       name: "CredentialsTests",
       dependencies: [
-        "Credentials", "CloudStorage", "ObjectStore", "StorageFake",
+        "Credentials", "CloudStorage", "ObjectStore", "ServiceAccess", "StorageFake",
         .product(name: "AsyncHTTPClient", package: "async-http-client"),
         .product(name: "Logging", package: "swift-log"),
         .product(name: "NIOCore", package: "swift-nio"),

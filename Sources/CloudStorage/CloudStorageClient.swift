@@ -3,6 +3,7 @@ import Logging
 import NIOCore
 import NIOHTTP1
 import ObjectStore
+import ServiceAccess
 import Synchronization
 
 #if canImport(FoundationEssentials)
@@ -10,12 +11,6 @@ import Synchronization
 #else
   import Foundation
 #endif
-
-/// Supplies the bearer token for each request; nil means anonymous.
-public protocol AccessTokenProvider: Sendable {
-  /// A valid token; `refresh` forces a new one (after a 401).
-  func token(refresh: Bool) async throws -> String
-}
 
 /// The Cloud Storage JSON API as an ``ObjectStore``: list, get, ranged media
 /// reads, metadata patches, uploads, deletes, rewrites and moves, with

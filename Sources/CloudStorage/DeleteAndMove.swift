@@ -1,5 +1,6 @@
 import NIOCore
 import ObjectStore
+import ServiceAccess
 
 // Deletes and the service's atomic move.
 extension CloudStorageClient {

@@ -2,6 +2,7 @@ import AsyncHTTPClient
 import NIOCore
 import NIOHTTP1
 import ObjectStore
+import ServiceAccess
 
 #if canImport(FoundationEssentials)
   import FoundationEssentials

@@ -1,5 +1,6 @@
 import NIOCore
 import ObjectStore
+import ServiceAccess
 
 // Server-side copies: the JSON API's rewrite, called again with its token
 // until the service says done (large objects, or across locations and

@@ -1,5 +1,5 @@
-import CloudStorage
 import Logging
+import ServiceAccess
 import _CryptoExtras
 
 #if canImport(FoundationEssentials)

@@ -1,6 +1,6 @@
 import AsyncHTTPClient
-import CloudStorage
 import Logging
+import ServiceAccess
 import _CryptoExtras
 
 #if canImport(FoundationEssentials)

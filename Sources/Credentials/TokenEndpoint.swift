@@ -1,8 +1,8 @@
 import AsyncHTTPClient
-import CloudStorage
 import Logging
 import NIOCore
 import NIOHTTP1
+import ServiceAccess
 
 #if canImport(FoundationEssentials)
   import FoundationEssentials

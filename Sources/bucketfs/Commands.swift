@@ -9,6 +9,7 @@ import FUSE
 import Logging
 import MountOptionTable
 import ObjectStore
+import ServiceAccess
 
 #if canImport(Glibc)
   import Glibc

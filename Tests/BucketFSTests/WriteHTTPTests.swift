@@ -2,6 +2,7 @@ import AsyncHTTPClient
 import CloudStorage
 import FUSE
 import ObjectStore
+import ServiceAccess
 import StorageFake
 import XCTest
 

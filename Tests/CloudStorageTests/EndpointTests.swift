@@ -1,5 +1,6 @@
 import CloudStorage
 import Foundation
+import ServiceAccess
 import XCTest
 
 /// Parsing `--endpoint` / STORAGE_EMULATOR_HOST.

@@ -1,6 +1,7 @@
 import CloudStorage
 import Foundation
 import ObjectStore
+import ServiceAccess
 import StorageFake
 import XCTest
 

@@ -3,6 +3,7 @@ import CloudStorage
 import Foundation
 import Logging
 import ObjectStore
+import ServiceAccess
 import StorageFake
 import XCTest
 

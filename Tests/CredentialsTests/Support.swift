@@ -6,6 +6,7 @@ import Logging
 import NIOCore
 import NIOHTTP1
 import NIOPosix
+import ServiceAccess
 import XCTest
 import _CryptoExtras
 

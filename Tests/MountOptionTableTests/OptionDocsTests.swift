@@ -2,6 +2,7 @@ import BucketFS
 import CloudStorage
 import Foundation
 import MountOptionTable
+import ServiceAccess
 import XCTest
 
 /// The options table is the one source of each option's name, default and
