@@ -40,7 +40,7 @@ public final class BucketFileSystem: FileSystem, Sendable {
   }
   struct LookupBurst {
     var inFlight = 0
-    var page: Task<AnsweredPage, any Error>?
+    var page: Task<DatedPage, any Error>?
     /// When `page` was asked for: lookups that keep a burst alive must not
     /// answer from one page forever.
     var pageAskedAt: Double = 0

@@ -35,7 +35,7 @@ actor DirectoryStream {
   private var deferred: [ListedEntry] = []
   /// Pages fetched since the start, and the next one when already under way.
   private var pagesFetched = 0
-  private var prefetch: Task<AnsweredPage, any Error>?
+  private var prefetch: Task<DatedPage, any Error>?
   /// The page token `prefetch` was asked for with.
   private var prefetchToken: String?
   /// The number of the page the reader is waiting for, if any.
@@ -106,7 +106,7 @@ actor DirectoryStream {
     let number = pagesFetched + 1
     awaited = number
     defer { awaited = nil }
-    let page: AnsweredPage
+    let page: DatedPage
     do {
       if let ahead = prefetch {
         prefetch = nil
@@ -158,12 +158,12 @@ actor DirectoryStream {
     prefetchToken = nil
   }
 
-  private func list(_ token: String?, number: Int) async throws -> AnsweredPage {
+  private func list(_ token: String?, number: Int) async throws -> DatedPage {
     try await lister()(token, number)
   }
 
   /// Holds the stream weakly, so that dropping it cancels the prefetch.
-  private func lister() -> @Sendable (String?, Int) async throws -> AnsweredPage {
+  private func lister() -> @Sendable (String?, Int) async throws -> DatedPage {
     let (store, prefix, pageSize, pass, clock) = (
       self.store, self.prefix, self.pageSize, self.pass, self.clock
     )
@@ -172,13 +172,13 @@ actor DirectoryStream {
       // The first page's token is never used early (goal: one call for a reader that stops there).
       guard number >= 2 else {
         let page = try await store.list(prefix: prefix, delimiter: "/", pageSize: pageSize, pageToken: token)
-        return AnsweredPage(page: page, answeredAt: clock())
+        return DatedPage(page: page, answeredAt: clock())
       }
       let page = try await store.list(prefix: prefix, delimiter: "/", pageSize: pageSize, pageToken: token) {
         next in
         Task { await stream.value?.tokenArrived(next, page: number, pass: pass) }
       }
-      return AnsweredPage(page: page, answeredAt: clock())
+      return DatedPage(page: page, answeredAt: clock())
     }
   }
 

@@ -11,7 +11,7 @@ extension BucketFileSystem {
   // MARK: - Extended attributes (docs/SEMANTICS.md#xattrs)
 
   public func getxattr(inode: UInt64, name: String) async throws -> [UInt8] {
-    if let answer = getxattrAtHand(inode: inode, name: name) { return try answer.get() }
+    if let answer = getxattrInline(inode: inode, name: name) { return try answer.get() }
     guard let property = XattrName(name) else { throw Errno.notSupported }
     let node = try node(inode)
     guard node.kind == .file else { throw Errno.noData }
@@ -21,18 +21,18 @@ extension BucketFileSystem {
   }
 
   public func listxattr(inode: UInt64) async throws -> [String] {
-    if let answer = listxattrAtHand(inode: inode) { return try answer.get() }
+    if let answer = listxattrInline(inode: inode) { return try answer.get() }
     let node = try node(inode)
     guard node.kind == .file else { return [] }
     return XattrName.names(of: try await currentMetadata(inode: inode, node: node))
   }
 
-  public func getxattrAtHand(inode: UInt64, name: String) -> Result<[UInt8], Errno>? {
+  public func getxattrInline(inode: UInt64, name: String) -> Result<[UInt8], Errno>? {
     guard let property = XattrName(name) else { return .failure(.notSupported) }
     if let pending = stagedMetadata(inode) {
       return Self.stagedValue(property, in: pending).map { .success(Array($0.utf8)) } ?? .failure(.noData)
     }
-    guard let (node, metadata) = metadataAtHand(inode) else { return nil }
+    guard let (node, metadata) = metadataInline(inode) else { return nil }
     guard node.kind == .file else { return .failure(.noData) }
     guard let metadata, let value = property.value(in: metadata) else {
       return metadata == nil ? nil : .failure(.noData)
@@ -40,15 +40,15 @@ extension BucketFileSystem {
     return .success(Array(value.utf8))
   }
 
-  public func listxattrAtHand(inode: UInt64) -> Result<[String], Errno>? {
+  public func listxattrInline(inode: UInt64) -> Result<[String], Errno>? {
     if let pending = stagedMetadata(inode) { return .success(Self.stagedNames(of: pending)) }
-    guard let (node, metadata) = metadataAtHand(inode) else { return nil }
+    guard let (node, metadata) = metadataInline(inode) else { return nil }
     guard node.kind == .file else { return .success([]) }
     return metadata.map { .success(XattrName.names(of: $0)) }
   }
 
   /// A node the kernel holds, with its full metadata if cached and fresh.
-  func metadataAtHand(_ inode: UInt64) -> (Node, ObjectMetadata?)? {
+  func metadataInline(_ inode: UInt64) -> (Node, ObjectMetadata?)? {
     let now = clock()
     let ttl = configuration.metadataTTL
     return state.withLock { state in

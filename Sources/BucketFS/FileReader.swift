@@ -8,7 +8,7 @@ import Synchronization
 /// A sequential reader gets a stream of segments fetched ahead of it, larger
 /// the longer it stays sequential, several in flight at once; a random reader
 /// gets exactly the bytes it asks for. Reads of bytes that have already
-/// arrived are answered synchronously (``atHand(offset:count:)``): the session
+/// arrived are answered synchronously (``buffered(offset:count:)``): the session
 /// thread replies at once, which is what keeps a sequential read at the speed
 /// of the network rather than of task switches.
 final class FileReader: Sendable {
@@ -87,7 +87,7 @@ final class FileReader: Sendable {
   }
 
   /// The bytes if every one of them has arrived already; never waits.
-  func atHand(offset: UInt64, count: Int) -> [ByteBuffer]? {
+  func buffered(offset: UInt64, count: Int) -> [ByteBuffer]? {
     guard offset < size, count > 0 else { return [] }
     let end = min(offset + UInt64(count), size)
     return state.withLock { state -> [ByteBuffer]? in
@@ -112,7 +112,7 @@ final class FileReader: Sendable {
   }
 
   func read(offset: UInt64, count: Int) async throws -> [ByteBuffer] {
-    if let pieces = atHand(offset: offset, count: count) { return pieces }
+    if let pieces = buffered(offset: offset, count: count) { return pieces }
     let end = min(offset + UInt64(count), size)
     let planned = state.withLock { state -> [Segment]? in
       let covered =

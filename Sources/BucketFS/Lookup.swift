@@ -61,7 +61,7 @@ extension BucketFileSystem {
     return entry(inode: inode, kind: .file, facts: facts, answeredAt: answeredAt)
   }
 
-  func joinBurst(_ parentKey: String) -> Task<AnsweredPage, any Error>? {
+  func joinBurst(_ parentKey: String) -> Task<DatedPage, any Error>? {
     let now = clock()
     // A name missing from the page is answered ENOENT: the page may be no
     // older than a negative answer may be remembered.
@@ -76,7 +76,7 @@ extension BucketFileSystem {
         burst.page = Task {
           let page = try await store.list(
             prefix: parentKey, delimiter: "/", pageSize: pageSize, pageToken: nil)
-          return AnsweredPage(page: page, answeredAt: clock())
+          return DatedPage(page: page, answeredAt: clock())
         }
       }
       state.bursts[ObjectKey(parentKey)] = burst
@@ -94,7 +94,7 @@ extension BucketFileSystem {
 
   /// The answer to a lookup from the first page of its directory's listing,
   /// when that page is enough to tell; nil when the name may be further on.
-  func resolve(fileKey: String, directoryKey: String, from answered: AnsweredPage) -> Entry? {
+  func resolve(fileKey: String, directoryKey: String, from answered: DatedPage) -> Entry? {
     let page = answered.page
     if page.nextPageToken != nil {
       let last = [page.items.last?.name, page.prefixes.last].compactMap { $0 }.max(by: Names.precedes)

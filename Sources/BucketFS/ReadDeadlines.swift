@@ -10,7 +10,7 @@ import ObjectStore
 /// succeeds or the deadline's length has passed. A service that recovers is
 /// used again at once: that one attempt succeeds.
 struct ReadDeadlines {
-  private struct Trouble {
+  private struct RetryWindow {
     /// When the first read under way gives up retrying.
     let deadline: NIODeadline
     /// Reads under way that share it.
@@ -18,7 +18,7 @@ struct ReadDeadlines {
     /// When a read failed after its deadline's retries: reads from then on try once.
     var exhaustedAt: NIODeadline?
   }
-  private var byKey: [ObjectKey: Trouble] = [:]
+  private var byKey: [ObjectKey: RetryWindow] = [:]
   private var nextSweep = 1024
   let length: TimeAmount
 
@@ -45,7 +45,7 @@ struct ReadDeadlines {
       }
     }
     let deadline = now + length
-    byKey[key] = Trouble(deadline: deadline, readers: 1)
+    byKey[key] = RetryWindow(deadline: deadline, readers: 1)
     return OperationDeadline(deadline: deadline)
   }
 

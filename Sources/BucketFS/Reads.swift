@@ -38,12 +38,12 @@ extension BucketFileSystem {
     }
   }
 
-  public func readAtHand(inode: UInt64, handle: UInt64, offset: UInt64, size: Int) -> [ByteBuffer]? {
+  public func readInline(inode: UInt64, handle: UInt64, offset: UInt64, size: Int) -> [ByteBuffer]? {
     if let staged = stagedBytes(inode: inode, handle: handle, offset: offset, size: size) {
       return try? staged.get()
     }
     guard let reader = state.withLock({ $0.files[handle] }),
-      let pieces = reader.atHand(offset: offset, count: size)
+      let pieces = reader.buffered(offset: offset, count: size)
     else { return nil }
     if Self.reachesEnd(offset, size, of: reader.size) { prefetch.readToEnd(reader.key) }
     return pieces

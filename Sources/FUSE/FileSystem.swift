@@ -32,16 +32,16 @@ public protocol FileSystem: AnyObject, Sendable {
   func read(inode: UInt64, handle: UInt64, offset: UInt64, size: Int) async throws -> [ByteBuffer]
   /// The same bytes if they are already at hand, else nil (then ``read`` is
   /// called). Answered inline: a hit costs no task and no thread hop.
-  func readAtHand(inode: UInt64, handle: UInt64, offset: UInt64, size: Int) -> [ByteBuffer]?
+  func readInline(inode: UInt64, handle: UInt64, offset: UInt64, size: Int) -> [ByteBuffer]?
   func release(inode: UInt64, handle: UInt64)
 
   /// The whole value; the session answers size probes and ERANGE itself.
   func getxattr(inode: UInt64, name: String) async throws -> [UInt8]
   func listxattr(inode: UInt64) async throws -> [String]
   /// The same answers when they need no waiting, else nil; answered inline
-  /// like ``readAtHand(inode:handle:offset:size:)``.
-  func getxattrAtHand(inode: UInt64, name: String) -> Result<[UInt8], Errno>?
-  func listxattrAtHand(inode: UInt64) -> Result<[String], Errno>?
+  /// like ``readInline(inode:handle:offset:size:)``.
+  func getxattrInline(inode: UInt64, name: String) -> Result<[UInt8], Errno>?
+  func listxattrInline(inode: UInt64) -> Result<[String], Errno>?
   func setxattr(inode: UInt64, name: String, value: [UInt8], flags: XattrFlags) async throws
   func removexattr(inode: UInt64, name: String) async throws
 
@@ -52,7 +52,7 @@ public protocol FileSystem: AnyObject, Sendable {
   func create(parent: UInt64, name: String, mode: UInt32, flags: Int32) async throws -> (Entry, OpenResult)
   /// Bytes written at `offset`; answered inline when it needs no waiting
   /// (nil: ``write(inode:handle:offset:data:)`` is called in a task).
-  func writeAtHand(inode: UInt64, handle: UInt64, offset: UInt64, data: UnsafeRawBufferPointer) -> Result<
+  func writeInline(inode: UInt64, handle: UInt64, offset: UInt64, data: UnsafeRawBufferPointer) -> Result<
     Int, Errno
   >?
   func write(inode: UInt64, handle: UInt64, offset: UInt64, data: [UInt8]) async throws -> Int

@@ -94,7 +94,7 @@ extension FUSESession {
         let offset = checkedOffset(req, offset, "read")
       else { return }
       let fs = session(req).fileSystem
-      if let pieces = fs.readAtHand(inode: inode, handle: handle, offset: offset, size: size) {
+      if let pieces = fs.readInline(inode: inode, handle: handle, offset: offset, size: size) {
         replyData(req, pieces)
         return
       }
@@ -126,7 +126,7 @@ extension FUSESession {
       guard let req else { return }
       guard let name = name.map({ String(cString: $0) }) else { return missing(req, "getxattr name") }
       let fs = session(req).fileSystem
-      if let answer = fs.getxattrAtHand(inode: inode, name: name) {
+      if let answer = fs.getxattrInline(inode: inode, name: name) {
         replyXattr(req, answer, size: size)
         return
       }
@@ -137,7 +137,7 @@ extension FUSESession {
     ops.listxattr = { req, inode, size in
       guard let req else { return }
       let fs = session(req).fileSystem
-      if let answer = fs.listxattrAtHand(inode: inode) {
+      if let answer = fs.listxattrInline(inode: inode) {
         replyXattr(req, answer.map(packNames), size: size)
         return
       }
@@ -190,7 +190,7 @@ extension FUSESession {
       guard buf != nil || size == 0 else { return missing(req, "data to write") }
       let fs = session(req).fileSystem
       let bytes = UnsafeRawBufferPointer(start: buf, count: size)
-      if let answer = fs.writeAtHand(inode: inode, handle: handle, offset: offset, data: bytes) {
+      if let answer = fs.writeInline(inode: inode, handle: handle, offset: offset, data: bytes) {
         switch answer {
         case .success(let count): fuse_reply_write(req, count)
         case .failure(let errno): fuse_reply_err(req, errno.code)

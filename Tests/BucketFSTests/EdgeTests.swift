@@ -117,7 +117,7 @@ final class EdgeTests: XCTestCase {
   func testAPatchRetriedAfterALostAnswerIsNotAConflict() async throws {
     let base = InMemoryObjectStore(bucket: "demo")
     base.put("f", data: [1], custom: ["old": "x"])
-    let store = LateAnswers(base)
+    let store = HeldAnswerStore(base)
     let fs = makeFileSystem(store)
     let inode = try await fs.inode(at: "f")
 

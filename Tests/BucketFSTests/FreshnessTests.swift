@@ -15,7 +15,7 @@ final class FreshnessTests: XCTestCase {
   func testALateGetNeverUndoesAPatch() async throws {
     let base = InMemoryObjectStore(bucket: "demo")
     base.put("f", data: [1], custom: ["a": "1"])
-    let store = LateAnswers(base)
+    let store = HeldAnswerStore(base)
     let clock = ManualClock()
     let fs = makeFileSystem(store, clock: clock)
     let inode = try await fs.inode(at: "f")
@@ -26,11 +26,11 @@ final class FreshnessTests: XCTestCase {
     let taken = await eventually { store.taken(.metadata) == 1 }
     XCTAssertTrue(taken)
     try await fs.setxattr(inode: inode, name: "user.custom.a", value: bytes("2"), flags: [])
-    XCTAssertEqual(text(fs.getxattrAtHand(inode: inode, name: "user.custom.a")), "2")
+    XCTAssertEqual(text(fs.getxattrInline(inode: inode, name: "user.custom.a")), "2")
     store.release(.metadata)
     _ = try await early.value
 
-    XCTAssertEqual(text(fs.getxattrAtHand(inode: inode, name: "user.custom.a")), "2")
+    XCTAssertEqual(text(fs.getxattrInline(inode: inode, name: "user.custom.a")), "2")
     await XCTAssertEqualAsync(try await fs.getxattr(inode: inode, name: "user.custom.a"), bytes("2"))
     let (attributes, _) = try await fs.getattr(inode: inode)
     XCTAssertEqual(attributes.changeTime, RFC3339.parse(base.object("f")!.updated))
@@ -39,7 +39,7 @@ final class FreshnessTests: XCTestCase {
   func testALateListPageNeverUndoesAPatch() async throws {
     let base = InMemoryObjectStore(bucket: "demo")
     base.put("f", data: [1], custom: ["a": "1"])
-    let store = LateAnswers(base)
+    let store = HeldAnswerStore(base)
     let fs = makeFileSystem(store)
     let inode = try await fs.inode(at: "f")
 
@@ -54,7 +54,7 @@ final class FreshnessTests: XCTestCase {
     XCTAssertEqual(entries.map(\.name), ["f"])
     XCTAssertEqual(entries[0].entry.attributes?.inode, inode)
     XCTAssertEqual(entries[0].entry.attributes?.changeTime, RFC3339.parse(base.object("f")!.updated))
-    XCTAssertEqual(text(fs.getxattrAtHand(inode: inode, name: "user.custom.a")), "2")
+    XCTAssertEqual(text(fs.getxattrInline(inode: inode, name: "user.custom.a")), "2")
   }
 
   func testTheKernelKeepsCachedAnswersOnlyForWhatIsLeftOfTheTTL() async throws {
@@ -100,7 +100,7 @@ final class FreshnessTests: XCTestCase {
   func testABurstUnderSustainedLookupsListsAgainWithinTheNegativeTTL() async throws {
     let base = InMemoryObjectStore(bucket: "demo")
     for name in ["a", "b", "n1", "n2"] { base.put("d/" + name, data: [1]) }
-    let store = LateAnswers(base)
+    let store = HeldAnswerStore(base)
     let clock = ManualClock()
     let fs = makeFileSystem(store, clock: clock)
     let directory = try await fs.inode(at: "d")

@@ -187,28 +187,28 @@ final class ListingTests: XCTestCase {
       XCTAssertTrue(names.contains("user.custom.i"))
       for name in names { _ = try await fs.getxattr(inode: inode, name: name) }
       // The session answers these inline, with no task.
-      XCTAssertEqual(try fs.listxattrAtHand(inode: inode)?.get(), names)
+      XCTAssertEqual(try fs.listxattrInline(inode: inode)?.get(), names)
       XCTAssertEqual(
-        try fs.getxattrAtHand(inode: inode, name: "user.custom.i")?.get(), Array(entry.name.dropFirst().utf8))
-      XCTAssertEqual(fs.getxattrAtHand(inode: inode, name: "user.custom.none"), .failure(.noData))
-      XCTAssertEqual(fs.getxattrAtHand(inode: inode, name: "security.selinux"), .failure(.notSupported))
+        try fs.getxattrInline(inode: inode, name: "user.custom.i")?.get(), Array(entry.name.dropFirst().utf8))
+      XCTAssertEqual(fs.getxattrInline(inode: inode, name: "user.custom.none"), .failure(.noData))
+      XCTAssertEqual(fs.getxattrInline(inode: inode, name: "security.selinux"), .failure(.notSupported))
     }
     XCTAssertEqual(store.calls, [], "the page is the cache")
   }
 
-  func testXattrsOfStaleMetadataAreNotAtHand() async throws {
+  func testXattrsOfStaleMetadataAreNotAnsweredInline() async throws {
     let store = InMemoryObjectStore(bucket: "demo")
     store.put("d/f", data: [1], contentType: "text/plain")
     let clock = ManualClock()
     let fs = makeFileSystem(store, clock: clock)
     let inode = try await fs.inode(at: "d/f")
     XCTAssertEqual(
-      try fs.getxattrAtHand(inode: inode, name: "user.contentType")?.get(), Array("text/plain".utf8))
+      try fs.getxattrInline(inode: inode, name: "user.contentType")?.get(), Array("text/plain".utf8))
     clock.advance(61)
-    XCTAssertNil(fs.getxattrAtHand(inode: inode, name: "user.contentType"))
-    XCTAssertNil(fs.listxattrAtHand(inode: inode))
+    XCTAssertNil(fs.getxattrInline(inode: inode, name: "user.contentType"))
+    XCTAssertNil(fs.listxattrInline(inode: inode))
     XCTAssertNil(
-      fs.getxattrAtHand(inode: 987_654, name: "user.contentType"), "unknown inodes take the slow path")
+      fs.getxattrInline(inode: 987_654, name: "user.contentType"), "unknown inodes take the slow path")
     store.resetCalls()
     await XCTAssertEqualAsync(
       try await fs.getxattr(inode: inode, name: "user.contentType"), Array("text/plain".utf8))

@@ -77,7 +77,7 @@ final class ReadAheadBudgetTests: XCTestCase {
     while true {
       let offset = UInt64(read.count)
       let pieces =
-        if let hit = fs.readAtHand(inode: inode, handle: handle, offset: offset, size: chunk) { hit } else {
+        if let hit = fs.readInline(inode: inode, handle: handle, offset: offset, size: chunk) { hit } else {
           try await fs.read(inode: inode, handle: handle, offset: offset, size: chunk)
         }
       let bytes = pieces.array

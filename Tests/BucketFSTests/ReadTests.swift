@@ -82,16 +82,16 @@ final class ReadTests: XCTestCase {
     let inode = try await fs.inode(at: "big")
     let opened = try await fs.open(inode: inode, flags: O_RDONLY)
     XCTAssertNil(
-      fs.readAtHand(inode: inode, handle: opened.handle, offset: 0, size: 10), "nothing fetched yet")
+      fs.readInline(inode: inode, handle: opened.handle, offset: 0, size: 10), "nothing fetched yet")
     XCTAssertEqual(store.calls(.read).count, 0, "asking what is at hand fetches nothing")
 
     var read = try await fs.read(inode: inode, handle: opened.handle, offset: 0, size: 100_000).array
     // The first segment is 256 KiB: this read spans it and the next one.
     let spanning = 200_000..<(200_000 + (128 << 10))
     // Polls until the bytes have arrived (a loaded machine may take a while).
-    func atHand(_ offset: Int, _ size: Int) async throws -> [ByteBuffer]? {
+    func buffered(_ offset: Int, _ size: Int) async throws -> [ByteBuffer]? {
       for _ in 0..<1000 {
-        if let pieces = fs.readAtHand(inode: inode, handle: opened.handle, offset: UInt64(offset), size: size)
+        if let pieces = fs.readInline(inode: inode, handle: opened.handle, offset: UInt64(offset), size: size)
         {
           return pieces
         }
@@ -99,9 +99,9 @@ final class ReadTests: XCTestCase {
       }
       return nil
     }
-    let rest = try await atHand(100_000, 100_000)
+    let rest = try await buffered(100_000, 100_000)
     read += try XCTUnwrap(rest, "read-ahead never arrived").array
-    let next = try await atHand(spanning.lowerBound, spanning.count)
+    let next = try await buffered(spanning.lowerBound, spanning.count)
     let across = try XCTUnwrap(next, "the next segment never arrived")
     XCTAssertEqual(across.count, 2, "one piece per segment, not a copy")
     XCTAssertTrue(across.array == Array(data[spanning]))
@@ -113,7 +113,7 @@ final class ReadTests: XCTestCase {
     while offset < data.count {
       let size = 128 << 10
       let chunk: [UInt8]
-      if let hit = fs.readAtHand(inode: inode, handle: opened.handle, offset: UInt64(offset), size: size) {
+      if let hit = fs.readInline(inode: inode, handle: opened.handle, offset: UInt64(offset), size: size) {
         inline += 1
         chunk = hit.array
       } else {
@@ -126,7 +126,7 @@ final class ReadTests: XCTestCase {
     XCTAssertTrue(read == data)
     XCTAssertGreaterThan(inline, 0)
     XCTAssertEqual(
-      fs.readAtHand(inode: inode, handle: opened.handle, offset: UInt64(data.count), size: 10)?.count, 0)
+      fs.readInline(inode: inode, handle: opened.handle, offset: UInt64(data.count), size: 10)?.count, 0)
     fs.release(inode: inode, handle: opened.handle)
   }
 
@@ -162,8 +162,8 @@ final class ReadTests: XCTestCase {
     for offset in offsets {
       for size in [4096, Int.max, 0, -1] {
         let expected: [UInt8] = offset == 999 && size > 0 ? [data[999]] : []
-        let atHand = fs.readAtHand(inode: inode, handle: opened.handle, offset: offset, size: size)
-        if let atHand { XCTAssertEqual(atHand.array, expected, "at hand, \(offset) size \(size)") }
+        let inline = fs.readInline(inode: inode, handle: opened.handle, offset: offset, size: size)
+        if let inline { XCTAssertEqual(inline.array, expected, "inline, \(offset) size \(size)") }
         await XCTAssertEqualAsync(
           try await fs.read(inode: inode, handle: opened.handle, offset: offset, size: size).array, expected,
           "\(offset) size \(size)")

@@ -87,7 +87,7 @@ extension BucketFileSystem {
 
   /// A write as the session makes it: inline when it can be, else in a task.
   func writeBytes(_ inode: UInt64, _ handle: UInt64, at offset: UInt64, _ data: [UInt8]) async throws -> Int {
-    let inline = data.withUnsafeBytes { writeAtHand(inode: inode, handle: handle, offset: offset, data: $0) }
+    let inline = data.withUnsafeBytes { writeInline(inode: inode, handle: handle, offset: offset, data: $0) }
     if let inline { return try inline.get() }
     return try await write(inode: inode, handle: handle, offset: offset, data: data)
   }
@@ -102,7 +102,7 @@ extension BucketFileSystem {
     var result: [UInt8] = []
     var at = offset
     while true {
-      var pieces = readAtHand(inode: inode, handle: handle, offset: at, size: 1 << 16)
+      var pieces = readInline(inode: inode, handle: handle, offset: at, size: 1 << 16)
       if pieces == nil { pieces = try await read(inode: inode, handle: handle, offset: at, size: 1 << 16) }
       let chunk = pieces!.flatMap { Array($0.readableBytesView) }
       if chunk.isEmpty { return result }

@@ -219,7 +219,7 @@ extension BucketFileSystem {
 
   // MARK: - Writing
 
-  public func writeAtHand(inode: UInt64, handle: UInt64, offset: UInt64, data: UnsafeRawBufferPointer)
+  public func writeInline(inode: UInt64, handle: UInt64, offset: UInt64, data: UnsafeRawBufferPointer)
     -> Result<Int, Errno>?
   {
     guard let staged = stagedFile(handle: handle) else { return .failure(.badHandle) }

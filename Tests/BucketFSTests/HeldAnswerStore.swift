@@ -8,7 +8,7 @@ import Synchronization
 /// a GET or a list page sent before a PATCH arrives after its answer. A lost
 /// PATCH answer is applied and then answered 412, as the client's retry of
 /// it is.
-final class LateAnswers: ObjectStore, Sendable {
+final class HeldAnswerStore: ObjectStore, Sendable {
   enum Kind: Sendable { case metadata, list }
   let base: InMemoryObjectStore
   private struct Hold {

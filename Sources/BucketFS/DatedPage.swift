@@ -2,7 +2,7 @@ import ObjectStore
 
 /// A list page and when the service answered it: what is learnt from it is
 /// fresh from then, not from when a reader gets to it.
-struct AnsweredPage: Sendable {
+struct DatedPage: Sendable {
   let page: ListPage
   let answeredAt: Double
 }
