@@ -23,7 +23,7 @@ enum AtomicSave {
     source: ObjectAttributes, inferred: Set<XattrName>, replaced: ObjectAttributes
   ) -> ObjectAttributes {
     var result = replaced
-    result.custom[BucketFileSystem.mtimeKey] = nil
+    result.custom[Staging.mtimeKey] = nil
     for (field, value) in source.fields {
       if !inferred.contains(.writable(field)) || result.fields[field] == nil { result.fields[field] = value }
     }

@@ -171,33 +171,3 @@ struct ListingAwareStore: ObjectStore {
     return stored
   }
 }
-
-extension BucketFileSystem {
-  /// A key this mount stored: its directory's complete listing (if any) has it now.
-  func noteStored(_ key: String) {
-    listings.withLock { $0.add(key: key) }
-  }
-
-  func listingPassStarted(handle: UInt64, directory: String) {
-    let now = clock()
-    listings.withLock { $0.startPass(handle: handle, directory: directory, at: now) }
-  }
-
-  /// Names a readdir pass handed the kernel; `complete` at its end.
-  func listingPassNoted(handle: UInt64, names: [(String, Double)], complete: Bool) {
-    guard !names.isEmpty || complete else { return }
-    listings.withLock { listings in
-      for (name, answeredAt) in names { listings.note(handle: handle, name: name, answeredAt: answeredAt) }
-      if complete { listings.finishPass(handle: handle) }
-    }
-  }
-
-  /// Whether `name` is known absent from directory `directoryKey` without asking:
-  /// only for the negative TTL, so another client's new object shows within it.
-  func knownAbsent(_ directoryKey: String, _ name: String) -> Bool {
-    let now = clock()
-    return listings.withLock {
-      $0.knownAbsent(directory: directoryKey, name: name, now: now, ttl: configuration.negativeTTL)
-    }
-  }
-}

@@ -1,39 +1,65 @@
 import FUSE
+import ObjectStore
+import Synchronization
 
-#if canImport(Glibc)
-  import Glibc
-#endif
+/// Directory handles over ``DirectoryStream``s: what each readdir pass
+/// shows, and what it tells the walks, the prefetch and the complete listings.
+final class Directories: Sendable {
+  private let streams = Mutex<[UInt64: DirectoryStream]>([:])
+  let nodes: NodeTable
+  let entries: Entries
+  let handles: HandleNumbers
+  /// Tree walks and the listings they fetch ahead (SubtreeWalk.swift).
+  let walks: SubtreeWalks
+  let listings: SharedListings
+  let prefetch: SiblingPrefetch
+  let store: any ObjectStore
+  let configuration: Configuration
+  let diagnostics: Diagnostics
+  let clock: @Sendable () -> Double
 
-/// Directory handles over ``DirectoryStream``.
-extension BucketFileSystem {
-  // MARK: - Directories
-
-  public func opendir(inode: UInt64) async throws -> UInt64 {
-    let key = try node(inode, kind: .directory).key
-    let listed = await walks.opened(key, parent: SubtreeWalks.parent(of: key, root: configuration.rootPrefix))
-    let stream = DirectoryStream(
-      prefix: key, store: store, pageSize: configuration.pageSize, clock: clock, listed: listed,
-      onConflict: { [weak self] in self?.warnConflict($0) })
-    return state.withLock { state in
-      let handle = state.nextHandle
-      state.nextHandle += 1
-      state.directories[handle] = stream
-      return handle
-    }
+  init(
+    nodes: NodeTable, entries: Entries, handles: HandleNumbers, walks: SubtreeWalks, listings: SharedListings,
+    prefetch: SiblingPrefetch, store: any ObjectStore, configuration: Configuration, diagnostics: Diagnostics,
+    clock: @escaping @Sendable () -> Double
+  ) {
+    self.nodes = nodes
+    self.entries = entries
+    self.handles = handles
+    self.walks = walks
+    self.listings = listings
+    self.prefetch = prefetch
+    self.store = store
+    self.configuration = configuration
+    self.diagnostics = diagnostics
+    self.clock = clock
   }
 
-  public func readdir(inode: UInt64, handle: UInt64, offset: UInt64, into buffer: DirectoryBuffer)
-    async throws
-  {
-    guard let stream = state.withLock({ $0.directories[handle] }) else { throw Errno.badHandle }
-    logger.trace("readdir \(stream.prefix) handle \(handle) offset \(offset)")
+  var openCount: Int { streams.withLock { $0.count } }
+
+  func opendir(inode: UInt64) async throws -> UInt64 {
+    let key = try nodes.node(inode, kind: .directory).key
+    let listed = await walks.opened(key, parent: SubtreeWalks.parent(of: key, root: configuration.rootPrefix))
+    let diagnostics = self.diagnostics
+    let stream = DirectoryStream(
+      prefix: key, store: store, pageSize: configuration.pageSize, clock: clock, listed: listed,
+      onConflict: { diagnostics.warnConflict($0) })
+    let handle = handles.next()
+    streams.withLock { $0[handle] = stream }
+    return handle
+  }
+
+  func readdir(inode: UInt64, handle: UInt64, offset: UInt64, into buffer: DirectoryBuffer) async throws {
+    guard let stream = streams.withLock({ $0[handle] }) else { throw Errno.badHandle }
+    diagnostics.logger.trace("readdir \(stream.prefix) handle \(handle) offset \(offset)")
     if offset == 0 {
       await stream.rewind()
-      listingPassStarted(handle: handle, directory: stream.prefix)
+      let now = clock()
+      listings.withLock { $0.startPass(handle: handle, directory: stream.prefix, at: now) }
     }
     var listedNames: [(String, Double)] = []
-    defer { listingPassNoted(handle: handle, names: listedNames, complete: false) }
-    let own = attributes(inode: inode, kind: .directory, facts: nil)
+    defer { notePass(handle: handle, names: listedNames, complete: false) }
+    let own = entries.attributes(inode: inode, kind: .directory, facts: nil)
     let dot = Entry(attributes: own, entryTimeout: 0, attributeTimeout: 0)
     if offset == 0, !buffer.add(name: ".", entry: dot, nextOffset: 1) { return }
     if offset <= 1, !buffer.add(name: "..", entry: dot, nextOffset: 2) { return }
@@ -53,13 +79,13 @@ extension BucketFileSystem {
         // Once some entries are packed, send them rather than wait for a page.
         batch = try await stream.entries(from: index, fetch: !added)
       } catch {
-        let errno = failure(error, operation: "list", key: stream.prefix)
+        let errno = diagnostics.failure(error, operation: "list", key: stream.prefix)
         // Entries already packed are worth sending; the next call retries.
         if added { return }
         throw errno
       }
       if batch.isEmpty {
-        listingPassNoted(handle: handle, names: listedNames, complete: true)
+        notePass(handle: handle, names: listedNames, complete: true)
         listedNames = []
         return
       }
@@ -67,22 +93,23 @@ extension BucketFileSystem {
         // Fresh from when the page was answered, however long the reader paused.
         let now = listed.answeredAt
         let facts = listed.metadata.map(FileFacts.init)
-        let (inode, shown): (UInt64, FileFacts?) = state.withLock { state in
+        let (inode, shown): (UInt64, FileFacts?) = nodes.withLock { table in
           if buffer.isPlus {
-            let inode = state.inodes.remember(
+            let inode = table.remember(
               key: listed.key, kind: listed.kind, metadata: listed.metadata, facts: facts, at: now)
-            return (inode, state.inodes[inode]?.facts ?? facts)
+            return (inode, table[inode]?.facts ?? facts)
           }
-          if let metadata = listed.metadata { state.inodes.refresh(metadata, at: now) }
-          return (state.inodes.expectedInode(of: listed.key), facts)
+          if let metadata = listed.metadata { table.refresh(metadata, at: now) }
+          return (table.expectedInode(of: listed.key), facts)
         }
         let next = UInt64(index) + 3
         guard
           buffer.add(
-            name: listed.name, entry: entry(inode: inode, kind: listed.kind, facts: shown, answeredAt: now),
+            name: listed.name,
+            entry: entries.entry(inode: inode, kind: listed.kind, facts: shown, answeredAt: now),
             nextOffset: next)
         else {
-          if buffer.isPlus { forget(inode: inode, count: 1) }
+          if buffer.isPlus { nodes.forget(inode: inode, count: 1) }
           return
         }
         added = true
@@ -96,8 +123,17 @@ extension BucketFileSystem {
     }
   }
 
-  public func releasedir(inode: UInt64, handle: UInt64) {
-    if let stream = state.withLock({ $0.directories.removeValue(forKey: handle) }) {
+  /// Names a readdir pass handed the kernel; `complete` at its end.
+  private func notePass(handle: UInt64, names: [(String, Double)], complete: Bool) {
+    guard !names.isEmpty || complete else { return }
+    listings.withLock { listings in
+      for (name, answeredAt) in names { listings.note(handle: handle, name: name, answeredAt: answeredAt) }
+      if complete { listings.finishPass(handle: handle) }
+    }
+  }
+
+  func releasedir(handle: UInt64) {
+    if let stream = streams.withLock({ $0.removeValue(forKey: handle) }) {
       walks.released(stream.prefix)
     }
     listings.withLock { $0.dropPass(handle: handle) }

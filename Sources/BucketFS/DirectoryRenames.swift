@@ -9,25 +9,25 @@ import ObjectStore
 /// several at once, up to `renameDirectoryLimit` objects (beyond: EXDEV, so
 /// `mv` copies). Not atomic: others may see it half done, and a failure
 /// midway leaves it half done (EIO, and the log says which objects moved).
-extension BucketFileSystem {
+extension Namespace {
   func renameDirectory(_ from: String, to: String, replacingPlaceholder replaced: ObjectMetadata?)
     async throws
   {
     // Dirty files go up first, so the listing has them.
-    let heldFiles = state.withLock { $0.inodes.inodes(under: from) }.filter { $0.node.kind == .file }
-    for (inode, _) in heldFiles { try await commitStaged(inode: inode) }
+    let heldFiles = nodes.withLock { $0.inodes(under: from) }.filter { $0.node.kind == .file }
+    for (inode, _) in heldFiles { try await staging.commit(inode: inode) }
 
     let objects = try await objectsToMove(under: from)
     if objects.isEmpty { throw Errno.noEntry }
     let targets = objects.map {
       to + String(decoding: $0.name.utf8.dropFirst(from.utf8.count), as: UTF8.self)
     }
-    if targets.contains(where: { $0.utf8.count > Self.maxObjectNameBytes }) { throw Errno.nameTooLong }
+    if targets.contains(where: { $0.utf8.count > Names.maxObjectNameBytes }) { throw Errno.nameTooLong }
 
     let outcome = await moveAll(objects, to: targets, replacing: replaced, into: to)
     // Without a placeholder nothing stored names `to` itself: its parent's
     // complete listing must not call it absent.
-    if !outcome.moved.isEmpty { noteStored(to) }
+    if !outcome.moved.isEmpty { listings.withLock { $0.add(key: to) } }
     if let (name, error) = outcome.failure {
       let moved = outcome.moved.map { "\($0.from) -> \($0.to.name)" }
       let kept = outcome.sourceKept.map { "\($0) (copied, source kept)" }
@@ -39,33 +39,32 @@ extension BucketFileSystem {
         Not moved (\(left.count)): \(left.joined(separator: ", ")).\(kept.isEmpty ? "" : " " + kept.joined(separator: ", "))
         """)
       // What moved is no longer under the old names.
-      for moved in outcome.moved { forgetKey(moved.from) }
+      for moved in outcome.moved { nodes.forgetKey(moved.from) }
       throw Errno.io
     }
 
     let now = clock()
-    let renamed: [(UInt64, String, Int64)] = state.withLock { state in
-      for (inode, node) in state.inodes.inodes(under: from) {
-        state.inodes.rekey(
-          inode, to: to + String(decoding: node.key.utf8.dropFirst(from.utf8.count), as: UTF8.self))
+    let renamed: [(UInt64, String, Int64)] = nodes.withLock { table in
+      for (inode, node) in table.inodes(under: from) {
+        table.rekey(inode, to: to + String(decoding: node.key.utf8.dropFirst(from.utf8.count), as: UTF8.self))
       }
-      if let inode = state.inodes.inode(of: from) { state.inodes.rekey(inode, to: to) }
+      if let inode = table.inode(of: from) { table.rekey(inode, to: to) }
       var renamed: [(UInt64, String, Int64)] = []
       for moved in outcome.moved {
-        state.inodes.refresh(moved.to, at: now)
-        if let inode = state.inodes.inode(of: moved.to.name), state.inodes[inode]?.kind == .file {
+        table.refresh(moved.to, at: now)
+        if let inode = table.inode(of: moved.to.name), table[inode]?.kind == .file {
           renamed.append((inode, moved.to.name, moved.to.generation))
         }
       }
       return renamed
     }
     for (inode, key, generation) in renamed {
-      stagedFileRenamed(inode: inode, to: key, generation: generation)
+      staging.renamed(inode: inode, to: key, generation: generation)
     }
     let generations = Dictionary(objects.map { ($0.name, $0.generation) }, uniquingKeysWith: { a, _ in a })
     for moved in outcome.moved {
       guard let generation = generations[moved.from] else { continue }
-      carryInferred(inferredProperties(of: moved.from, generation: generation), to: moved.to)
+      staging.carryInferred(staging.inferredProperties(of: moved.from, generation: generation), to: moved.to)
     }
   }
 
@@ -82,7 +81,7 @@ extension BucketFileSystem {
         page = try await store.list(
           prefix: prefix, delimiter: nil, pageSize: min(1000, limit + 1 - objects.count), pageToken: token)
       } catch {
-        throw failure(error, operation: "list", key: prefix)
+        throw diagnostics.failure(error, operation: "list", key: prefix)
       }
       objects += page.items
       if objects.count > limit {
@@ -92,7 +91,7 @@ extension BucketFileSystem {
       }
       token = page.nextPageToken
       if let token, !tokens.insert(token).inserted {
-        throw failure(
+        throw diagnostics.failure(
           StorageError.invalidResponse("page token \(token) came back; the listing loops"), operation: "list",
           key: prefix)
       }

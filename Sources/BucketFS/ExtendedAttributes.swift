@@ -6,33 +6,49 @@ import ObjectStore
 #endif
 
 /// Object metadata as `user.*` extended attributes (docs/SEMANTICS.md#xattrs), with the
-/// conditional PATCH loop behind set and remove.
-extension BucketFileSystem {
-  // MARK: - Extended attributes (docs/SEMANTICS.md#xattrs)
+/// conditional PATCH loop behind set and remove. A staged file's pending
+/// values answer first (Writes/StagedXattrs.swift).
+final class Xattrs: Sendable {
+  let nodes: NodeTable
+  let staging: Staging
+  let store: any ObjectStore
+  let configuration: Configuration
+  let diagnostics: Diagnostics
 
-  public func getxattr(inode: UInt64, name: String) async throws -> [UInt8] {
+  init(
+    nodes: NodeTable, staging: Staging, store: any ObjectStore, configuration: Configuration,
+    diagnostics: Diagnostics
+  ) {
+    self.nodes = nodes
+    self.staging = staging
+    self.store = store
+    self.configuration = configuration
+    self.diagnostics = diagnostics
+  }
+
+  func getxattr(inode: UInt64, name: String) async throws -> [UInt8] {
     if let answer = getxattrInline(inode: inode, name: name) { return try answer.get() }
     guard let property = XattrName(name) else { throw Errno.notSupported }
-    let node = try node(inode)
+    let node = try nodes.node(inode)
     guard node.kind == .file else { throw Errno.noData }
-    let metadata = try await currentMetadata(inode: inode, node: node)
+    let metadata = try await nodes.currentMetadata(of: node)
     guard let value = property.value(in: metadata) else { throw Errno.noData }
     return Array(value.utf8)
   }
 
-  public func listxattr(inode: UInt64) async throws -> [String] {
+  func listxattr(inode: UInt64) async throws -> [String] {
     if let answer = listxattrInline(inode: inode) { return try answer.get() }
-    let node = try node(inode)
+    let node = try nodes.node(inode)
     guard node.kind == .file else { return [] }
-    return XattrName.names(of: try await currentMetadata(inode: inode, node: node))
+    return XattrName.names(of: try await nodes.currentMetadata(of: node))
   }
 
-  public func getxattrInline(inode: UInt64, name: String) -> Result<[UInt8], Errno>? {
+  func getxattrInline(inode: UInt64, name: String) -> Result<[UInt8], Errno>? {
     guard let property = XattrName(name) else { return .failure(.notSupported) }
-    if let pending = stagedMetadata(inode) {
-      return Self.stagedValue(property, in: pending).map { .success(Array($0.utf8)) } ?? .failure(.noData)
+    if let pending = staging.pendingMetadata(inode) {
+      return Staging.stagedValue(property, in: pending).map { .success(Array($0.utf8)) } ?? .failure(.noData)
     }
-    guard let (node, metadata) = metadataInline(inode) else { return nil }
+    guard let (node, metadata) = nodes.metadataInline(inode) else { return nil }
     guard node.kind == .file else { return .failure(.noData) }
     guard let metadata, let value = property.value(in: metadata) else {
       return metadata == nil ? nil : .failure(.noData)
@@ -40,33 +56,23 @@ extension BucketFileSystem {
     return .success(Array(value.utf8))
   }
 
-  public func listxattrInline(inode: UInt64) -> Result<[String], Errno>? {
-    if let pending = stagedMetadata(inode) { return .success(Self.stagedNames(of: pending)) }
-    guard let (node, metadata) = metadataInline(inode) else { return nil }
+  func listxattrInline(inode: UInt64) -> Result<[String], Errno>? {
+    if let pending = staging.pendingMetadata(inode) { return .success(Staging.stagedNames(of: pending)) }
+    guard let (node, metadata) = nodes.metadataInline(inode) else { return nil }
     guard node.kind == .file else { return .success([]) }
     return metadata.map { .success(XattrName.names(of: $0)) }
   }
 
-  /// A node the kernel holds, with its full metadata if cached and fresh.
-  func metadataInline(_ inode: UInt64) -> (Node, ObjectMetadata?)? {
-    let now = clock()
-    let ttl = configuration.metadataTTL
-    return state.withLock { state in
-      guard let node = state.inodes[inode] else { return nil }
-      return (node, now - node.fetchedAt < ttl ? state.inodes.metadata[node.key] : nil)
-    }
-  }
-
-  public func setxattr(inode: UInt64, name: String, value: [UInt8], flags: XattrFlags) async throws {
-    if try setStagedProperty(inode: inode, name: name, value: value, flags: flags) { return }
+  func setxattr(inode: UInt64, name: String, value: [UInt8], flags: XattrFlags) async throws {
+    if try staging.setProperty(inode: inode, name: name, value: value, flags: flags) { return }
     let (property, node) = try writableProperty(inode: inode, name: name)
     guard let text = String(validating: value, as: UTF8.self) else { throw Errno.invalid }
     if case .custom = property, text.utf8.count > MetadataLimits.maxValueBytes { throw Errno.tooBig }
     try await update(property, to: text, flags: flags, inode: inode, node: node)
   }
 
-  public func removexattr(inode: UInt64, name: String) async throws {
-    if try setStagedProperty(inode: inode, name: name, value: nil, flags: .replace) { return }
+  func removexattr(inode: UInt64, name: String) async throws {
+    if try staging.setProperty(inode: inode, name: name, value: nil, flags: .replace) { return }
     let (property, node) = try writableProperty(inode: inode, name: name)
     try await update(property, to: nil, flags: .replace, inode: inode, node: node)
   }
@@ -75,7 +81,7 @@ extension BucketFileSystem {
   func writableProperty(inode: UInt64, name: String) throws -> (XattrName, Node) {
     guard let property = XattrName(name) else { throw Errno.notSupported }
     if configuration.readOnly { throw Errno.readOnly }
-    let node = try node(inode)
+    let node = try nodes.node(inode)
     guard node.kind == .file, property.isWritable else { throw Errno.notPermitted }
     return (property, node)
   }
@@ -86,7 +92,7 @@ extension BucketFileSystem {
   func update(
     _ property: XattrName, to value: String?, flags: XattrFlags, inode: UInt64, node: Node
   ) async throws {
-    var metadata = try await currentMetadata(inode: inode, node: node)
+    var metadata = try await nodes.currentMetadata(of: node)
     let patch = property.patch(value)
     /// What the object is after our last PATCH, if that one was applied.
     var intended: ObjectMetadata?
@@ -95,7 +101,7 @@ extension BucketFileSystem {
       // 200 was lost, and the retry finds the metageneration it moved itself.
       // Exactly one change since, giving exactly our result, is taken as ours.
       if let intended, Self.isResult(metadata, of: intended) {
-        logger.debug("metadata of \(node.key) already shows the change; taking it as done")
+        diagnostics.logger.debug("metadata of \(node.key) already shows the change; taking it as done")
         return
       }
       let exists = property.value(in: metadata) != nil
@@ -107,22 +113,18 @@ extension BucketFileSystem {
       intended = proposed
       do {
         let updated = try await store.patch(node.key, patch, ifMetagenerationMatch: metadata.metageneration)
-        let now = clock()
-        _ = state.withLock { $0.inodes.refresh(updated, at: now) }
+        nodes.remember(updated)
         // Set by the user now: an atomic save no longer treats it as inferred.
-        _ = writes.withLock {
-          $0.inferred[StagedFiles.InferredKey(key: node.key, generation: updated.generation)]?.remove(
-            property)
-        }
+        staging.noteSet(property, key: node.key, generation: updated.generation)
         return
       } catch StorageError.preconditionFailed {
-        logger.debug("metadata of \(node.key) changed meanwhile; deciding again")
-        metadata = try await fetchMetadata(node.key)
+        diagnostics.logger.debug("metadata of \(node.key) changed meanwhile; deciding again")
+        metadata = try await nodes.fetchMetadata(node.key)
       } catch {
-        throw failure(error, operation: "patch", key: node.key)
+        throw diagnostics.failure(error, operation: "patch", key: node.key)
       }
     }
-    logger.warning("metadata of \(node.key) keeps changing; giving up this update")
+    diagnostics.logger.warning("metadata of \(node.key) keeps changing; giving up this update")
     throw Errno(EAGAIN)
   }
 

@@ -1,5 +1,33 @@
+import FUSE
+
 /// How flat object names become a tree (docs/SEMANTICS.md#names).
 public enum Names {
+  /// What a name the kernel passes is for: checked by ``key(_:under:for:)``.
+  enum Use {
+    /// A name looked up, removed or renamed: one no listing could show is ENOENT.
+    case existing
+    /// A file's new name: one no listing could show is EINVAL.
+    case newFile
+    /// A directory's new name: its placeholder adds a `/` to the object name.
+    case newDirectory
+  }
+
+  /// The service's limit on an object name, in bytes.
+  static let maxObjectNameBytes = 1024
+
+  /// `parentKey + name`, checked against the name rules before any request:
+  /// ENAMETOOLONG past 255 bytes, or for a new name past the service's
+  /// 1024-byte object names.
+  static func key(_ name: String, under parentKey: String, for use: Use) throws(Errno) -> String {
+    guard name.utf8.count <= 255 else { throw .nameTooLong }
+    guard isValidComponent(name) else { throw use == .existing ? .noEntry : .invalid }
+    let key = parentKey + name
+    if use != .existing, key.utf8.count + (use == .newDirectory ? 1 : 0) > maxObjectNameBytes {
+      throw .nameTooLong
+    }
+    return key
+  }
+
   /// A path component the filesystem can show: non-empty, not `.` or `..`,
   /// at most 255 bytes, no NUL (and, being one component, no `/`).
   public static func isValidComponent<S: StringProtocol>(_ component: S) -> Bool {

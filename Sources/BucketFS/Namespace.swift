@@ -1,56 +1,76 @@
 import FUSE
+import Logging
 import ObjectStore
+import Synchronization
 
 #if canImport(Glibc)
   import Glibc
 #endif
 
-/// unlink, mkdir and rmdir (docs/SEMANTICS.md#tree), and what renames
-/// share with them: name checks and what a name holds in the bucket now.
-extension BucketFileSystem {
-  public func unlink(parent: UInt64, name: String) async throws {
+/// Changes of the tree: unlink, mkdir and rmdir here, renames of files
+/// (Renames.swift) and of directories (DirectoryRenames.swift), each with
+/// preconditions on the names it changes (docs/SEMANTICS.md#tree).
+final class Namespace: Sendable {
+  /// The bucket answered that it cannot move objects: renames copy and delete.
+  let moveUnsupported = Atomic<Bool>(false)
+  let nodes: NodeTable
+  let entries: Entries
+  let staging: Staging
+  let reads: Reads
+  let walks: SubtreeWalks
+  let listings: SharedListings
+  let store: any ObjectStore
+  let configuration: Configuration
+  let diagnostics: Diagnostics
+  let clock: @Sendable () -> Double
+  var logger: Logger { diagnostics.logger }
+
+  init(
+    nodes: NodeTable, entries: Entries, staging: Staging, reads: Reads, walks: SubtreeWalks,
+    listings: SharedListings, store: any ObjectStore, configuration: Configuration, diagnostics: Diagnostics,
+    clock: @escaping @Sendable () -> Double
+  ) {
+    self.nodes = nodes
+    self.entries = entries
+    self.staging = staging
+    self.reads = reads
+    self.walks = walks
+    self.listings = listings
+    self.store = store
+    self.configuration = configuration
+    self.diagnostics = diagnostics
+    self.clock = clock
+  }
+
+  func unlink(parent: UInt64, name: String) async throws {
     try checkWritable()
-    let parentKey = try node(parent, kind: .directory).key
-    guard name.utf8.count <= 255 else { throw Errno.nameTooLong }
-    guard Names.isValidComponent(name) else { throw Errno.noEntry }
-    let key = parentKey + name
+    let parentKey = try nodes.node(parent, kind: .directory).key
+    let key = try Names.key(name, under: parentKey, for: .existing)
     // Kept tree listings that could show the name go, whatever the outcome.
     defer { walks.invalidateListings(under: key) }
-    if unlinkNeverStored(key) { return }
+    if staging.unlinkNeverStored(key) { return }
     let (inode, metadata) = try await existingFile(key)
     do {
       try await store.delete(key, ifGenerationMatch: metadata.generation)
     } catch StorageError.notFound {
-      forgetKey(key)
+      nodes.forgetKey(key)
       throw Errno.noEntry
     } catch StorageError.preconditionFailed {
       throw await changedMeanwhile(key, operation: "unlink")
     } catch {
-      throw failure(error, operation: "delete", key: key)
+      throw diagnostics.failure(error, operation: "delete", key: key)
     }
-    state.withLock { state in
-      if let inode { state.inodes.detach(inode) }
-      state.inodes.removeMetadata(of: key)
+    nodes.withLock { table in
+      if let inode { table.detach(inode) }
+      table.removeMetadata(of: key)
     }
-    if let inode { stagedFileUnlinked(inode: inode) }
+    if let inode { staging.unlinked(inode: inode) }
   }
 
-  /// A file this mount created and has not stored yet has no object to
-  /// delete: unlinking it drops the name at once, and its handles keep their
-  /// bytes but never upload them (a create-then-unlink scratch file).
-  private func unlinkNeverStored(_ key: String) -> Bool {
-    guard let inode = state.withLock({ $0.inodes.inode(of: key) }), let staged = stagedFile(inode: inode),
-      staged.state.withLock({ $0.baseGeneration == 0 && !$0.unlinked })
-    else { return false }
-    stagedFileUnlinked(inode: inode)
-    state.withLock { $0.inodes.detach(inode) }
-    return true
-  }
-
-  public func mkdir(parent: UInt64, name: String, mode: UInt32) async throws -> Entry {
+  func mkdir(parent: UInt64, name: String, mode: UInt32) async throws -> Entry {
     try checkWritable()
-    let parentKey = try node(parent, kind: .directory).key
-    let fileKey = try newKey(parentKey, name, placeholder: true)
+    let parentKey = try nodes.node(parent, kind: .directory).key
+    let fileKey = try Names.key(name, under: parentKey, for: .newDirectory)
     let directoryKey = fileKey + "/"
     defer { walks.invalidateListings(under: directoryKey) }
     // The bucket decides, not a held node: an implicit directory vanishes with its last object.
@@ -62,26 +82,24 @@ extension BucketFileSystem {
     } catch StorageError.preconditionFailed {
       throw Errno.exists
     } catch {
-      throw failure(error, operation: "create placeholder", key: directoryKey)
+      throw diagnostics.failure(error, operation: "create placeholder", key: directoryKey)
     }
     let now = clock()
-    let inode = state.withLock { state in
+    let inode = nodes.withLock { table in
       // The bucket had no file of that name: a node the mount still holds for one is stale.
-      if let stale = state.inodes.inode(of: fileKey) { state.inodes.detach(stale) }
-      return state.inodes.remember(key: directoryKey, kind: .directory, metadata: nil, at: now)
+      if let stale = table.inode(of: fileKey) { table.detach(stale) }
+      return table.remember(key: directoryKey, kind: .directory, metadata: nil, at: now)
     }
-    return entry(inode: inode, kind: .directory, facts: nil)
+    return entries.directory(inode)
   }
 
-  public func rmdir(parent: UInt64, name: String) async throws {
+  func rmdir(parent: UInt64, name: String) async throws {
     try checkWritable()
-    let parentKey = try node(parent, kind: .directory).key
-    guard name.utf8.count <= 255 else { throw Errno.nameTooLong }
-    guard Names.isValidComponent(name) else { throw Errno.noEntry }
-    let fileKey = parentKey + name
+    let parentKey = try nodes.node(parent, kind: .directory).key
+    let fileKey = try Names.key(name, under: parentKey, for: .existing)
     let directoryKey = fileKey + "/"
     defer { walks.invalidateListings(under: directoryKey) }
-    let held = probe(fileKey: fileKey, directoryKey: directoryKey)
+    let held = nodes.probe(fileKey: fileKey, directoryKey: directoryKey)
     if held.kind == .file { throw Errno.notDirectory }
     for _ in 0..<3 {
       switch try await contents(of: directoryKey) {
@@ -91,7 +109,7 @@ extension BucketFileSystem {
         // Nothing under the prefix: gone already (its last object was
         // removed) if the kernel saw it; else a file or nothing.
         if held.inode == nil {
-          if try await optionalMetadata(fileKey) != nil { throw Errno.notDirectory }
+          if try await nodes.optionalMetadata(fileKey) != nil { throw Errno.notDirectory }
           throw Errno.noEntry
         }
       case .empty(let placeholder?):
@@ -102,10 +120,10 @@ extension BucketFileSystem {
           logger.debug("placeholder \(directoryKey) replaced meanwhile; looking again")
           continue
         } catch {
-          throw failure(error, operation: "delete", key: directoryKey)
+          throw diagnostics.failure(error, operation: "delete", key: directoryKey)
         }
       }
-      if let inode = held.inode { state.withLock { $0.inodes.detach(inode) } }
+      if let inode = held.inode { nodes.withLock { $0.detach(inode) } }
       return
     }
     throw await changedMeanwhile(directoryKey, operation: "rmdir")
@@ -117,39 +135,16 @@ extension BucketFileSystem {
     if configuration.readOnly { throw Errno.readOnly }
   }
 
-  /// The key a new name gets under `parentKey`, checked against the name
-  /// rules before any request: EINVAL for a name no listing could show,
-  /// ENAMETOOLONG past 255 bytes or the service's 1024-byte object names
-  /// (counting the trailing `/` of a directory's placeholder).
-  func newKey(_ parentKey: String, _ name: String, placeholder: Bool = false) throws -> String {
-    guard name.utf8.count <= 255 else { throw Errno.nameTooLong }
-    guard Names.isValidComponent(name) else { throw Errno.invalid }
-    let key = parentKey + name
-    guard key.utf8.count + (placeholder ? 1 : 0) <= Self.maxObjectNameBytes else { throw Errno.nameTooLong }
-    return key
-  }
-
-  static let maxObjectNameBytes = 1024
-
-  /// What the kernel holds under a name: a file node, a directory node, or none.
-  func probe(fileKey: String, directoryKey: String) -> (inode: UInt64?, kind: Node.Kind?) {
-    state.withLock { state in
-      if let inode = state.inodes.inode(of: directoryKey) { return (inode, .directory) }
-      if let inode = state.inodes.inode(of: fileKey) { return (inode, .file) }
-      return (nil, nil)
-    }
-  }
-
   /// The file `key` as the mount knows it (the generation of its last
   /// lookup or listing, whatever its age: a delete or rename must act on
   /// that version and no other), else as the bucket has it now.
   func existingFile(_ key: String) async throws -> (inode: UInt64?, metadata: ObjectMetadata) {
-    let held = probe(fileKey: key, directoryKey: key + "/")
+    let held = nodes.probe(fileKey: key, directoryKey: key + "/")
     if held.kind == .directory { throw Errno.isDirectory }
     if let inode = held.inode {
-      let (known, cached) = state.withLock { ($0.inodes[inode]?.facts?.generation, $0.inodes.metadata[key]) }
+      let (known, cached) = nodes.withLock { ($0[inode]?.facts?.generation, $0.metadata[key]) }
       if let cached, cached.generation == known { return (inode, cached) }
-      let metadata = try await fetchMetadata(key)
+      let metadata = try await nodes.fetchMetadata(key)
       // The full metadata was evicted, and the object is no longer the version the mount showed.
       if let known, metadata.generation != known { throw await changedMeanwhile(key, operation: "change") }
       return (inode, metadata)
@@ -165,7 +160,7 @@ extension BucketFileSystem {
   func lookInBucket(fileKey: String, directoryKey: String) async throws -> (
     file: ObjectMetadata?, directory: DirectoryContents?
   ) {
-    async let object = optionalMetadata(fileKey)
+    async let object = nodes.optionalMetadata(fileKey)
     let directory = try await contents(of: directoryKey)
     let file = try await object
     if case .empty(nil) = directory { return (file, nil) }
@@ -189,7 +184,7 @@ extension BucketFileSystem {
       do {
         page = try await store.list(prefix: directoryKey, delimiter: "/", pageSize: 2, pageToken: token)
       } catch {
-        throw failure(error, operation: "list", key: directoryKey)
+        throw diagnostics.failure(error, operation: "list", key: directoryKey)
       }
       if !page.prefixes.isEmpty || page.items.contains(where: { !Names.same($0.name, directoryKey) }) {
         return .nonEmpty
@@ -207,15 +202,11 @@ extension BucketFileSystem {
   /// command acts on the current version.
   func changedMeanwhile(_ key: String, operation: String) async -> Errno {
     logger.warning("\(operation) \(key): changed by someone else meanwhile; left as it is")
-    if (try? await optionalMetadata(key)) == nil { forgetKey(key) } else { _ = try? await fetchMetadata(key) }
-    return .stale
-  }
-
-  /// The bucket no longer has `key`: its node (if held) stops answering for it.
-  func forgetKey(_ key: String) {
-    state.withLock { state in
-      if let inode = state.inodes.inode(of: key) { state.inodes.detach(inode) }
-      state.inodes.removeMetadata(of: key)
+    if (try? await nodes.optionalMetadata(key)) == nil {
+      nodes.forgetKey(key)
+    } else {
+      _ = try? await nodes.fetchMetadata(key)
     }
+    return .stale
   }
 }

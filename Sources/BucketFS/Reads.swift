@@ -1,47 +1,81 @@
 import FUSE
 import NIOCore
 import ObjectStore
+import Synchronization
 
-#if canImport(Glibc)
-  import Glibc
-#endif
+/// Read handles over ``FileReader``s: opening an object's generation, reads
+/// at hand or awaited within one retry deadline per key, and what a read
+/// that finds its generation gone sets off (StaleReads.swift).
+final class Reads: Sendable {
+  struct State {
+    /// Read handles, and write handles whose stage is not loaded yet.
+    var files: [UInt64: FileReader] = [:]
+    /// Refreshes after a read found its generation gone, per inode.
+    var staleReads: [UInt64: Task<Void, Never>] = [:]
+    var readDeadlines: ReadDeadlines
+  }
+  let state: Mutex<State>
+  /// Tells the kernel to drop cached attributes and pages; none until mounted.
+  let kernel = Mutex<KernelCache>(.none)
+  let nodes: NodeTable
+  let store: any ObjectStore
+  let configuration: Configuration
+  let diagnostics: Diagnostics
+  /// Memory read-ahead may hold, shared by all open files.
+  let budget: ReadAheadBudget
+  /// Small files fetched ahead of a reader going through a directory.
+  let prefetch: SiblingPrefetch
 
-/// open/read/release of files over ``FileReader``.
-extension BucketFileSystem {
-  // MARK: - Files
+  init(
+    nodes: NodeTable, store: any ObjectStore, configuration: Configuration, diagnostics: Diagnostics,
+    budget: ReadAheadBudget, prefetch: SiblingPrefetch
+  ) {
+    self.state = Mutex(State(readDeadlines: ReadDeadlines(seconds: configuration.retryDeadline)))
+    self.nodes = nodes
+    self.store = store
+    self.configuration = configuration
+    self.diagnostics = diagnostics
+    self.budget = budget
+    self.prefetch = prefetch
+  }
 
-  public func open(inode: UInt64, flags: Int32) async throws -> OpenResult {
-    await settleStaleRead(inode)
-    let node = try node(inode)
-    guard node.kind == .file else { throw Errno.isDirectory }
-    if flags & O_ACCMODE != O_RDONLY || flags & O_TRUNC != 0 {
-      return try await openForWriting(inode: inode, node: node, flags: flags)
-    }
-    if let staged = stagedFile(inode: inode), let opened = openStagedForReading(staged) { return opened }
+  /// Opens the object's generation the node shows (fetched again past the TTL).
+  func open(inode: UInt64, node: Node, handle: UInt64) async throws -> OpenResult {
     let facts: FileFacts
-    if let known = node.facts, isFresh(node) {
+    if let known = node.facts, nodes.isFresh(node) {
       facts = known
     } else {
-      facts = FileFacts(try await fetchMetadata(node.key))
+      facts = FileFacts(try await nodes.fetchMetadata(node.key))
     }
     let reader = FileReader(
       key: node.key, generation: facts.generation, size: facts.size, store: store,
       maxSegment: configuration.readAheadMaxChunk, maxAhead: configuration.readAheadMaxBytes,
-      budget: readAhead, prefetched: prefetch.opened(node.key, generation: facts.generation))
-    return state.withLock { state in
-      let keepCache = state.inodes[inode]?.openedGeneration == facts.generation
-      state.inodes[inode]?.openedGeneration = facts.generation
-      let handle = state.nextHandle
-      state.nextHandle += 1
-      state.files[handle] = reader
-      return OpenResult(handle: handle, keepCache: keepCache)
+      budget: budget, prefetched: prefetch.opened(node.key, generation: facts.generation))
+    let keepCache = nodes.withLock { table in
+      defer { table[inode]?.openedGeneration = facts.generation }
+      return table[inode]?.openedGeneration == facts.generation
     }
+    state.withLock { $0.files[handle] = reader }
+    return OpenResult(handle: handle, keepCache: keepCache)
   }
 
-  public func readInline(inode: UInt64, handle: UInt64, offset: UInt64, size: Int) -> [ByteBuffer]? {
-    if let staged = stagedBytes(inode: inode, handle: handle, offset: offset, size: size) {
-      return try? staged.get()
-    }
+  /// A handle that reads generation `base` (a write handle before its stage
+  /// holds the bytes).
+  func add(handle: UInt64, base: ObjectMetadata) {
+    let reader = FileReader(
+      key: base.name, generation: base.generation, size: UInt64(base.size), store: store,
+      maxSegment: configuration.readAheadMaxChunk, maxAhead: configuration.readAheadMaxBytes,
+      budget: budget)
+    state.withLock { $0.files[handle] = reader }
+  }
+
+  func remove(handle: UInt64) {
+    _ = state.withLock { $0.files.removeValue(forKey: handle) }
+  }
+
+  var openCount: Int { state.withLock { $0.files.count } }
+
+  func readInline(handle: UInt64, offset: UInt64, size: Int) -> [ByteBuffer]? {
     guard let reader = state.withLock({ $0.files[handle] }),
       let pieces = reader.buffered(offset: offset, count: size)
     else { return nil }
@@ -49,25 +83,31 @@ extension BucketFileSystem {
     return pieces
   }
 
-  public func read(inode: UInt64, handle: UInt64, offset: UInt64, size: Int) async throws -> [ByteBuffer] {
-    if let staged = stagedBytes(inode: inode, handle: handle, offset: offset, size: size) {
-      return try staged.get()
-    }
+  func read(inode: UInt64, handle: UInt64, offset: UInt64, size: Int) async throws -> [ByteBuffer] {
     guard let reader = state.withLock({ $0.files[handle] }) else { throw Errno.badHandle }
-    let bound = state.withLock { $0.readDeadlines.begin(reader.key) }
+    let key = reader.key
+    let bound = state.withLock { $0.readDeadlines.begin(key) }
     do {
       let pieces = try await OperationDeadline.$current.withValue(bound) {
         try await reader.read(offset: offset, count: size)
       }
-      state.withLock { $0.readDeadlines.end(reader.key, nil) }
+      state.withLock { $0.readDeadlines.end(key, nil) }
       if Self.reachesEnd(offset, size, of: reader.size) { prefetch.readToEnd(reader.key) }
       return pieces
     } catch {
-      state.withLock { $0.readDeadlines.end(reader.key, error) }
+      state.withLock { $0.readDeadlines.end(key, error) }
       if Self.isGenerationGone(error) {
         generationGone(inode: inode, key: reader.key, generation: reader.generation)
       }
-      throw failure(error, operation: "read", key: reader.key, context: .read)
+      throw diagnostics.failure(error, operation: "read", key: reader.key, context: .read)
+    }
+  }
+
+  /// Open readers of `from` at `generation` read the same bytes at `moved`.
+  func retarget(from: String, generation: Int64, to moved: ObjectMetadata) {
+    let readers = state.withLock { Array($0.files.values) }
+    for reader in readers where reader.key == from && reader.generation == generation {
+      reader.retarget(key: moved.name, generation: moved.generation)
     }
   }
 
@@ -76,11 +116,5 @@ extension BucketFileSystem {
   static func reachesEnd(_ offset: UInt64, _ size: Int, of total: UInt64) -> Bool {
     let count = UInt64(clamping: size)
     return count >= total || offset >= total - count
-  }
-
-  public func release(inode: UInt64, handle: UInt64) {
-    _ = state.withLock { $0.files.removeValue(forKey: handle) }
-    releaseWriter(handle: handle)
-    releaseReader(handle: handle)
   }
 }

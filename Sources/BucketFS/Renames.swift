@@ -7,25 +7,23 @@ import ObjectStore
 
 /// rename of a file: server-side, with preconditions on both names, and the
 /// atomic-save rule when it replaces a file (docs/SEMANTICS.md#tree).
-extension BucketFileSystem {
-  public func rename(parent: UInt64, name: String, newParent: UInt64, newName: String, flags: RenameFlags)
+extension Namespace {
+  func rename(parent: UInt64, name: String, newParent: UInt64, newName: String, flags: RenameFlags)
     async throws
   {
     try checkWritable()
     // Two objects cannot be swapped in one step; whiteouts are for overlays.
     guard flags.subtracting(.noReplace).isEmpty else { throw Errno.invalid }
-    let fromParent = try node(parent, kind: .directory).key
-    let toParent = try node(newParent, kind: .directory).key
-    guard name.utf8.count <= 255 else { throw Errno.nameTooLong }
-    guard Names.isValidComponent(name) else { throw Errno.noEntry }
-    let from = fromParent + name
-    let to = try newKey(toParent, newName)
+    let fromParent = try nodes.node(parent, kind: .directory).key
+    let toParent = try nodes.node(newParent, kind: .directory).key
+    let from = try Names.key(name, under: fromParent, for: .existing)
+    let to = try Names.key(newName, under: toParent, for: .newFile)
     defer {
       walks.invalidateListings(under: from)
       walks.invalidateListings(under: to)
     }
 
-    let held = probe(fileKey: from, directoryKey: from + "/")
+    let held = nodes.probe(fileKey: from, directoryKey: from + "/")
     var kind = held.kind
     if kind == nil {
       let found = try await lookInBucket(fileKey: from, directoryKey: from + "/")
@@ -57,11 +55,11 @@ extension BucketFileSystem {
   func renameFile(_ from: String, to: String, replacing replaced: ObjectMetadata?, noReplace: Bool)
     async throws
   {
-    if let inode = probe(fileKey: from, directoryKey: from + "/").inode {
-      try await commitStaged(inode: inode)
+    if let inode = nodes.probe(fileKey: from, directoryKey: from + "/").inode {
+      try await staging.commit(inode: inode)
     }
     let (inode, source) = try await existingFile(from)
-    let inferred = inferredProperties(of: from, generation: source.generation)
+    let inferred = staging.inferredProperties(of: from, generation: source.generation)
     var attributes: ObjectAttributes?
     if let replaced {
       let own = ObjectAttributes(of: source)
@@ -81,18 +79,18 @@ extension BucketFileSystem {
     } catch RelocationFailure.sourceKept(let copy, let error) {
       logger.error(
         "rename \(from) to \(to): copied, but \(from) could not be deleted (\(error)); both names hold it")
-      remember(copy)
-      throw failure(error, operation: "delete", key: from)
+      nodes.remember(copy)
+      throw diagnostics.failure(error, operation: "delete", key: from)
     } catch RelocationFailure.failed(let error) {
-      throw failure(error, operation: "rename", key: from)
+      throw diagnostics.failure(error, operation: "rename", key: from)
     }
     // What stays inferred: what the result still has from the source's inference.
     let stillInferred = inferred.filter { property in replaced.map { property.value(in: $0) == nil } ?? true }
-    carryInferred(stillInferred, to: moved)
-    let replacedInode = state.withLock { $0.inodes.inode(of: to) }
+    staging.carryInferred(stillInferred, to: moved)
+    let replacedInode = nodes.withLock { $0.inode(of: to) }
     moveNode(inode, from: from, to: moved, sameBytesAs: source.generation)
-    if let replacedInode, replacedInode != inode { stagedFileUnlinked(inode: replacedInode) }
-    if let inode { stagedFileRenamed(inode: inode, to: to, generation: moved.generation) }
+    if let replacedInode, replacedInode != inode { staging.unlinked(inode: replacedInode) }
+    if let inode { staging.renamed(inode: inode, to: to, generation: moved.generation) }
   }
 
   /// The table after a file moved: the kernel keeps the inode number for the
@@ -101,37 +99,23 @@ extension BucketFileSystem {
   /// cached pages of the old generation stay valid.
   func moveNode(_ inode: UInt64?, from: String, to moved: ObjectMetadata, sameBytesAs generation: Int64) {
     let now = clock()
-    state.withLock { state in
+    nodes.withLock { table in
       if let inode {
-        state.inodes.rekey(inode, to: moved.name)
-        if state.inodes[inode]?.openedGeneration == generation {
-          state.inodes[inode]?.openedGeneration = moved.generation
+        table.rekey(inode, to: moved.name)
+        if table[inode]?.openedGeneration == generation {
+          table[inode]?.openedGeneration = moved.generation
         }
-      } else if let other = state.inodes.inode(of: moved.name) {
-        state.inodes.detach(other)
+      } else if let other = table.inode(of: moved.name) {
+        table.detach(other)
       }
       // The bucket had no directory of that name (it was checked): one the
       // mount still holds had vanished with its last object.
-      if let vanished = state.inodes.inode(of: moved.name + "/") { state.inodes.detach(vanished) }
-      // Open readers of the old name read the same bytes at the new one.
-      for reader in state.files.values where reader.key == from && reader.generation == generation {
-        reader.retarget(key: moved.name, generation: moved.generation)
-      }
-      state.inodes.removeMetadata(of: from)
-      state.inodes.refresh(moved, at: now)
+      if let vanished = table.inode(of: moved.name + "/") { table.detach(vanished) }
+      table.removeMetadata(of: from)
+      table.refresh(moved, at: now)
     }
-  }
-
-  /// Properties the moved object still has only by inference, recorded
-  /// under its new name and generation, so a later atomic save treats
-  /// them as a fresh temp file's (a temp file may be renamed twice).
-  func carryInferred(_ properties: Set<XattrName>, to moved: ObjectMetadata) {
-    writes.withLock { $0.remember(inferred: properties, key: moved.name, generation: moved.generation) }
-  }
-
-  func remember(_ metadata: ObjectMetadata) {
-    let now = clock()
-    _ = state.withLock { $0.inodes.refresh(metadata, at: now) }
+    // Open readers of the old name read the same bytes at the new one.
+    reads.retarget(from: from, generation: generation, to: moved)
   }
 
   enum RelocationFailure: Error {
@@ -152,15 +136,13 @@ extension BucketFileSystem {
   func relocate(
     _ source: ObjectMetadata, to destination: String, attributes: ObjectAttributes?, ifGenerationMatch: Int64
   ) async throws -> ObjectMetadata {
-    if attributes == nil, !state.withLock({ $0.moveUnsupported }) {
+    if attributes == nil, !moveUnsupported.load(ordering: .relaxed) {
       do {
         return try await store.move(
           source.name, sourceGeneration: source.generation, to: destination,
           ifGenerationMatch: ifGenerationMatch)
       } catch StorageError.unsupported(let message) {
-        if state.withLock({ state in
-          defer { state.moveUnsupported = true }; return !state.moveUnsupported
-        }) {
+        if !moveUnsupported.exchange(true, ordering: .relaxed) {
           logger.notice("the bucket cannot move objects (\(message)); renames copy and delete")
         }
       } catch StorageError.preconditionFailed {

@@ -5,7 +5,7 @@ import ObjectStore
 /// replaced or deleted elsewhere. That handle keeps failing with ESTALE (it
 /// never mixes versions), but the next open reads the new version at once
 /// instead of pinning the old one again until the metadata TTL runs out.
-extension BucketFileSystem {
+extension Reads {
   /// Kernel notifications may wait for page locks held by reads in flight:
   /// they are sent from a thread of their own, never one that replies.
   private static let notifications = DispatchQueue(label: "bucketfs.kernel-notifications")
@@ -21,15 +21,19 @@ extension BucketFileSystem {
   /// reply: this runs apart from the request) drops the kernel's attributes
   /// and pages of the inode and fetches the metadata again.
   func generationGone(inode: UInt64, key: String, generation: Int64) {
-    logger.info("\(key): generation \(generation) is gone (replaced or deleted); the next open reads anew")
+    diagnostics.logger.info(
+      "\(key): generation \(generation) is gone (replaced or deleted); the next open reads anew")
     let kernel = self.kernel.withLock { $0 }
-    state.withLock { state in
-      if let held = state.inodes.inode(of: key), var node = state.inodes[held], node.kind == .file {
+    nodes.withLock { table in
+      if let held = table.inode(of: key), var node = table[held], node.kind == .file {
         node.fetchedAt = -.infinity
         node.openedGeneration = nil
-        state.inodes[held] = node
+        table[held] = node
       }
+    }
+    state.withLock { state in
       guard state.staleReads[inode] == nil else { return }
+      let nodes = self.nodes
       state.staleReads[inode] = Task.detached { [weak self] in
         await withCheckedContinuation { done in
           Self.notifications.async {
@@ -37,14 +41,14 @@ extension BucketFileSystem {
             done.resume()
           }
         }
-        _ = try? await self?.fetchMetadata(key)
+        _ = try? await nodes.fetchMetadata(key)
         _ = self?.state.withLock { $0.staleReads.removeValue(forKey: inode) }
       }
     }
   }
 
   /// An open waits for the refresh a failed read started, so it pins the new version.
-  func settleStaleRead(_ inode: UInt64) async {
+  func settle(_ inode: UInt64) async {
     if let pending = state.withLock({ $0.staleReads[inode] }) { await pending.value }
   }
 }

@@ -306,27 +306,3 @@ final class SubtreeWalks: Sendable {
     return String(Substring(key.utf8[...slash]))
   }
 }
-
-/// Forwards conflict warnings to the filesystem, which exists only after the
-/// walks it owns.
-final class ConflictWarner: Sendable {
-  private let target = Mutex<(@Sendable (String) -> Void)?>(nil)
-
-  func set(_ target: @escaping @Sendable (String) -> Void) {
-    self.target.withLock { $0 = target }
-  }
-
-  func callAsFunction(_ key: String) {
-    target.withLock { $0 }?(key)
-  }
-}
-
-extension BucketFileSystem {
-  /// For the write and namespace operations: a name under `key` (an object
-  /// name or a directory prefix) was created, removed or replaced through the
-  /// mount; listings a walk fetched before must not be shown. Call it before
-  /// replying.
-  public func invalidateListings(under key: String) {
-    walks.invalidateListings(under: key)
-  }
-}

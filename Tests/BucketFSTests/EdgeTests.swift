@@ -9,7 +9,7 @@ import XCTest
 /// bounded; a retried PATCH is not mistaken for someone else's change.
 final class EdgeTests: XCTestCase {
   func lookups(_ fs: BucketFileSystem, _ inode: UInt64) -> UInt64? {
-    fs.state.withLock { $0.inodes[inode]?.lookups }
+    fs.nodes.withLock { $0[inode]?.lookups }
   }
 
   func testAFailedLookupReplyIsForgotten() async throws {
@@ -25,7 +25,7 @@ final class EdgeTests: XCTestCase {
     XCTAssertNil(lookups(fs, inode))
     await XCTAssertErrno(.stale) { _ = try await fs.getattr(inode: inode) }
     fs.replyFailed(.lookup(inode: 0))  // a negative entry: nothing to undo
-    XCTAssertEqual(fs.state.withLock { $0.inodes.count }, 1)
+    XCTAssertEqual(fs.nodes.withLock { $0.count }, 1)
   }
 
   func testAFailedOpenReplyReleasesTheHandle() async throws {
@@ -40,7 +40,7 @@ final class EdgeTests: XCTestCase {
     await XCTAssertEqualAsync(
       try await fs.read(inode: inode, handle: kept, offset: 0, size: 3).flatMap { $0.readableBytesView },
       [1, 2, 3])
-    XCTAssertEqual(fs.state.withLock { $0.files.count }, 1)
+    XCTAssertEqual(fs.reads.openCount, 1)
     XCTAssertEqual(lookups(fs, inode), 1)
   }
 
@@ -51,7 +51,7 @@ final class EdgeTests: XCTestCase {
     let directory = try await fs.inode(at: "d")
     let handle = try await fs.opendir(inode: directory)
     fs.replyFailed(.opendir(inode: directory, handle: handle))
-    XCTAssertEqual(fs.state.withLock { $0.directories.count }, 0)
+    XCTAssertEqual(fs.directories.openCount, 0)
     await XCTAssertErrno(.badHandle) {
       try await fs.readdir(inode: directory, handle: handle, offset: 0, into: CollectingBuffer())
     }
@@ -66,7 +66,7 @@ final class EdgeTests: XCTestCase {
     let handle = try await fs.open(inode: inode, flags: O_RDONLY).handle
     fs.replyFailed(.create(inode: inode, handle: handle))
     XCTAssertNil(lookups(fs, inode))
-    XCTAssertEqual(fs.state.withLock { $0.files.count }, 0)
+    XCTAssertEqual(fs.reads.openCount, 0)
   }
 
   func testMetadataCachePlacesStayBoundedUnderForgetAndLookupCycles() async throws {
@@ -79,8 +79,8 @@ final class EdgeTests: XCTestCase {
       fs.forget(inode: inode, count: 1)
     }
     _ = try await fs.inode(at: "g")
-    let (places, entries, capacity) = fs.state.withLock {
-      ($0.inodes.metadata.orderCount, $0.inodes.metadata.count, $0.inodes.metadata.capacity)
+    let (places, entries, capacity) = fs.nodes.withLock {
+      ($0.metadata.orderCount, $0.metadata.count, $0.metadata.capacity)
     }
     XCTAssertEqual(entries, 1)
     XCTAssertLessThanOrEqual(places, 2 * capacity + 1024)
@@ -109,9 +109,9 @@ final class EdgeTests: XCTestCase {
       bucket: "b", name: "f", size: 1, generation: 7, metageneration: .max, timeCreated: "", updated: "")
     var current = proposed
     current.metageneration = .min
-    XCTAssertFalse(BucketFileSystem.isResult(current, of: proposed))
+    XCTAssertFalse(Xattrs.isResult(current, of: proposed))
     current.metageneration = .max
-    XCTAssertFalse(BucketFileSystem.isResult(current, of: proposed))
+    XCTAssertFalse(Xattrs.isResult(current, of: proposed))
   }
 
   func testAPatchRetriedAfterALostAnswerIsNotAConflict() async throws {

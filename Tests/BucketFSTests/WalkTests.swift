@@ -171,8 +171,8 @@ final class WalkTests: XCTestCase {
     // Through the mount (the write layer calls the entry point), d1/m0/f0 goes and d1/new comes.
     store.delete("d1/m0/f0")
     store.put("d1/new", data: [])
-    fs.invalidateListings(under: "d1/m0/f0")
-    fs.invalidateListings(under: "d1/new")
+    fs.walks.invalidateListings(under: "d1/m0/f0")
+    fs.walks.invalidateListings(under: "d1/new")
     await XCTAssertEqualAsync(try await fs.names(of: d1), ["m0", "new"])
     let m0 = try await fs.inode(at: "d1/m0")
     await XCTAssertEqualAsync(try await fs.names(of: m0), ["f1"])

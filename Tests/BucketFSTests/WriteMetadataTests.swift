@@ -101,7 +101,7 @@ final class WriteMetadataTests: XCTestCase {
     XCTAssertNil(stored.cacheControl)
     XCTAssertEqual(store.calls(.patch), [], "carried by the upload itself")
     XCTAssertEqual(
-      fs.inferredProperties(of: "copy.bin", generation: stored.generation),
+      fs.staging.inferredProperties(of: "copy.bin", generation: stored.generation),
       [.custom("firebaseStorageDownloadTokens")], "the user set the type; the token was generated")
   }
 
@@ -110,11 +110,11 @@ final class WriteMetadataTests: XCTestCase {
     try await fs.close(inode, handle)
     let stored = store.object("tmp123.json")!
     XCTAssertEqual(
-      fs.inferredProperties(of: "tmp123.json", generation: stored.generation),
+      fs.staging.inferredProperties(of: "tmp123.json", generation: stored.generation),
       [.writable(.contentType), .custom("firebaseStorageDownloadTokens")])
-    XCTAssertEqual(fs.inferredProperties(of: "tmp123.json", generation: stored.generation + 1), [])
+    XCTAssertEqual(fs.staging.inferredProperties(of: "tmp123.json", generation: stored.generation + 1), [])
     let carried = store.object("site/index.html")!
-    XCTAssertEqual(fs.inferredProperties(of: "site/index.html", generation: carried.generation), [])
+    XCTAssertEqual(fs.staging.inferredProperties(of: "site/index.html", generation: carried.generation), [])
   }
 
   func testUtimensOnAFileBeingWrittenGoesIntoTheUpload() async throws {

@@ -28,8 +28,6 @@ final class StagedFile: Sendable {
     /// only writes that need none of them go to the stage without a download.
     var loaded: Bool
     var dirty = false
-    /// A download or an upload reads or fills the stage: writes wait.
-    var busy = false
     /// Set by a refused upload (412) or a local failure: every later write,
     /// fsync and close of the inode's handles fails with it.
     var poisoned: Errno?
@@ -47,7 +45,8 @@ final class StagedFile: Sendable {
     var removeWhenUnread = false
   }
   let state: Mutex<State>
-  /// Serializes the slow work (downloads into the stage, uploads).
+  /// Orders the work on the stage's bytes and sidecar (writes, resizes,
+  /// downloads into it, uploads from it), none of which holds `state`.
   let gate = AsyncGate()
 
   init(inode: UInt64, stage: Stage, state: State) {

@@ -4,12 +4,12 @@ import ObjectStore
 /// Extended attributes of a staged file (open for writing or not yet
 /// uploaded): pending values, changed in memory and carried by the upload,
 /// with no PATCH of their own (docs/SEMANTICS.md#writes).
-extension BucketFileSystem {
+extension Staging {
   /// The metadata a staged file's upload would store, for getxattr and
   /// listxattr; nil when the inode is not staged or its handles are only
   /// reading (then the object's own metadata answers).
-  func stagedMetadata(_ inode: UInt64) -> ObjectMetadata? {
-    guard let staged = stagedFile(inode: inode) else { return nil }
+  func pendingMetadata(_ inode: UInt64) -> ObjectMetadata? {
+    guard let staged = file(inode: inode) else { return nil }
     return staged.state.withLock { s -> ObjectMetadata? in
       guard s.dirty || s.base == nil else { return nil }
       var metadata = s.base ?? Self.placeholder(key: s.key, bucket: store.bucket)
@@ -28,9 +28,9 @@ extension BucketFileSystem {
   /// Whether this mount created the inode's object within the metadata TTL:
   /// read-only names a copying tool sets or removes just after are ignored.
   func recentlyCreated(_ inode: UInt64) -> Bool {
-    guard let key = state.withLock({ $0.inodes[inode]?.key }) else { return false }
+    guard let key = nodes.withLock({ $0[inode]?.key }) else { return false }
     let now = clock()
-    return writes.withLock { $0.created[ObjectKey(key)] }.map { now - $0 < configuration.metadataTTL }
+    return registry.withLock { $0.created[ObjectKey(key)] }.map { now - $0 < configuration.metadataTTL }
       ?? false
   }
 
@@ -54,10 +54,10 @@ extension BucketFileSystem {
   /// upload. Returns false when the file is not staged that way (the PATCH
   /// path answers). Read-only names are accepted and ignored, so `cp -a`
   /// from another bucketfs mount succeeds.
-  func setStagedProperty(inode: UInt64, name: String, value: [UInt8]?, flags: XattrFlags) throws -> Bool {
+  func setProperty(inode: UInt64, name: String, value: [UInt8]?, flags: XattrFlags) throws -> Bool {
     guard let property = XattrName(name) else { throw Errno.notSupported }
     if configuration.readOnly { throw Errno.readOnly }
-    guard let staged = stagedFile(inode: inode) else {
+    guard let staged = file(inode: inode) else {
       if case .readOnly = property, recentlyCreated(inode) { return true }
       return false
     }

@@ -1,24 +1,28 @@
 import FUSE
 import ObjectStore
 
-/// flush/fsync upload a dirty staged file with its precondition; the hooks
-/// namespace changes use (docs/SEMANTICS.md#writes).
-extension BucketFileSystem {
-  public func flush(inode: UInt64, handle: UInt64) async throws {
-    guard let staged = stagedFile(handle: handle) else { return }
-    try await commit(staged)
-  }
-
-  public func fsync(inode: UInt64, handle: UInt64, dataOnly: Bool) async throws {
-    guard let staged = stagedFile(handle: handle) else { return }
+/// Uploads of dirty staged files with their precondition, and what namespace
+/// changes tell the staged files (docs/SEMANTICS.md#writes).
+extension Staging {
+  /// Uploads the handle's staged file if it is dirty (close, fsync).
+  func commit(handle: UInt64) async throws {
+    guard let staged = file(handle: handle) else { return }
     try await commit(staged)
   }
 
   /// Uploads the staged bytes of `inode` if they are dirty, so a rename
   /// acts on stored bytes.
-  func commitStaged(inode: UInt64) async throws {
-    guard let staged = stagedFile(inode: inode) else { return }
+  func commit(inode: UInt64) async throws {
+    guard let staged = file(inode: inode) else { return }
     try await commit(staged)
+  }
+
+  /// Uploads a dirty staged file; returns once the object is stored. The
+  /// upload runs in its own task: an interrupted close does not abandon it
+  /// halfway, and the next close finds it done or reports why not.
+  func commit(_ staged: StagedFile) async throws {
+    let task = Task { try await self.upload(staged) }
+    try await task.value
   }
 
   /// Properties of generation `generation` of `key` that bucketfs inferred
@@ -26,20 +30,47 @@ extension BucketFileSystem {
   /// rather than the user set: an atomic save lets the replaced file's
   /// values win over these. Remembered for the last 4096 uploads.
   func inferredProperties(of key: String, generation: Int64) -> Set<XattrName> {
-    writes.withLock { $0.inferred[StagedFiles.InferredKey(key: key, generation: generation)] ?? [] }
+    registry.withLock { $0.inferred[StagedFiles.InferredKey(key: key, generation: generation)] ?? [] }
+  }
+
+  /// Properties the moved object still has only by inference, recorded
+  /// under its new name and generation, so a later atomic save treats
+  /// them as a fresh temp file's (a temp file may be renamed twice).
+  func carryInferred(_ properties: Set<XattrName>, to moved: ObjectMetadata) {
+    registry.withLock { $0.remember(inferred: properties, key: moved.name, generation: moved.generation) }
+  }
+
+  /// The user set `property` of `key`'s generation: no longer inferred.
+  func noteSet(_ property: XattrName, key: String, generation: Int64) {
+    _ = registry.withLock {
+      $0.inferred[StagedFiles.InferredKey(key: key, generation: generation)]?.remove(property)
+    }
   }
 
   /// `inode` was unlinked: its handles keep reading and writing their bytes,
   /// as on a local filesystem, but never upload them to the removed name,
   /// and the stage is deleted when the last one closes.
-  func stagedFileUnlinked(inode: UInt64) {
-    stagedFile(inode: inode)?.state.withLock { $0.unlinked = true }
+  func unlinked(inode: UInt64) {
+    file(inode: inode)?.state.withLock { $0.unlinked = true }
+  }
+
+  /// A file this mount created and has not stored yet has no object to
+  /// delete: unlinking it drops the name at once, and its handles keep their
+  /// bytes but never upload them (a create-then-unlink scratch file).
+  /// False when `key` is not such a file.
+  func unlinkNeverStored(_ key: String) -> Bool {
+    guard let inode = nodes.withLock({ $0.inode(of: key) }), let staged = file(inode: inode),
+      staged.state.withLock({ $0.baseGeneration == 0 && !$0.unlinked })
+    else { return false }
+    unlinked(inode: inode)
+    nodes.withLock { $0.detach(inode) }
+    return true
   }
 
   /// `inode` was renamed to `newKey`, stored as `generation`: its handles
   /// upload there from now on, replacing only that generation.
-  func stagedFileRenamed(inode: UInt64, to newKey: String, generation: Int64) {
-    guard let staged = stagedFile(inode: inode) else { return }
+  func renamed(inode: UInt64, to newKey: String, generation: Int64) {
+    guard let staged = file(inode: inode) else { return }
     staged.state.withLock { s in
       s.key = newKey
       s.baseGeneration = generation
@@ -51,20 +82,11 @@ extension BucketFileSystem {
     }
   }
 
-  /// Uploads a dirty staged file; returns once the object is stored. The
-  /// upload runs in its own task: an interrupted close does not abandon it
-  /// halfway, and the next close finds it done or reports why not.
-  func commit(_ staged: StagedFile) async throws {
-    let task = Task { try await self.upload(staged) }
-    try await task.value
-  }
-
   private func upload(_ staged: StagedFile) async throws {
     try await staged.gate.run {
       let snapshot = try staged.state.withLock { s -> (String, Int64, ObjectAttributes, UInt64)? in
         if let poisoned = s.poisoned { throw poisoned }
         guard s.dirty, !s.unlinked else { return nil }
-        s.busy = true
         var attributes = s.attributes
         // Every upload stores the mtime stat showed while staged (whole
         // seconds, as gsutil), so stat does not change when the file is
@@ -75,7 +97,6 @@ extension BucketFileSystem {
         return (s.key, s.baseGeneration, attributes, s.size)
       }
       guard let (key, generation, attributes, size) = snapshot else { return }
-      defer { staged.state.withLock { $0.busy = false } }
       let uploaded: ObjectMetadata
       do {
         uploaded = try await store.upload(
@@ -89,9 +110,9 @@ extension BucketFileSystem {
         throw Errno.stale
       } catch let local as StageFailure {
         staged.state.withLock { $0.poisoned = Errno(local.code) }
-        throw localFailure(local.code, key: key)
+        throw diagnostics.localFailure(local.code, key: key)
       } catch {
-        throw failure(error, operation: "upload", key: key)
+        throw diagnostics.failure(error, operation: "upload", key: key)
       }
       let inferred = staged.state.withLock { s in
         s.dirty = false
@@ -104,14 +125,14 @@ extension BucketFileSystem {
       // The sidecar now says "stored": a crash from here on loses nothing.
       _ = staged.stage.writeRecord(staged.record)
       let now = clock()
-      writes.withLock { writes in
-        writes.remember(inferred: inferred, key: key, generation: uploaded.generation)
-        if generation == 0 { writes.remember(created: key, at: now) }
+      registry.withLock { registry in
+        registry.remember(inferred: inferred, key: key, generation: uploaded.generation)
+        if generation == 0 { registry.remember(created: key, at: now) }
       }
-      state.withLock { state in
-        state.inodes.refresh(uploaded, at: now)
-        if state.inodes.inode(of: key) == staged.inode {
-          state.inodes[staged.inode]?.openedGeneration = uploaded.generation
+      nodes.withLock { table in
+        table.refresh(uploaded, at: now)
+        if table.inode(of: key) == staged.inode {
+          table[staged.inode]?.openedGeneration = uploaded.generation
         }
       }
     }

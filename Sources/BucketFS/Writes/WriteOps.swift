@@ -12,28 +12,20 @@ import ObjectStore
   import Glibc
 #endif
 
-/// create, open for writing, write and release of staged files
-/// (docs/SEMANTICS.md#writes).
-extension BucketFileSystem {
-  static let mtimeKey = "goog-reserved-file-mtime"
-  static let firebaseTokenKey = "firebaseStorageDownloadTokens"
-
-  public func create(parent: UInt64, name: String, mode: UInt32, flags: Int32) async throws -> (
-    Entry, OpenResult
-  ) {
-    if configuration.readOnly { throw Errno.readOnly }
-    let parentKey = try node(parent, kind: .directory).key
-    let key = try Self.checkedKey(parentKey, name)
-    let existing = state.withLock { $0.inodes.inode(of: key) }.flatMap { inode in
-      writes.withLock { $0.byInode[inode] }.flatMap { $0.state.withLock { $0.unlinked } ? nil : $0 }
-    }
+/// create, open for writing, write and resize of staged files. Every read
+/// and write of a stage's bytes and sidecar runs under the file's gate,
+/// never under its state lock (docs/ARCHITECTURE.md#locks).
+extension Staging {
+  /// Creates `key` as a new staged file: its inode and write handle.
+  func create(key: String, name: String, flags: Int32) async throws -> (inode: UInt64, handle: UInt64) {
+    let existing = nodes.withLock { $0.inode(of: key) }.flatMap { shared(inode: $0) }
     if let existing {
       // Created here and not yet uploaded: the kernel lost its entry.
       if flags & O_EXCL != 0 { throw Errno.exists }
       if let handle = try await attach(existing, truncate: flags & O_TRUNC != 0) {
         let inode = existing.inode
-        state.withLock { $0.inodes[inode]?.lookups += 1 }
-        return (stagedEntry(inode), OpenResult(handle: handle, keepCache: false))
+        nodes.withLock { $0[inode]?.lookups += 1 }
+        return (inode, handle)
       }
     }
 
@@ -46,14 +38,14 @@ extension BucketFileSystem {
       inferred.insert(.custom(Self.firebaseTokenKey))
     }
     let now = clock()
-    let (inode, handle) = state.withLock { state in
-      let inode = state.inodes.remember(key: key, kind: .file, metadata: nil, at: now)
-      state.inodes[inode]?.facts = FileFacts(Self.placeholder(key: key, bucket: store.bucket))
-      state.inodes[inode]?.fetchedAt = now
-      let handle = state.nextHandle
-      state.nextHandle += 1
-      return (inode, handle)
+    let bucket = store.bucket
+    let inode = nodes.withLock { table in
+      let inode = table.remember(key: key, kind: .file, metadata: nil, at: now)
+      table[inode]?.facts = FileFacts(Self.placeholder(key: key, bucket: bucket))
+      table[inode]?.fetchedAt = now
+      return inode
     }
+    let handle = handles.next()
     let staged = StagedFile(
       inode: inode, stage: stage,
       state: StagedFile.State(
@@ -62,27 +54,16 @@ extension BucketFileSystem {
     let failure = stage.writeRecord(staged.record)
     if failure != 0 {
       stage.remove()
-      forget(inode: inode, count: 1)
-      throw localFailure(failure, key: key)
+      nodes.forget(inode: inode, count: 1)
+      throw diagnostics.localFailure(failure, key: key)
     }
-    register(staged, handle: handle)
-    noteStored(key)
-    return (stagedEntry(inode), OpenResult(handle: handle, keepCache: false))
-  }
-
-  /// `parentKey + name` if the name may be stored, else EINVAL/ENAMETOOLONG.
-  static func checkedKey(_ parentKey: String, _ name: String) throws -> String {
-    guard name.utf8.count <= 255 else { throw Errno.nameTooLong }
-    guard Names.isValidComponent(name) else { throw Errno.invalid }
-    let key = parentKey + name
-    guard key.utf8.count <= 1024 else { throw Errno.nameTooLong }
-    return key
-  }
-
-  /// Metadata of an object that exists only in a stage, for stat's facts.
-  static func placeholder(key: String, bucket: String) -> ObjectMetadata {
-    ObjectMetadata(
-      bucket: bucket, name: key, size: 0, generation: 0, metageneration: 0, timeCreated: "", updated: "")
+    registry.withLock { registry in
+      registry.byInode[inode] = staged
+      registry.handles[handle] = staged
+    }
+    count.add(1, ordering: .relaxed)
+    listings.withLock { $0.add(key: key) }
+    return (inode, handle)
   }
 
   /// Opens an inode for writing (or with O_TRUNC): shares its staged file,
@@ -91,17 +72,15 @@ extension BucketFileSystem {
     if configuration.readOnly { throw Errno.readOnly }
     guard node.kind == .file else { throw Errno.isDirectory }
     let truncate = flags & O_TRUNC != 0
-    if let existing = writes.withLock({ $0.byInode[inode] }), !existing.state.withLock({ $0.unlinked }),
-      let handle = try await attach(existing, truncate: truncate)
-    {
+    if let existing = shared(inode: inode), let handle = try await attach(existing, truncate: truncate) {
       return OpenResult(handle: handle, keepCache: false)
     }
-    let base = try await currentMetadata(inode: inode, node: node)
+    let base = try await nodes.currentMetadata(of: node)
     let stage = try makeStage()
     let emptied = truncate || base.size == 0
     // Truncating bytes away is a change: it moves the mtime, as a write does.
     let truncated = truncate && base.size > 0
-    let inferred = writes.withLock {
+    let inferred = registry.withLock {
       $0.inferred[StagedFiles.InferredKey(key: base.name, generation: base.generation)] ?? []
     }
     let staged = StagedFile(
@@ -112,57 +91,44 @@ extension BucketFileSystem {
         dirty: truncated, handles: 1,
         modified: truncated ? .wholeSecondsNow() : FileFacts(base).modified ?? RFC3339.parse(base.timeCreated)
       ))
-    if staged.state.withLock({ $0.dirty }) {
+    if truncated {
       let failure = stage.writeRecord(staged.record)
       if failure != 0 {
         stage.remove()
-        throw localFailure(failure, key: node.key)
+        throw diagnostics.localFailure(failure, key: node.key)
       }
     }
-    let handle = state.withLock { state in
-      let handle = state.nextHandle
-      state.nextHandle += 1
-      if !emptied {
-        // Reads before the first write come from the object.
-        state.files[handle] = FileReader(
-          key: base.name, generation: base.generation, size: UInt64(base.size), store: store,
-          maxSegment: configuration.readAheadMaxChunk, maxAhead: configuration.readAheadMaxBytes,
-          budget: readAhead)
-      }
-      return handle
-    }
+    let handle = handles.next()
+    // Reads before the first write come from the object.
+    if !emptied { reads.add(handle: handle, base: base) }
     // Another open may have staged the inode meanwhile: share that one.
-    let winner = writes.withLock { writes -> StagedFile? in
-      if let other = writes.byInode[inode], !other.state.withLock({ $0.unlinked }) { return other }
-      writes.byInode[inode] = staged
-      writes.handles[handle] = staged
+    let winner = registry.withLock { registry -> StagedFile? in
+      if let other = registry.byInode[inode], !other.state.withLock({ $0.unlinked }) { return other }
+      registry.byInode[inode] = staged
+      registry.handles[handle] = staged
       return nil
     }
     if let winner {
       stage.remove()
-      state.withLock { _ = $0.files.removeValue(forKey: handle) }
+      reads.remove(handle: handle)
       guard let shared = try await attach(winner, truncate: truncate) else {
         return try await openForWriting(inode: inode, node: node, flags: flags)
       }
       return OpenResult(handle: shared, keepCache: false)
     }
-    stagedCount.add(1, ordering: .relaxed)
+    count.add(1, ordering: .relaxed)
     return OpenResult(handle: handle, keepCache: false)
   }
 
   /// A new handle on a staged file; nil if its last handle closed meanwhile
   /// (then the caller stages the file anew).
   private func attach(_ staged: StagedFile, truncate: Bool) async throws -> UInt64? {
-    let handle = state.withLock { state in
-      let handle = state.nextHandle
-      state.nextHandle += 1
-      return handle
-    }
+    let handle = handles.next()
     // Under the registry's lock, as the last release is: never a handle on a released stage.
-    let attached = writes.withLock { writes -> Bool in
-      guard writes.byInode[staged.inode] === staged else { return false }
+    let attached = registry.withLock { registry -> Bool in
+      guard registry.byInode[staged.inode] === staged else { return false }
       staged.state.withLock { $0.handles += 1 }
-      writes.handles[handle] = staged
+      registry.handles[handle] = staged
       return true
     }
     guard attached else { return nil }
@@ -177,76 +143,44 @@ extension BucketFileSystem {
     return handle
   }
 
-  private func register(_ staged: StagedFile, handle: UInt64) {
-    writes.withLock { writes in
-      writes.byInode[staged.inode] = staged
-      writes.handles[handle] = staged
-    }
-    stagedCount.add(1, ordering: .relaxed)
-  }
-
-  func makeStage() throws -> Stage {
-    do {
-      let directory = try stages.withLock { (stages: inout StageDirectory?) throws(StageFailure) in
-        if let stages { return stages }
-        let made = try StageDirectory(path: stageDirectoryPath, files: stageFiles)
-        stages = made
-        return made
-      }
-      return try directory.makeStage()
-    } catch {
-      logger.error("cannot stage a file in \(stageDirectoryPath): \(Errno(error.code))")
-      throw Errno(error.code)
-    }
-  }
-
-  var stageDirectoryPath: String {
-    if !configuration.stageDirectory.isEmpty { return configuration.stageDirectory }
-    let tmp = getenv("TMPDIR").map { String(cString: $0) }.flatMap { $0.isEmpty ? nil : $0 } ?? "/tmp"
-    return "\(tmp)/bucketfs-\(getuid())/stages-\(getpid())"
-  }
-
-  /// The staged file a write handle belongs to.
-  func stagedFile(handle: UInt64) -> StagedFile? {
-    guard stagedCount.load(ordering: .relaxed) > 0 else { return nil }
-    return writes.withLock { $0.handles[handle] }
-  }
-
-  func stagedFile(inode: UInt64) -> StagedFile? {
-    guard stagedCount.load(ordering: .relaxed) > 0 else { return nil }
-    return writes.withLock { $0.byInode[inode] }
-  }
-
   // MARK: - Writing
 
-  public func writeInline(inode: UInt64, handle: UInt64, offset: UInt64, data: UnsafeRawBufferPointer)
-    -> Result<Int, Errno>?
-  {
-    guard let staged = stagedFile(handle: handle) else { return .failure(.badHandle) }
-    return staged.state.withLock { s -> Result<Int, Errno>? in
-      if let poisoned = s.poisoned { return .failure(poisoned) }
-      if let answer = unstagedWrite(s.key, offset: offset, count: data.count) { return answer }
-      if s.busy || !covers(s, offset: offset, count: data.count) { return nil }
-      return write(staged, &s, data, at: offset)
-    }
+  /// The answer to a write that needs no stage: a bad handle, a poisoned
+  /// file, a write of no bytes or one past the largest object. Nil when
+  /// the write goes to the stage (off the FUSE loop: it is file I/O).
+  func answerWithoutStage(handle: UInt64, offset: UInt64, count: Int) -> Result<Int, Errno>? {
+    guard let staged = file(handle: handle) else { return .failure(.badHandle) }
+    let (key, poisoned) = staged.state.withLock { ($0.key, $0.poisoned) }
+    if let poisoned { return .failure(poisoned) }
+    return unstagedWrite(key, offset: offset, count: count)
   }
 
-  public func write(inode: UInt64, handle: UInt64, offset: UInt64, data: [UInt8]) async throws -> Int {
-    guard let staged = stagedFile(handle: handle) else { throw Errno.badHandle }
+  func write(handle: UInt64, offset: UInt64, data: [UInt8]) async throws -> Int {
+    guard let staged = file(handle: handle) else { throw Errno.badHandle }
     return try await staged.gate.run {
-      if let poisoned = staged.state.withLock({ $0.poisoned }) { throw poisoned }
-      let key = staged.state.withLock { $0.key }
-      if let answer = unstagedWrite(key, offset: offset, count: data.count) { return try answer.get() }
-      let needsBytes = staged.state.withLock { !covers($0, offset: offset, count: data.count) }
-      if needsBytes { try await load(staged) }
-      return try data.withUnsafeBytes { bytes in
-        try staged.state.withLock { s in try write(staged, &s, bytes, at: offset).get() }
+      let (key, poisoned, covered) = staged.state.withLock {
+        ($0.key, $0.poisoned, Self.covers($0, offset: offset, count: data.count))
       }
+      if let poisoned { throw poisoned }
+      if let answer = unstagedWrite(key, offset: offset, count: data.count) { return try answer.get() }
+      if !covered { try await load(staged) }
+      try markDirty(staged)
+      let code = data.withUnsafeBytes { staged.stage.write($0, at: offset) }
+      try staged.state.withLock { s in
+        // A local failure poisons the file: its stage may hold part of the
+        // write, and is never uploaded.
+        if code != 0 {
+          s.poisoned = diagnostics.localFailure(code, key: s.key)
+          throw Errno(code)
+        }
+        s.loaded = true
+        s.size = max(s.size, offset + UInt64(data.count))
+        s.modified = .wholeSecondsNow()
+        s.mtimeSet = false
+      }
+      return data.count
     }
   }
-
-  /// The largest object the service stores: a file cannot grow past it.
-  static let maxObjectBytes: UInt64 = 5 << 40
 
   /// The answer to a write that leaves the stage alone: 0 for no bytes (the
   /// size stays), EFBIG when it would end past ``maxObjectBytes``.
@@ -259,60 +193,34 @@ extension BucketFileSystem {
   }
 
   /// Whether a write needs none of the bytes not yet in the stage.
-  private func covers(_ s: StagedFile.State, offset: UInt64, count: Int) -> Bool {
+  private static func covers(_ s: StagedFile.State, offset: UInt64, count: Int) -> Bool {
     s.loaded || (offset == 0 && UInt64(count) >= s.size)
   }
 
-  /// One write into the stage, under its lock. A local failure poisons the
-  /// file: its stage may hold part of the write, and is never uploaded.
-  private func write(
-    _ staged: StagedFile, _ s: inout StagedFile.State, _ data: UnsafeRawBufferPointer, at offset: UInt64
-  )
-    -> Result<Int, Errno>
-  {
-    if let failure = markDirty(staged, &s) { return .failure(failure) }
-    let code = staged.stage.write(data, at: offset)
-    if code != 0 {
-      s.poisoned = localFailure(code, key: s.key)
-      return .failure(Errno(code))
-    }
-    s.loaded = true
-    s.size = max(s.size, offset + UInt64(data.count))
-    s.modified = .wholeSecondsNow()
-    s.mtimeSet = false
-    return .success(data.count)
-  }
-
   /// Marks the file dirty, first recording so in the sidecar (a kill -9
-  /// from now on leaves a stage the next mount lists).
-  func markDirty(_ staged: StagedFile, _ s: inout StagedFile.State) -> Errno? {
-    if !s.dirty || s.recordUploaded {
-      s.dirty = true
-      s.recordUploaded = false
-      let record = StageRecord(
+  /// from now on leaves a stage the next mount lists). Under the gate.
+  func markDirty(_ staged: StagedFile) throws {
+    let record = staged.state.withLock { s -> StageRecord? in
+      guard !s.dirty || s.recordUploaded else { return nil }
+      return StageRecord(
         key: s.key, baseGeneration: s.baseGeneration, uploaded: false,
         fields: Dictionary(uniqueKeysWithValues: s.attributes.fields.map { ($0.key.rawValue, $0.value) }),
         custom: s.attributes.custom)
-      let code = staged.stage.writeRecord(record)
-      if code != 0 { return localFailure(code, key: s.key) }
     }
-    return nil
-  }
-
-  func localFailure(_ code: Int32, key: String) -> Errno {
-    logger.error("staging \(key) failed locally: \(Errno(code)); nothing of it is uploaded")
-    return Errno(code)
+    guard let record else { return }
+    let code = staged.stage.writeRecord(record)
+    if code != 0 { throw diagnostics.localFailure(code, key: record.key) }
+    staged.state.withLock { s in
+      s.dirty = true
+      s.recordUploaded = false
+    }
   }
 
   /// Fills the stage with the bytes of the generation it was opened on.
-  /// Called under the gate.
+  /// Under the gate.
   func load(_ staged: StagedFile, upTo limit: UInt64? = nil) async throws {
-    let (base, size, loaded) = staged.state.withLock { s in
-      if !s.loaded { s.busy = true }
-      return (s.base, s.size, s.loaded)
-    }
+    let (base, size, loaded) = staged.state.withLock { ($0.base, $0.size, $0.loaded) }
     guard !loaded, let base else { return }
-    defer { staged.state.withLock { $0.busy = false } }
     let end = min(limit ?? size, size)
     let chunk: UInt64 = 8 << 20
     var at: UInt64 = 0
@@ -322,15 +230,15 @@ extension BucketFileSystem {
       do {
         bytes = try await store.read(base.name, generation: base.generation, range: Int64(at)..<Int64(upper))
       } catch {
-        throw failure(error, operation: "read for writing", key: base.name, context: .read)
+        throw diagnostics.failure(error, operation: "read for writing", key: base.name, context: .read)
       }
       guard bytes.readableBytes > 0 else { break }
       let code = bytes.withUnsafeReadableBytes { staged.stage.write($0, at: at) }
-      if code != 0 { throw localFailure(code, key: base.name) }
+      if code != 0 { throw diagnostics.localFailure(code, key: base.name) }
       at += UInt64(bytes.readableBytes)
     }
     let code = staged.stage.truncate(to: end)
-    if code != 0 { throw localFailure(code, key: base.name) }
+    if code != 0 { throw diagnostics.localFailure(code, key: base.name) }
     staged.state.withLock { s in
       s.loaded = true
       s.size = end
@@ -341,22 +249,16 @@ extension BucketFileSystem {
   /// bytes it keeps (none for 0).
   func resize(_ staged: StagedFile, to size: UInt64) async throws {
     try await staged.gate.run {
-      if let poisoned = staged.state.withLock({ $0.poisoned }) { throw poisoned }
-      let (loaded, current) = staged.state.withLock { ($0.loaded, $0.size) }
+      let (poisoned, loaded, current) = staged.state.withLock { ($0.poisoned, $0.loaded, $0.size) }
+      if let poisoned { throw poisoned }
       // Nothing changes, nothing to upload.
       if loaded && current == size { return }
-      if !loaded {
-        if size == 0 {
-          staged.state.withLock { $0.loaded = true }
-        } else {
-          try await load(staged, upTo: min(size, current))
-        }
-      }
+      if !loaded && size > 0 { try await load(staged, upTo: min(size, current)) }
+      try markDirty(staged)
+      let code = staged.stage.truncate(to: size)
       try staged.state.withLock { s in
-        if let failure = markDirty(staged, &s) { throw failure }
-        let code = staged.stage.truncate(to: size)
         if code != 0 {
-          s.poisoned = localFailure(code, key: s.key)
+          s.poisoned = diagnostics.localFailure(code, key: s.key)
           throw Errno(code)
         }
         s.loaded = true

@@ -1,0 +1,72 @@
+import FUSE
+
+/// The FUSE operations on names, attributes and directories.
+extension BucketFileSystem {
+  public func lookup(parent: UInt64, name: String) async throws -> Entry {
+    try await lookups.lookup(parent: parent, name: name)
+  }
+
+  public func forget(inode: UInt64, count: UInt64) {
+    nodes.forget(inode: inode, count: count)
+  }
+
+  public func getattr(inode: UInt64) async throws -> (FileAttributes, timeout: Double) {
+    try await entries.getattr(inode: inode)
+  }
+
+  /// Size goes to the stage, mtime to a pending upload or one PATCH; mode,
+  /// owner and atime are accepted unchanged, as gcsfuse does
+  /// (docs/SEMANTICS.md#writes).
+  public func setattr(inode: UInt64, handle: UInt64?, changes: AttributeChanges) async throws
+    -> (FileAttributes, timeout: Double)
+  {
+    if configuration.readOnly { throw Errno.readOnly }
+    let node = try nodes.node(inode)
+    if node.kind == .directory {
+      if changes.size != nil { throw Errno.isDirectory }
+      return (entries.attributes(inode: inode, kind: .directory, facts: nil), configuration.metadataTTL)
+    }
+    if let size = changes.size {
+      try await staging.setSize(inode: inode, handle: handle, node: node, to: size)
+    }
+    if let time = changes.modificationTime, !staging.carryModified(inode: inode, to: time) {
+      try await xattrs.update(
+        .custom(Staging.mtimeKey), to: String(time.seconds), flags: [], inode: inode, node: node)
+      staging.noteModified(inode: inode, to: time)
+    }
+    return try await getattr(inode: inode)
+  }
+
+  public func opendir(inode: UInt64) async throws -> UInt64 {
+    try await directories.opendir(inode: inode)
+  }
+
+  public func readdir(inode: UInt64, handle: UInt64, offset: UInt64, into buffer: DirectoryBuffer)
+    async throws
+  {
+    try await directories.readdir(inode: inode, handle: handle, offset: offset, into: buffer)
+  }
+
+  public func releasedir(inode: UInt64, handle: UInt64) {
+    directories.releasedir(handle: handle)
+  }
+
+  public func mkdir(parent: UInt64, name: String, mode: UInt32) async throws -> Entry {
+    try await namespace.mkdir(parent: parent, name: name, mode: mode)
+  }
+
+  public func unlink(parent: UInt64, name: String) async throws {
+    try await namespace.unlink(parent: parent, name: name)
+  }
+
+  public func rmdir(parent: UInt64, name: String) async throws {
+    try await namespace.rmdir(parent: parent, name: name)
+  }
+
+  public func rename(parent: UInt64, name: String, newParent: UInt64, newName: String, flags: RenameFlags)
+    async throws
+  {
+    try await namespace.rename(
+      parent: parent, name: name, newParent: newParent, newName: newName, flags: flags)
+  }
+}

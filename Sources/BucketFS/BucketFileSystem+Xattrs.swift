@@ -1,0 +1,28 @@
+import FUSE
+
+/// The FUSE operations on extended attributes, answered by ``Xattrs``.
+extension BucketFileSystem {
+  public func getxattr(inode: UInt64, name: String) async throws -> [UInt8] {
+    try await xattrs.getxattr(inode: inode, name: name)
+  }
+
+  public func listxattr(inode: UInt64) async throws -> [String] {
+    try await xattrs.listxattr(inode: inode)
+  }
+
+  public func getxattrInline(inode: UInt64, name: String) -> Result<[UInt8], Errno>? {
+    xattrs.getxattrInline(inode: inode, name: name)
+  }
+
+  public func listxattrInline(inode: UInt64) -> Result<[String], Errno>? {
+    xattrs.listxattrInline(inode: inode)
+  }
+
+  public func setxattr(inode: UInt64, name: String, value: [UInt8], flags: XattrFlags) async throws {
+    try await xattrs.setxattr(inode: inode, name: name, value: value, flags: flags)
+  }
+
+  public func removexattr(inode: UInt64, name: String) async throws {
+    try await xattrs.removexattr(inode: inode, name: name)
+  }
+}

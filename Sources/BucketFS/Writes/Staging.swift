@@ -1,0 +1,102 @@
+import FUSE
+import Logging
+import ObjectStore
+import Synchronization
+
+#if canImport(Glibc)
+  import Glibc
+#endif
+
+/// Files being written: each inode's stage on local disk, its handles, and
+/// the upload that stores it with its precondition (docs/SEMANTICS.md#writes).
+/// Apart from the node table, so reads and stats of untouched files never
+/// wait on it.
+final class Staging: Sendable {
+  static let mtimeKey = "goog-reserved-file-mtime"
+  static let firebaseTokenKey = "firebaseStorageDownloadTokens"
+  /// The largest object the service stores: a file cannot grow past it.
+  static let maxObjectBytes: UInt64 = 5 << 40
+
+  let registry = Mutex(StagedFiles())
+  /// Entries of `registry` (staged files and readers of stages): at 0 the
+  /// lookups of handles and inodes skip its lock.
+  let count = Atomic<Int>(0)
+  private let stages = Mutex<StageDirectory?>(nil)
+  /// The calls that write the stages' bytes.
+  let stageFiles: any StageFiles
+  let nodes: NodeTable
+  let reads: Reads
+  let handles: HandleNumbers
+  let listings: SharedListings
+  let store: any ObjectStore
+  let configuration: Configuration
+  let diagnostics: Diagnostics
+  let contentTypes: ContentTypes
+  let clock: @Sendable () -> Double
+  var logger: Logger { diagnostics.logger }
+
+  init(
+    stageFiles: any StageFiles, nodes: NodeTable, reads: Reads, handles: HandleNumbers,
+    listings: SharedListings, store: any ObjectStore, configuration: Configuration,
+    diagnostics: Diagnostics, clock: @escaping @Sendable () -> Double
+  ) {
+    self.stageFiles = stageFiles
+    self.nodes = nodes
+    self.reads = reads
+    self.handles = handles
+    self.listings = listings
+    self.store = store
+    self.configuration = configuration
+    self.diagnostics = diagnostics
+    self.contentTypes = ContentTypes(mimeTypesPath: configuration.mimeTypesPath)
+    self.clock = clock
+  }
+
+  /// Whether any file is staged or any stage read.
+  var isActive: Bool { count.load(ordering: .relaxed) > 0 }
+
+  /// The staged file a write handle belongs to.
+  func file(handle: UInt64) -> StagedFile? {
+    guard isActive else { return nil }
+    return registry.withLock { $0.handles[handle] }
+  }
+
+  func file(inode: UInt64) -> StagedFile? {
+    guard isActive else { return nil }
+    return registry.withLock { $0.byInode[inode] }
+  }
+
+  /// The staged file of `inode` that a new open may share: not unlinked.
+  func shared(inode: UInt64) -> StagedFile? {
+    guard let staged = file(inode: inode), !staged.state.withLock({ $0.unlinked }) else { return nil }
+    return staged
+  }
+
+  func makeStage() throws -> Stage {
+    let path = stageDirectoryPath
+    do {
+      let directory = try stages.withLock { (stages: inout StageDirectory?) throws(StageFailure) in
+        if let stages { return stages }
+        let made = try StageDirectory(path: path, files: stageFiles)
+        stages = made
+        return made
+      }
+      return try directory.makeStage()
+    } catch {
+      logger.error("cannot stage a file in \(path): \(Errno(error.code))")
+      throw Errno(error.code)
+    }
+  }
+
+  var stageDirectoryPath: String {
+    if !configuration.stageDirectory.isEmpty { return configuration.stageDirectory }
+    let tmp = getenv("TMPDIR").map { String(cString: $0) }.flatMap { $0.isEmpty ? nil : $0 } ?? "/tmp"
+    return "\(tmp)/bucketfs-\(getuid())/stages-\(getpid())"
+  }
+
+  /// Metadata of an object that exists only in a stage, for stat's facts.
+  static func placeholder(key: String, bucket: String) -> ObjectMetadata {
+    ObjectMetadata(
+      bucket: bucket, name: key, size: 0, generation: 0, metageneration: 0, timeCreated: "", updated: "")
+  }
+}
