@@ -74,12 +74,19 @@ final class Staging: Sendable {
 
   func makeStage() throws -> Stage {
     let path = stageDirectoryPath
-    do {
-      let directory = try stages.withLock { (stages: inout StageDirectory?) throws(StageFailure) in
-        if let stages { return stages }
+    do throws(StageFailure) {
+      // The first stage makes the directory (mkdir, chmod) with no lock held;
+      // two racing first stages both make it, and the first one kept wins.
+      let directory: StageDirectory
+      if let made = stages.withLock({ $0 }) {
+        directory = made
+      } else {
         let made = try StageDirectory(path: path, files: stageFiles)
-        stages = made
-        return made
+        directory = stages.withLock { stages in
+          if let stages { return stages }
+          stages = made
+          return made
+        }
       }
       return try directory.makeStage()
     } catch {
