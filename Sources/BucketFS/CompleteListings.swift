@@ -1,4 +1,3 @@
-import NIOCore
 import ObjectStore
 import Synchronization
 
@@ -80,94 +79,5 @@ final class SharedListings: Sendable {
 
   func withLock<T>(_ body: (inout CompleteListings) -> T) -> T {
     state.withLock { body(&$0) }
-  }
-}
-
-/// The store as the filesystem uses it: every name stored through it joins
-/// its directory's complete listing, whichever operation stored it (an
-/// upload, a copy, a move), and a directory placeholder created where no
-/// object was (`ifGenerationMatch=0`) starts as a complete, empty listing.
-struct ListingAwareStore: ObjectStore {
-  let inner: any ObjectStore
-  let listings: SharedListings
-  /// Listings kept by tree walks: a change through this store drops those it could make wrong.
-  let walks: SubtreeWalks
-  let clock: @Sendable () -> Double
-
-  var bucket: String { inner.bucket }
-
-  func list(prefix: String, delimiter: String?, pageSize: Int, pageToken: String?) async throws -> ListPage {
-    try await inner.list(prefix: prefix, delimiter: delimiter, pageSize: pageSize, pageToken: pageToken)
-  }
-
-  func list(
-    prefix: String, delimiter: String?, pageSize: Int, pageToken: String?,
-    nextPageToken: @escaping @Sendable (String) -> Void
-  ) async throws -> ListPage {
-    try await inner.list(
-      prefix: prefix, delimiter: delimiter, pageSize: pageSize, pageToken: pageToken,
-      nextPageToken: nextPageToken)
-  }
-
-  func metadata(of name: String) async throws -> ObjectMetadata { try await inner.metadata(of: name) }
-
-  func read(_ name: String, generation: Int64, range: Range<Int64>) async throws -> ByteBuffer {
-    try await inner.read(name, generation: generation, range: range)
-  }
-
-  func read(_ name: String, generation: Int64, range: Range<Int64>, reusing spare: SpareBuffer)
-    async throws -> ByteBuffer
-  {
-    try await inner.read(name, generation: generation, range: range, reusing: spare)
-  }
-
-  func patch(_ name: String, _ patch: MetadataPatch, ifMetagenerationMatch: Int64?) async throws
-    -> ObjectMetadata
-  {
-    try await inner.patch(name, patch, ifMetagenerationMatch: ifMetagenerationMatch)
-  }
-
-  func upload(
-    _ name: String, from source: any UploadSource, attributes: ObjectAttributes, ifGenerationMatch: Int64?
-  ) async throws -> ObjectMetadata {
-    let started = clock()
-    let stored = try await inner.upload(
-      name, from: source, attributes: attributes, ifGenerationMatch: ifGenerationMatch)
-    walks.invalidateListings(under: name)
-    listings.withLock { listings in
-      listings.add(key: name)
-      if name.hasSuffix("/"), ifGenerationMatch == 0 {
-        listings.record(directory: name, names: [], at: started)
-      }
-    }
-    return stored
-  }
-
-  func delete(_ name: String, ifGenerationMatch: Int64?) async throws {
-    try await inner.delete(name, ifGenerationMatch: ifGenerationMatch)
-    walks.invalidateListings(under: name)
-  }
-
-  func copy(
-    _ source: String, sourceGeneration: Int64, to destination: String, attributes: ObjectAttributes?,
-    ifGenerationMatch: Int64?
-  ) async throws -> ObjectMetadata {
-    let stored = try await inner.copy(
-      source, sourceGeneration: sourceGeneration, to: destination, attributes: attributes,
-      ifGenerationMatch: ifGenerationMatch)
-    walks.invalidateListings(under: destination)
-    listings.withLock { $0.add(key: destination) }
-    return stored
-  }
-
-  func move(_ source: String, sourceGeneration: Int64, to destination: String, ifGenerationMatch: Int64?)
-    async throws -> ObjectMetadata
-  {
-    let stored = try await inner.move(
-      source, sourceGeneration: sourceGeneration, to: destination, ifGenerationMatch: ifGenerationMatch)
-    walks.invalidateListings(under: source)
-    walks.invalidateListings(under: destination)
-    listings.withLock { $0.add(key: destination) }
-    return stored
   }
 }

@@ -8,7 +8,7 @@ import Synchronization
 /// a GET or a list page sent before a PATCH arrives after its answer. A lost
 /// PATCH answer is applied and then answered 412, as the client's retry of
 /// it is.
-final class HeldAnswerStore: ObjectStore, Sendable {
+final class HeldAnswerStore: ForwardingObjectStore, Sendable {
   enum Kind: Sendable { case metadata, list }
   let base: InMemoryObjectStore
   private struct Hold {
@@ -24,7 +24,7 @@ final class HeldAnswerStore: ObjectStore, Sendable {
 
   init(_ base: InMemoryObjectStore) { self.base = base }
 
-  var bucket: String { base.bucket }
+  var inner: any ObjectStore { base }
 
   /// Holds the next `calls` calls of `kind` until ``release(_:)``.
   func hold(_ kind: Kind, calls: Int = 1) {
@@ -54,12 +54,18 @@ final class HeldAnswerStore: ObjectStore, Sendable {
     return await deliver(.list, page)
   }
 
-  func metadata(of name: String) async throws -> ObjectMetadata {
-    await deliver(.metadata, try await base.metadata(of: name))
+  /// Through the held list: the page's token too comes only once released.
+  func list(
+    prefix: String, delimiter: String?, pageSize: Int, pageToken: String?,
+    nextPageToken: @escaping @Sendable (String) -> Void
+  ) async throws -> ListPage {
+    let page = try await list(prefix: prefix, delimiter: delimiter, pageSize: pageSize, pageToken: pageToken)
+    if let token = page.nextPageToken { nextPageToken(token) }
+    return page
   }
 
-  func read(_ name: String, generation: Int64, range: Range<Int64>) async throws -> ByteBuffer {
-    try await base.read(name, generation: generation, range: range)
+  func metadata(of name: String) async throws -> ObjectMetadata {
+    await deliver(.metadata, try await base.metadata(of: name))
   }
 
   func patch(_ name: String, _ patch: MetadataPatch, ifMetagenerationMatch: Int64?) async throws
@@ -72,32 +78,6 @@ final class HeldAnswerStore: ObjectStore, Sendable {
     }
     if lost { throw StorageError.preconditionFailed }
     return applied
-  }
-
-  func upload(
-    _ name: String, from source: any UploadSource, attributes: ObjectAttributes, ifGenerationMatch: Int64?
-  ) async throws -> ObjectMetadata {
-    try await base.upload(name, from: source, attributes: attributes, ifGenerationMatch: ifGenerationMatch)
-  }
-
-  func delete(_ name: String, ifGenerationMatch: Int64?) async throws {
-    try await base.delete(name, ifGenerationMatch: ifGenerationMatch)
-  }
-
-  func copy(
-    _ source: String, sourceGeneration: Int64, to destination: String, attributes: ObjectAttributes?,
-    ifGenerationMatch: Int64?
-  ) async throws -> ObjectMetadata {
-    try await base.copy(
-      source, sourceGeneration: sourceGeneration, to: destination, attributes: attributes,
-      ifGenerationMatch: ifGenerationMatch)
-  }
-
-  func move(_ source: String, sourceGeneration: Int64, to destination: String, ifGenerationMatch: Int64?)
-    async throws -> ObjectMetadata
-  {
-    try await base.move(
-      source, sourceGeneration: sourceGeneration, to: destination, ifGenerationMatch: ifGenerationMatch)
   }
 }
 

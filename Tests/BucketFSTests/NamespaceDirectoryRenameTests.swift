@@ -151,40 +151,12 @@ final class NamespaceDirectoryRenameTests: XCTestCase {
 
 /// Forwards to the in-memory store and counts moves in flight; each move
 /// waits a little so that others can start meanwhile.
-final class CountingMoves: ObjectStore {
+final class CountingMoves: ForwardingObjectStore {
   let base: InMemoryObjectStore
   let now = Mutex(0)
   let most = Mutex(0)
   init(_ base: InMemoryObjectStore) { self.base = base }
-  var bucket: String { base.bucket }
-  func list(prefix: String, delimiter: String?, pageSize: Int, pageToken: String?) async throws -> ListPage {
-    try await base.list(prefix: prefix, delimiter: delimiter, pageSize: pageSize, pageToken: pageToken)
-  }
-  func metadata(of name: String) async throws -> ObjectMetadata { try await base.metadata(of: name) }
-  func read(_ name: String, generation: Int64, range: Range<Int64>) async throws -> ByteBuffer {
-    try await base.read(name, generation: generation, range: range)
-  }
-  func patch(_ name: String, _ patch: MetadataPatch, ifMetagenerationMatch: Int64?) async throws
-    -> ObjectMetadata
-  {
-    try await base.patch(name, patch, ifMetagenerationMatch: ifMetagenerationMatch)
-  }
-  func upload(
-    _ name: String, from source: any UploadSource, attributes: ObjectAttributes, ifGenerationMatch: Int64?
-  ) async throws -> ObjectMetadata {
-    try await base.upload(name, from: source, attributes: attributes, ifGenerationMatch: ifGenerationMatch)
-  }
-  func delete(_ name: String, ifGenerationMatch: Int64?) async throws {
-    try await base.delete(name, ifGenerationMatch: ifGenerationMatch)
-  }
-  func copy(
-    _ source: String, sourceGeneration: Int64, to destination: String, attributes: ObjectAttributes?,
-    ifGenerationMatch: Int64?
-  ) async throws -> ObjectMetadata {
-    try await base.copy(
-      source, sourceGeneration: sourceGeneration, to: destination, attributes: attributes,
-      ifGenerationMatch: ifGenerationMatch)
-  }
+  var inner: any ObjectStore { base }
   func move(_ source: String, sourceGeneration: Int64, to destination: String, ifGenerationMatch: Int64?)
     async throws -> ObjectMetadata
   {

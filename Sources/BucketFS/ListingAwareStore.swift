@@ -1,0 +1,58 @@
+import ObjectStore
+
+/// The store as the filesystem uses it: every name stored through it joins
+/// its directory's complete listing, whichever operation stored it (an
+/// upload, a copy, a move), and a directory placeholder created where no
+/// object was (`ifGenerationMatch=0`) starts as a complete, empty listing.
+/// Reads, listings and patches go to `inner` unchanged.
+struct ListingAwareStore: ForwardingObjectStore {
+  let inner: any ObjectStore
+  let listings: SharedListings
+  /// Listings kept by tree walks: a change through this store drops those it could make wrong.
+  let walks: SubtreeWalks
+  let clock: @Sendable () -> Double
+
+  func upload(
+    _ name: String, from source: any UploadSource, attributes: ObjectAttributes, ifGenerationMatch: Int64?
+  ) async throws -> ObjectMetadata {
+    let started = clock()
+    let stored = try await inner.upload(
+      name, from: source, attributes: attributes, ifGenerationMatch: ifGenerationMatch)
+    walks.invalidateListings(under: name)
+    listings.withLock { listings in
+      listings.add(key: name)
+      if name.hasSuffix("/"), ifGenerationMatch == 0 {
+        listings.record(directory: name, names: [], at: started)
+      }
+    }
+    return stored
+  }
+
+  func delete(_ name: String, ifGenerationMatch: Int64?) async throws {
+    try await inner.delete(name, ifGenerationMatch: ifGenerationMatch)
+    walks.invalidateListings(under: name)
+  }
+
+  func copy(
+    _ source: String, sourceGeneration: Int64, to destination: String, attributes: ObjectAttributes?,
+    ifGenerationMatch: Int64?
+  ) async throws -> ObjectMetadata {
+    let stored = try await inner.copy(
+      source, sourceGeneration: sourceGeneration, to: destination, attributes: attributes,
+      ifGenerationMatch: ifGenerationMatch)
+    walks.invalidateListings(under: destination)
+    listings.withLock { $0.add(key: destination) }
+    return stored
+  }
+
+  func move(_ source: String, sourceGeneration: Int64, to destination: String, ifGenerationMatch: Int64?)
+    async throws -> ObjectMetadata
+  {
+    let stored = try await inner.move(
+      source, sourceGeneration: sourceGeneration, to: destination, ifGenerationMatch: ifGenerationMatch)
+    walks.invalidateListings(under: source)
+    walks.invalidateListings(under: destination)
+    listings.withLock { $0.add(key: destination) }
+    return stored
+  }
+}
