@@ -21,8 +21,12 @@ step() { printf '\n==> %s\n' "$*"; }
 step "lint: await inside tuple literals"
 python3 scripts/lint-async-tuples.py || failed+=("lint-async-tuples")
 
-step "swift build --build-tests (debug)"
-swift build --build-tests
+step "swift build --build-tests (debug), with no warnings in our own code"
+build_log=$(mktemp)
+swift build --build-tests 2>&1 | tee "$build_log"
+# Packages' warnings are theirs; a warning in Sources/ or Tests/ fails the run.
+if grep -E "^$PWD/(Sources|Tests)/.*: warning:" "$build_log"; then failed+=("warnings in our code"); fi
+rm -f "$build_log"
 
 step "swift test"
 swift_log=$(mktemp)
