@@ -221,9 +221,27 @@ def test_setfattr_remove_absent_is_enodata(seeded, mount):
 # errors
 
 
-@pytest.mark.parametrize("name", sorted(READ_ONLY) + ["user.name"])
-def test_read_only_names_are_eperm(seeded, mount, name):
+def test_read_only_names_are_accepted_and_ignored(seeded, mount, client):
+    """rsync -X and cp -a set every xattr they saw: read-only ones never fail them."""
     m = mount(seeded)
+    path = m.p(*FOREST.split("/"))
+    for name in sorted(READ_ONLY):
+        p = setfattr(path, name, "123")
+        assert p.returncode == 0, (name, p.stderr)
+        p = setfattr(path, name, remove=True)
+        assert p.returncode == 0, (name, p.stderr)
+    m.proxy.settle()
+    assert not _patches(m), "a read-only property must send nothing"
+    shown = getfattr_value(path, "user.generation")
+    assert shown.stdout.strip() == str(client.get(seeded, FOREST)["generation"]), shown.stdout
+    # A user. name in no row of the table is still refused.
+    p = setfattr(path, "user.nonsense", "123")
+    assert p.returncode != 0 and "Operation not permitted" in p.stderr, p.stderr
+
+
+@pytest.mark.parametrize("name", sorted(READ_ONLY) + ["user.name"])
+def test_the_option_makes_read_only_names_eperm(seeded, mount, name):
+    m = mount(seeded, "", "--refuse-read-only-xattrs")
     path = m.p(*FOREST.split("/"))
     p = setfattr(path, name, "123")
     assert p.returncode != 0 and "Operation not permitted" in p.stderr, (name, p.stderr)

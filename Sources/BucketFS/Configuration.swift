@@ -28,6 +28,9 @@ public struct Configuration: Sendable {
   public var stageDirectory: String = ""
   /// Give each new object a random UUID in `firebaseStorageDownloadTokens`.
   public var firebaseDownloadTokens = false
+  /// Setting or removing a read-only property answers EPERM; by default it
+  /// is accepted and ignored, so copying tools never fail on it.
+  public var refuseReadOnlyXattrs = false
   /// Where new files' content types come from; nil: the built-in table only.
   public var mimeTypesPath: String? = "/etc/mime.types"
   /// Objects a directory rename moves at most; a larger directory answers

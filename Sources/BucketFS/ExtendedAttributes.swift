@@ -65,7 +65,7 @@ final class Xattrs: Sendable {
 
   func setxattr(inode: UInt64, name: String, value: [UInt8], flags: XattrFlags) async throws {
     if try staging.setProperty(inode: inode, name: name, value: value, flags: flags) { return }
-    let (property, node) = try writableProperty(inode: inode, name: name)
+    guard let (property, node) = try writableProperty(inode: inode, name: name) else { return }
     guard let text = String(validating: value, as: UTF8.self) else { throw Errno.invalid }
     if case .custom = property, text.utf8.count > MetadataLimits.maxValueBytes { throw Errno.tooBig }
     try await update(property, to: text, flags: flags, inode: inode, node: node)
@@ -73,16 +73,21 @@ final class Xattrs: Sendable {
 
   func removexattr(inode: UInt64, name: String) async throws {
     if try staging.setProperty(inode: inode, name: name, value: nil, flags: .replace) { return }
-    let (property, node) = try writableProperty(inode: inode, name: name)
+    guard let (property, node) = try writableProperty(inode: inode, name: name) else { return }
     try await update(property, to: nil, flags: .replace, inode: inode, node: node)
   }
 
-  /// The checks that need no network, in the order docs/SEMANTICS.md#xattrs-errors gives them.
-  func writableProperty(inode: UInt64, name: String) throws -> (XattrName, Node) {
+  /// The checks that need no network, in the order docs/SEMANTICS.md#xattrs-errors
+  /// gives them; nil for a read-only property, accepted and ignored (as
+  /// chmod is on a store with no modes) so that copying tools that set every
+  /// xattr they saw (rsync -X, cp -a) never fail on it.
+  func writableProperty(inode: UInt64, name: String) throws -> (XattrName, Node)? {
     guard let property = XattrName(name) else { throw Errno.notSupported }
     if configuration.readOnly { throw Errno.readOnly }
     let node = try nodes.node(inode)
-    guard node.kind == .file, property.isWritable else { throw Errno.notPermitted }
+    guard node.kind == .file else { throw Errno.notPermitted }
+    if case .readOnly = property, !configuration.refuseReadOnlyXattrs { return nil }
+    guard property.isWritable else { throw Errno.notPermitted }
     return (property, node)
   }
 

@@ -158,6 +158,10 @@ public enum MountOptionTable {
     "firebase-download-tokens", value: nil, default: false,
     "give each new object a random `firebaseStorageDownloadTokens`, as the Firebase SDKs do, so `getDownloadURL` works for it"
   )
+  public static let refuseReadOnlyXattrs = MountOption<Bool>(
+    "refuse-read-only-xattrs", value: nil, default: false,
+    "answer `EPERM` to setting or removing a read-only property (`user.generation`, `user.md5Hash`, …) instead of accepting and ignoring it"
+  )
   public static let renameDirLimit = MountOption<Int>(
     "rename-dir-limit", value: "N", default: 1000, unit: .count,
     "objects a directory rename moves at most; a larger directory gives EXDEV, so `mv` copies it")
@@ -176,7 +180,8 @@ public enum MountOptionTable {
     foreground.row, endpoint.row, anonymous.row, credentials.row, accessTokenFile.row,
     allowInsecureHTTP.row, options.row, pageSize.row, metadataTTL.row, negativeTTL.row,
     requestTimeout.row, retryDeadline.row, uploadThreshold.row, uploadChunkSize.row, cacheDir.row,
-    firebaseDownloadTokens.row, renameDirLimit.row, readAheadBudget.row, logLevel.row, logFile.row,
+    firebaseDownloadTokens.row, refuseReadOnlyXattrs.row, renameDirLimit.row, readAheadBudget.row,
+    logLevel.row, logFile.row,
   ]
 
   /// README.md's options table, exactly.

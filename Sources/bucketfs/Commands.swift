@@ -79,6 +79,8 @@ struct Mount: ParsableCommand {
   @Option(name: .customLong(T.cacheDir.name), help: help(T.cacheDir)) var cacheDir: String?
   @Flag(name: .customLong(T.firebaseDownloadTokens.name), help: help(T.firebaseDownloadTokens))
   var firebaseDownloadTokens = T.firebaseDownloadTokens.value
+  @Flag(name: .customLong(T.refuseReadOnlyXattrs.name), help: help(T.refuseReadOnlyXattrs))
+  var refuseReadOnlyXattrs = T.refuseReadOnlyXattrs.value
   @Option(help: .hidden) var readyFd: Int32?
 
   func validate() throws {
@@ -226,6 +228,7 @@ struct Mount: ParsableCommand {
     configuration.directoryMode = mountOptions.directoryMode ?? configuration.directoryMode
     configuration.readOnly = mountOptions.readOnly
     configuration.firebaseDownloadTokens = firebaseDownloadTokens
+    configuration.refuseReadOnlyXattrs = refuseReadOnlyXattrs
     if let directory = stageDirectory() {
       configuration.stageDirectory = directory
       let others = Recovery.leftovers(

@@ -42,9 +42,10 @@ let quietLogger: Logger = {
 func makeFileSystem(
   _ store: any ObjectStore, pageSize: Int = 1000, root: String = "", readOnly: Bool = false,
   clock: ManualClock = ManualClock(), readAheadMaxChunk: Int = Configuration().readAheadMaxChunk,
-  readAheadBudget: Int = Configuration().readAheadBudget
+  readAheadBudget: Int = Configuration().readAheadBudget, refuseReadOnlyXattrs: Bool = false
 ) -> BucketFileSystem {
   var configuration = Configuration()
+  configuration.refuseReadOnlyXattrs = refuseReadOnlyXattrs
   configuration.readAheadMaxChunk = readAheadMaxChunk
   configuration.readAheadBudget = readAheadBudget
   configuration.pageSize = pageSize

@@ -139,9 +139,18 @@ final class XattrTests: XCTestCase {
   }
 
   func testReadOnlyPropertiesAndForeignNamespacesSendNothing() async throws {
+    // Read-only properties: accepted and ignored, so copying tools never fail on them.
     for name in [
-      "user.md5Hash", "user.size", "user.generation", "user.bucket", "user.nonsense", "user.custom.",
+      "user.md5Hash", "user.size", "user.generation", "user.bucket", "user.crc32c", "user.updated",
     ] {
+      try await fs.setxattr(inode: forest, name: name, value: bytes("1"), flags: [])
+      try await fs.removexattr(inode: forest, name: name)
+      try await fs.setxattr(inode: forest, name: name, value: [0xff], flags: [.create])
+    }
+    await XCTAssertEqualAsync(
+      text(try await fs.getxattr(inode: forest, name: "user.generation")),
+      String(store.object("images/forest.jpg")!.generation), "the real value shows after")
+    for name in ["user.nonsense", "user.custom."] {
       await XCTAssertErrno(.notPermitted) {
         try await self.fs.setxattr(inode: self.forest, name: name, value: bytes("1"), flags: [])
       }
@@ -155,6 +164,18 @@ final class XattrTests: XCTestCase {
       await XCTAssertErrno(.notSupported) { try await self.fs.removexattr(inode: self.forest, name: name) }
     }
     XCTAssertEqual(store.calls, [])
+  }
+
+  func testTheOptionBringsBackEPERMForReadOnlyProperties() async throws {
+    let strict = makeFileSystem(store, refuseReadOnlyXattrs: true)
+    let inode = try await strict.inode(at: "images/forest.jpg")
+    for name in ["user.md5Hash", "user.generation", "user.bucket"] {
+      await XCTAssertErrno(.notPermitted) {
+        try await strict.setxattr(inode: inode, name: name, value: bytes("1"), flags: [])
+      }
+      await XCTAssertErrno(.notPermitted) { try await strict.removexattr(inode: inode, name: name) }
+    }
+    XCTAssertEqual(store.calls(.patch), [])
   }
 
   func testInvalidAndOversizedValues() async throws {
