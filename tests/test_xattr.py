@@ -110,7 +110,7 @@ def test_getfattr_crc32c_storage_class_if_listed(client, seeded, mount):
 def test_getfattr_absent_name_is_enodata(seeded, mount):
     m = mount(seeded)
     path = m.p(*FOREST.split("/"))
-    for name in ("user.contentLanguage", "user.custom.nope", "user.nonsense"):
+    for name in ("user.contentLanguage", "user.custom.nope", "user.nonsense", "user.xdg.origin.url"):
         p = getfattr_value(path, name)
         assert p.returncode != 0 and "No such attribute" in p.stderr, (name, p.stderr)
     with pytest.raises(OSError) as e:
@@ -234,9 +234,32 @@ def test_read_only_names_are_accepted_and_ignored(seeded, mount, client):
     assert not _patches(m), "a read-only property must send nothing"
     shown = getfattr_value(path, "user.generation")
     assert shown.stdout.strip() == str(client.get(seeded, FOREST)["generation"]), shown.stdout
-    # A user. name in no row of the table is still refused.
-    p = setfattr(path, "user.nonsense", "123")
+    # user.custom. with no key names nothing: refused.
+    p = setfattr(path, "user.custom.", "123")
     assert p.returncode != 0 and "Operation not permitted" in p.stderr, p.stderr
+
+
+def test_other_programs_user_names_are_kept(seeded, mount, client, tmp_path):
+    """A downloaded file's user.xdg.* names go in with rsync -aX and come back out unchanged."""
+    local = tmp_path / "dl"
+    local.mkdir()
+    f = local / "page.html"
+    f.write_bytes(b"<html></html>")
+    os.setxattr(f, "user.xdg.origin.url", b"https://example.com/page.html")
+    os.setxattr(f, "user.xdg.referrer.url", b"https://example.com/")
+    m = mount(seeded)
+    p = run(["rsync", "-aX", f"{local}/", m.p("dl") + "/"], check=False)
+    assert p.returncode == 0, p.stderr
+    stored = client.get(seeded, "dl/page.html")["metadata"]
+    assert stored["user.xdg.origin.url"] == "https://example.com/page.html", stored
+    assert stored["user.xdg.referrer.url"] == "https://example.com/", stored
+    names = os.listxattr(m.p("dl", "page.html"))
+    assert "user.xdg.origin.url" in names and "user.custom.user.xdg.origin.url" not in names, names
+    back = tmp_path / "back"
+    p = run(["rsync", "-aX", m.p("dl") + "/", f"{back}/"], check=False)
+    assert p.returncode == 0, p.stderr
+    assert os.getxattr(back / "page.html", "user.xdg.origin.url") == b"https://example.com/page.html"
+    assert os.getxattr(back / "page.html", "user.xdg.referrer.url") == b"https://example.com/"
 
 
 @pytest.mark.parametrize("name", sorted(READ_ONLY) + ["user.name"])

@@ -9,8 +9,10 @@ enum XattrName: Hashable {
 
   case readOnly(ReadOnly)
   case writable(ObjectMetadata.WritableField)
+  /// A custom metadata key: `user.custom.KEY`, or another program's `user.`
+  /// name (`user.xdg.origin.url`), kept under a key that is the name itself.
   case custom(String)
-  /// A `user.` name that is no property.
+  /// `user.` or `user.custom.` with nothing after it.
   case unknown
 
   static let namespace = "user."
@@ -29,9 +31,21 @@ enum XattrName: Hashable {
       self = .writable(field)
     } else if let readOnly = ReadOnly(rawValue: property) {
       self = .readOnly(readOnly)
-    } else {
+    } else if property.isEmpty {
       self = .unknown
+    } else {
+      // Copying a local file in keeps the user. names other programs gave it
+      // (browsers write user.xdg.origin.url), byte for byte.
+      self = .custom(name)
     }
+  }
+
+  /// The one name custom key `key` shows as: the key itself when it is
+  /// another program's `user.` name, else `user.custom.KEY`. Either way
+  /// `XattrName(shownName(of: key)) == .custom(key)`.
+  static func shownName(ofCustomKey key: String) -> String {
+    if key.hasPrefix(namespace), case .custom(let parsed)? = XattrName(key), parsed == key { return key }
+    return customPrefix + key
   }
 
   var isWritable: Bool {
@@ -75,7 +89,7 @@ enum XattrName: Hashable {
     for field in ObjectMetadata.WritableField.allCases where metadata[field] != nil {
       names.append(Self.namespace + field.rawValue)
     }
-    for key in metadata.custom.keys.sorted() { names.append(Self.customPrefix + key) }
+    names += metadata.custom.keys.map(shownName(ofCustomKey:)).sorted()
     return names
   }
 

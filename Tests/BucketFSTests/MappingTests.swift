@@ -111,7 +111,11 @@ final class XattrMappingTests: XCTestCase {
       ("user.contentLanguage", .writable(.contentLanguage)),
       ("user.contentType", .writable(.contentType)),
       ("user.custom.location", .custom("location")), ("user.custom.a.b", .custom("a.b")),
-      ("user.custom.", .unknown), ("user.whatever", .unknown), ("user.contenttype", .unknown),
+      ("user.custom.", .unknown), ("user.", .unknown),
+      // Other programs' user. names are custom keys of the very name.
+      ("user.whatever", .custom("user.whatever")), ("user.contenttype", .custom("user.contenttype")),
+      ("user.xdg.origin.url", .custom("user.xdg.origin.url")),
+      ("user.custom.user.xdg.origin.url", .custom("user.xdg.origin.url")),
       ("security.selinux", nil), ("system.posix_acl_access", nil), ("trusted.x", nil), ("contentType", nil),
     ]
     for (name, expected) in table { XCTAssertEqual(XattrName(name), expected, name) }
@@ -123,7 +127,31 @@ final class XattrMappingTests: XCTestCase {
     // The seeds' table marks md5Hash writable, but the service computes it.
     XCTAssertFalse(XattrName("user.md5Hash")!.isWritable)
     XCTAssertFalse(XattrName("user.size")!.isWritable)
-    XCTAssertFalse(XattrName("user.nonsense")!.isWritable)
+    XCTAssertTrue(XattrName("user.nonsense")!.isWritable)
+    XCTAssertFalse(XattrName("user.custom.")!.isWritable)
+  }
+
+  /// Each custom key shows under one name, which parses back to that key.
+  func testEveryCustomKeyShowsOnce() {
+    var metadata = Self.forest
+    metadata.custom = [
+      "location": "x", "user.xdg.origin.url": "https://a", "user.contentType": "c", "user.custom.k": "d",
+      "user.": "e",
+    ]
+    let shown = XattrName.names(of: metadata).filter {
+      if case .custom = XattrName($0) { return true } else { return false }
+    }
+    XCTAssertEqual(
+      shown,
+      [
+        "user.custom.location", "user.custom.user.", "user.custom.user.contentType",
+        "user.custom.user.custom.k", "user.xdg.origin.url",
+      ])
+    for name in shown {
+      guard case .custom(let key)? = XattrName(name) else { return XCTFail(name) }
+      XCTAssertEqual(metadata.custom[key].map { _ in name }, name)
+      XCTAssertEqual(XattrName.shownName(ofCustomKey: key), name)
+    }
   }
 
   func testValues() {

@@ -80,9 +80,8 @@ final class WriteMetadataTests: XCTestCase {
     // Read-only names from a copy of another bucketfs file are ignored quietly.
     try await fs.setxattr(inode: inode, name: "user.md5Hash", value: bytes("AAAA"), flags: [])
     try await fs.setxattr(inode: inode, name: "user.generation", value: bytes("1"), flags: [])
-    await XCTAssertErrno(.notPermitted) {
-      try await self.fs.setxattr(inode: inode, name: "user.whatever", value: bytes("x"), flags: [])
-    }
+    // Another program's user. name goes with the upload, as a custom key of that name.
+    try await fs.setxattr(inode: inode, name: "user.xdg.referrer.url", value: bytes("https://r"), flags: [])
     await XCTAssertErrno(.notSupported) {
       try await self.fs.setxattr(inode: inode, name: "security.selinux", value: bytes("x"), flags: [])
     }
@@ -98,6 +97,7 @@ final class WriteMetadataTests: XCTestCase {
     let stored = store.object("copy.bin")!
     XCTAssertEqual(stored.contentType, "text/csv")
     XCTAssertEqual(stored.custom["origin"], "laptop")
+    XCTAssertEqual(stored.custom["user.xdg.referrer.url"], "https://r")
     XCTAssertNil(stored.cacheControl)
     XCTAssertEqual(store.calls(.patch), [], "carried by the upload itself")
     XCTAssertEqual(

@@ -150,7 +150,7 @@ final class XattrTests: XCTestCase {
     await XCTAssertEqualAsync(
       text(try await fs.getxattr(inode: forest, name: "user.generation")),
       String(store.object("images/forest.jpg")!.generation), "the real value shows after")
-    for name in ["user.nonsense", "user.custom."] {
+    for name in ["user.custom."] {
       await XCTAssertErrno(.notPermitted) {
         try await self.fs.setxattr(inode: self.forest, name: name, value: bytes("1"), flags: [])
       }
@@ -164,6 +164,21 @@ final class XattrTests: XCTestCase {
       await XCTAssertErrno(.notSupported) { try await self.fs.removexattr(inode: self.forest, name: name) }
     }
     XCTAssertEqual(store.calls, [])
+  }
+
+  func testOtherProgramsUserNamesAreKeptAsCustomKeysOfTheirName() async throws {
+    try await fs.setxattr(
+      inode: forest, name: "user.xdg.origin.url", value: bytes("https://example.com/a"), flags: [])
+    XCTAssertEqual(store.object("images/forest.jpg")?.custom["user.xdg.origin.url"], "https://example.com/a")
+    await XCTAssertEqualAsync(try await value("user.xdg.origin.url"), "https://example.com/a")
+    let names = try await fs.listxattr(inode: forest)
+    XCTAssertTrue(names.contains("user.xdg.origin.url"), "\(names)")
+    XCTAssertFalse(names.contains("user.custom.user.xdg.origin.url"), "shown once: \(names)")
+    await XCTAssertErrno(.invalid) {
+      try await self.fs.setxattr(inode: self.forest, name: "user.xdg.bad", value: [0xff], flags: [])
+    }
+    try await fs.removexattr(inode: forest, name: "user.xdg.origin.url")
+    XCTAssertNil(store.object("images/forest.jpg")?.custom["user.xdg.origin.url"])
   }
 
   func testTheOptionBringsBackEPERMForReadOnlyProperties() async throws {
