@@ -80,7 +80,7 @@ public final class BucketFileSystem: FileSystem, Sendable {
       nodes: nodes, entries: entries, listings: listings, store: store, configuration: configuration,
       diagnostics: diagnostics, clock: clock)
     self.directories = Directories(
-      nodes: nodes, entries: entries, handles: handles, walks: walks, listings: listings, prefetch: prefetch,
+      nodes: nodes, entries: entries, staging: staging, handles: handles, walks: walks, listings: listings, prefetch: prefetch,
       store: store, configuration: configuration, diagnostics: diagnostics, clock: clock)
     self.namespace = Namespace(
       nodes: nodes, entries: entries, staging: staging, reads: reads, walks: walks, listings: listings,

@@ -5,9 +5,18 @@ import Synchronization
 /// Directory handles over ``DirectoryStream``s: what each readdir pass
 /// shows, and what it tells the walks, the prefetch and the complete listings.
 final class Directories: Sendable {
-  private let streams = Mutex<[UInt64: DirectoryStream]>([:])
+  /// One directory handle: its listing, then the files created in it and
+  /// not stored yet, which a pass shows after the listed entries.
+  struct Handle {
+    let stream: DirectoryStream
+    var inFlight: [Staging.InFlight]
+    /// The index of the first in-flight file: the listing's length, once a pass reached its end.
+    var end: Int?
+  }
+  private let streams = Mutex<[UInt64: Handle]>([:])
   let nodes: NodeTable
   let entries: Entries
+  let staging: Staging
   let handles: HandleNumbers
   /// Tree walks and the listings they fetch ahead (SubtreeWalk.swift).
   let walks: SubtreeWalks
@@ -19,12 +28,14 @@ final class Directories: Sendable {
   let clock: @Sendable () -> Double
 
   init(
-    nodes: NodeTable, entries: Entries, handles: HandleNumbers, walks: SubtreeWalks, listings: SharedListings,
+    nodes: NodeTable, entries: Entries, staging: Staging, handles: HandleNumbers, walks: SubtreeWalks,
+    listings: SharedListings,
     prefetch: SiblingPrefetch, store: any ObjectStore, configuration: Configuration, diagnostics: Diagnostics,
     clock: @escaping @Sendable () -> Double
   ) {
     self.nodes = nodes
     self.entries = entries
+    self.staging = staging
     self.handles = handles
     self.walks = walks
     self.listings = listings
@@ -45,15 +56,21 @@ final class Directories: Sendable {
       prefix: key, store: store, pageSize: configuration.pageSize, clock: clock, listed: listed,
       onConflict: { diagnostics.warnConflict($0) })
     let handle = handles.next()
-    streams.withLock { $0[handle] = stream }
+    let inFlight = staging.inFlight(in: key)
+    streams.withLock { $0[handle] = Handle(stream: stream, inFlight: inFlight) }
     return handle
   }
 
   func readdir(inode: UInt64, handle: UInt64, offset: UInt64, into buffer: DirectoryBuffer) async throws {
-    guard let stream = streams.withLock({ $0[handle] }) else { throw Errno.badHandle }
+    guard let stream = streams.withLock({ $0[handle]?.stream }) else { throw Errno.badHandle }
     diagnostics.logger.trace("readdir \(stream.prefix) handle \(handle) offset \(offset)")
     if offset == 0 {
       await stream.rewind()
+      let inFlight = staging.inFlight(in: stream.prefix)
+      streams.withLock { streams in
+        streams[handle]?.inFlight = inFlight
+        streams[handle]?.end = nil
+      }
       let now = clock()
       listings.withLock { $0.startPass(handle: handle, directory: stream.prefix, at: now) }
     }
@@ -87,6 +104,7 @@ final class Directories: Sendable {
       if batch.isEmpty {
         notePass(handle: handle, names: listedNames, complete: true)
         listedNames = []
+        addInFlight(handle: handle, from: index, into: buffer)
         return
       }
       for listed in batch {
@@ -123,6 +141,25 @@ final class Directories: Sendable {
     }
   }
 
+  /// The files in flight, after the listing's `end` (known once a pass gets
+  /// there); one stored meanwhile is in the listing, or in the next pass.
+  private func addInFlight(handle: UInt64, from index: Int, into buffer: DirectoryBuffer) {
+    let (end, inFlight) = streams.withLock { streams -> (Int, [Staging.InFlight]) in
+      if streams[handle]?.end == nil { streams[handle]?.end = index }
+      return (streams[handle]?.end ?? index, streams[handle]?.inFlight ?? [])
+    }
+    guard index >= end else { return }
+    for (position, file) in inFlight.enumerated().dropFirst(index - end) where staging.isInFlight(file.inode)
+    {
+      if buffer.isPlus { nodes.withLock { $0[file.inode]?.lookups += 1 } }
+      let nextOffset = UInt64(end + position) + 3
+      guard buffer.add(name: file.name, entry: entries.staged(file.inode), nextOffset: nextOffset) else {
+        if buffer.isPlus { nodes.forget(inode: file.inode, count: 1) }
+        return
+      }
+    }
+  }
+
   /// Names a readdir pass handed the kernel; `complete` at its end.
   private func notePass(handle: UInt64, names: [(String, Double)], complete: Bool) {
     guard !names.isEmpty || complete else { return }
@@ -133,7 +170,7 @@ final class Directories: Sendable {
   }
 
   func releasedir(handle: UInt64) {
-    if let stream = streams.withLock({ $0.removeValue(forKey: handle) }) {
+    if let stream = streams.withLock({ $0.removeValue(forKey: handle)?.stream }) {
       walks.released(stream.prefix)
     }
     listings.withLock { $0.dropPass(handle: handle) }

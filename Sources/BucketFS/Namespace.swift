@@ -101,6 +101,8 @@ final class Namespace: Sendable {
     defer { walks.invalidateListings(under: directoryKey) }
     let held = nodes.probe(fileKey: fileKey, directoryKey: directoryKey)
     if held.kind == .file { throw Errno.notDirectory }
+    // A file created in it and not stored yet is in it (docs/SEMANTICS.md#writes-in-flight).
+    if !staging.inFlight(in: directoryKey, deep: true).isEmpty { throw Errno(ENOTEMPTY) }
     for _ in 0..<3 {
       switch try await contents(of: directoryKey) {
       case .nonEmpty:

@@ -77,6 +77,39 @@ extension Staging {
     }
   }
 
+  // MARK: - Files in flight
+
+  /// A file created through the mount and not stored yet.
+  struct InFlight: Sendable, Equatable {
+    let name: String
+    let inode: UInt64
+  }
+
+  /// The files in flight directly in directory `directoryKey` (or anywhere
+  /// under it, `deep`), in the order the service lists names: a file being
+  /// written is a file, listed with its directory and keeping it non-empty.
+  func inFlight(in directoryKey: String, deep: Bool = false) -> [InFlight] {
+    guard isActive else { return [] }
+    let files = registry.withLock { Array($0.byInode.values) }
+    var found: [InFlight] = []
+    for staged in files {
+      let (key, fresh) = staged.state.withLock { ($0.key, $0.baseGeneration == 0 && !$0.unlinked) }
+      guard fresh, key.utf8.count > directoryKey.utf8.count, key.utf8.starts(with: directoryKey.utf8) else {
+        continue
+      }
+      let name = String(decoding: key.utf8.dropFirst(directoryKey.utf8.count), as: UTF8.self)
+      if deep || !name.utf8.contains(UInt8(ascii: "/")) {
+        found.append(InFlight(name: name, inode: staged.inode))
+      }
+    }
+    return found.sorted { Names.precedes($0.name, $1.name) }
+  }
+
+  /// Whether `inode` is still a file in flight (not stored, not unlinked).
+  func isInFlight(_ inode: UInt64) -> Bool {
+    file(inode: inode)?.state.withLock { $0.baseGeneration == 0 && !$0.unlinked } ?? false
+  }
+
   // MARK: - Attributes
 
   /// What stat shows of a staged inode: its staged size and mtime.
