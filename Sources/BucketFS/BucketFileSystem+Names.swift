@@ -55,6 +55,10 @@ extension BucketFileSystem {
     try await namespace.mkdir(parent: parent, name: name, mode: mode)
   }
 
+  public func mknod(parent: UInt64, name: String, mode: UInt32) async throws -> Entry {
+    try await namespace.mknod(parent: parent, name: name)
+  }
+
   public func unlink(parent: UInt64, name: String) async throws {
     try await namespace.unlink(parent: parent, name: name)
   }

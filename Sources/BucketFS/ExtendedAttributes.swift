@@ -112,6 +112,9 @@ final class Xattrs: Sendable {
       let exists = property.value(in: metadata) != nil
       if flags.contains(.create) && exists { throw Errno.exists }
       if flags.contains(.replace) && !exists { throw Errno.noData }
+      // Setting the value it has changes nothing: no PATCH (rsync -X sets
+      // every name again once any differs, and a backup job reruns nightly).
+      if let value, property.value(in: metadata) == value { return }
       var proposed = metadata
       patch.apply(to: &proposed)
       guard MetadataLimits.fits(proposed.custom) else { throw Errno.tooBig }

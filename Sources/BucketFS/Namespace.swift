@@ -93,6 +93,29 @@ final class Namespace: Sendable {
     return entries.directory(inode)
   }
 
+  /// An empty file, stored at once where nothing is (`ifGenerationMatch=0`):
+  /// a file made without a handle has no close to store it at.
+  func mknod(parent: UInt64, name: String) async throws -> Entry {
+    try checkWritable()
+    let parentKey = try nodes.node(parent, kind: .directory).key
+    let key = try Names.key(name, under: parentKey, for: .newFile)
+    defer { walks.invalidateListings(under: key) }
+    let found = try await lookInBucket(fileKey: key, directoryKey: key + "/")
+    if found.file != nil || found.directory != nil || staging.isInFlight(key: key) { throw Errno.exists }
+    let (attributes, inferred) = staging.newFileAttributes(name: name)
+    let stored: ObjectMetadata
+    do {
+      stored = try await store.upload(
+        key, from: BytesSource([]), attributes: attributes, ifGenerationMatch: 0)
+    } catch StorageError.preconditionFailed {
+      throw Errno.exists
+    } catch {
+      throw diagnostics.failure(error, operation: "create", key: key)
+    }
+    staging.carryInferred(inferred, to: stored)
+    return entries.file(key, stored, at: clock())
+  }
+
   func rmdir(parent: UInt64, name: String) async throws {
     try checkWritable()
     let parentKey = try nodes.node(parent, kind: .directory).key

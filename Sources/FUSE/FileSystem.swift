@@ -63,6 +63,9 @@ public protocol FileSystem: AnyObject, Sendable {
   func setattr(inode: UInt64, handle: UInt64?, changes: AttributeChanges) async throws
     -> (FileAttributes, timeout: Double)
   func mkdir(parent: UInt64, name: String, mode: UInt32) async throws -> Entry
+  /// mknod(2) of a regular file: an empty file made without opening it
+  /// (`tar --xattrs` makes each file so, sets its xattrs, then writes it).
+  func mknod(parent: UInt64, name: String, mode: UInt32) async throws -> Entry
   func unlink(parent: UInt64, name: String) async throws
   func rmdir(parent: UInt64, name: String) async throws
   func rename(parent: UInt64, name: String, newParent: UInt64, newName: String, flags: RenameFlags)

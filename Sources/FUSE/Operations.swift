@@ -279,7 +279,17 @@ extension FUSESession {
     // plainly rather than ENOSYS, which some kernels remember for the mount.
     ops.symlink = { req, _, _, _ in fuse_reply_err(req, EPERM) }
     ops.link = { req, _, _, _ in fuse_reply_err(req, EPERM) }
-    ops.mknod = { req, _, _, mode, _ in fuse_reply_err(req, mode & S_IFMT == S_IFREG ? EOPNOTSUPP : EPERM) }
+    // Only regular files: a store of objects has no devices, FIFOs or sockets.
+    ops.mknod = { req, parent, name, mode, _ in
+      guard mode & S_IFMT == S_IFREG else { fuse_reply_err(req, EPERM); return }
+      guard let name = utf8Name(req, name) else { fuse_reply_err(req, EINVAL); return }
+      let fs = session(req).fileSystem
+      session(req).serve(req, { try await fs.mknod(parent: parent, name: name, mode: UInt32(mode)) }) {
+        request, entry in
+        var param = entry.parameters
+        if fuse_reply_entry(request.raw, &param) != 0 { fs.replyFailed(.lookup(inode: param.ino)) }
+      }
+    }
     return ops
   }
 }

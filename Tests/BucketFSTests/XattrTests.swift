@@ -181,6 +181,19 @@ final class XattrTests: XCTestCase {
     XCTAssertNil(store.object("images/forest.jpg")?.custom["user.xdg.origin.url"])
   }
 
+  func testSettingTheValueAPropertyHasSendsNothing() async throws {
+    try await fs.setxattr(inode: forest, name: "user.contentType", value: bytes("image/jpeg"), flags: [])
+    try await fs.setxattr(
+      inode: forest, name: "user.cacheControl", value: bytes("public,max-age=300"), flags: [])
+    XCTAssertEqual(store.calls(.patch), [])
+    await XCTAssertErrno(.exists) {
+      try await self.fs.setxattr(
+        inode: self.forest, name: "user.contentType", value: bytes("image/jpeg"), flags: [.create])
+    }
+    try await fs.setxattr(inode: forest, name: "user.contentType", value: bytes("image/png"), flags: [])
+    XCTAssertEqual(store.calls(.patch).count, 1)
+  }
+
   func testTheOptionBringsBackEPERMForReadOnlyProperties() async throws {
     let strict = makeFileSystem(store, refuseReadOnlyXattrs: true)
     let inode = try await strict.inode(at: "images/forest.jpg")

@@ -105,6 +105,11 @@ extension Staging {
     return found.sorted { Names.precedes($0.name, $1.name) }
   }
 
+  /// Whether the mount holds `key` as a file in flight.
+  func isInFlight(key: String) -> Bool {
+    nodes.withLock { $0.inode(of: key) }.map(isInFlight) ?? false
+  }
+
   /// Whether `inode` is still a file in flight (not stored, not unlinked).
   func isInFlight(_ inode: UInt64) -> Bool {
     file(inode: inode)?.state.withLock { $0.baseGeneration == 0 && !$0.unlinked } ?? false

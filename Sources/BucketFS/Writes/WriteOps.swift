@@ -30,13 +30,7 @@ extension Staging {
     }
 
     let stage = try makeStage()
-    var attributes = ObjectAttributes()
-    attributes.contentType = contentTypes.type(for: name)
-    var inferred: Set<XattrName> = [.writable(.contentType)]
-    if configuration.firebaseDownloadTokens {
-      attributes.custom[Self.firebaseTokenKey] = UUID().uuidString.lowercased()
-      inferred.insert(.custom(Self.firebaseTokenKey))
-    }
+    let (attributes, inferred) = newFileAttributes(name: name)
     let now = clock()
     let bucket = store.bucket
     let inode = nodes.withLock { table in
@@ -64,6 +58,19 @@ extension Staging {
     count.add(1, ordering: .relaxed)
     listings.withLock { $0.add(key: key) }
     return (inode, handle)
+  }
+
+  /// What a new file is stored with, and which of it bucketfs chose: a
+  /// content type from the name, and a download token when the mount gives them.
+  func newFileAttributes(name: String) -> (ObjectAttributes, Set<XattrName>) {
+    var attributes = ObjectAttributes()
+    attributes.contentType = contentTypes.type(for: name)
+    var inferred: Set<XattrName> = [.writable(.contentType)]
+    if configuration.firebaseDownloadTokens {
+      attributes.custom[Self.firebaseTokenKey] = UUID().uuidString.lowercased()
+      inferred.insert(.custom(Self.firebaseTokenKey))
+    }
+    return (attributes, inferred)
   }
 
   /// Opens an inode for writing (or with O_TRUNC): shares its staged file,
