@@ -10,24 +10,30 @@ import NIOCore
 /// the request's task, never inline on the FUSE loop thread.
 extension BucketFileSystem {
   public func open(inode: UInt64, flags: Int32) async throws -> OpenResult {
-    await reads.settle(inode)
-    let node = try nodes.node(inode)
-    guard node.kind == .file else { throw Errno.isDirectory }
-    if flags & O_ACCMODE != O_RDONLY || flags & O_TRUNC != 0 {
-      return try await staging.openForWriting(inode: inode, node: node, flags: flags)
+    try await boundary("open") {
+      await reads.settle(inode)
+      let node = try nodes.node(inode)
+      guard node.kind == .file else { throw Errno.isDirectory }
+      if flags & O_ACCMODE != O_RDONLY || flags & O_TRUNC != 0 {
+        return try await staging.openForWriting(inode: inode, node: node, flags: flags)
+      }
+      if let staged = staging.file(inode: inode), let opened = staging.openForReading(staged) {
+        return opened
+      }
+      return try await reads.open(inode: inode, node: node, handle: handles.next())
     }
-    if let staged = staging.file(inode: inode), let opened = staging.openForReading(staged) { return opened }
-    return try await reads.open(inode: inode, node: node, handle: handles.next())
   }
 
   public func create(parent: UInt64, name: String, mode: UInt32, flags: Int32) async throws -> (
     Entry, OpenResult
   ) {
-    if configuration.readOnly { throw Errno.readOnly }
-    let parentKey = try nodes.node(parent, kind: .directory).key
-    let key = try Names.key(name, under: parentKey, for: .newFile)
-    let (inode, handle) = try await staging.create(key: key, name: name, flags: flags)
-    return (entries.staged(inode), OpenResult(handle: handle, keepCache: false))
+    try await boundary("create") {
+      if configuration.readOnly { throw Errno.readOnly }
+      let parentKey = try nodes.node(parent, kind: .directory).key
+      let key = try Names.key(name, under: parentKey, for: .newFile)
+      let (inode, handle) = try await staging.create(key: key, name: name, flags: flags)
+      return (entries.staged(inode), OpenResult(handle: handle, keepCache: false))
+    }
   }
 
   public func readInline(inode: UInt64, handle: UInt64, offset: UInt64, size: Int) -> [ByteBuffer]? {
@@ -36,10 +42,12 @@ extension BucketFileSystem {
   }
 
   public func read(inode: UInt64, handle: UInt64, offset: UInt64, size: Int) async throws -> [ByteBuffer] {
-    if let staged = try staging.bytes(inode: inode, handle: handle, offset: offset, size: size) {
-      return staged
+    try await boundary("read") {
+      if let staged = try staging.bytes(inode: inode, handle: handle, offset: offset, size: size) {
+        return staged
+      }
+      return try await reads.read(inode: inode, handle: handle, offset: offset, size: size)
     }
-    return try await reads.read(inode: inode, handle: handle, offset: offset, size: size)
   }
 
   public func writeInline(inode: UInt64, handle: UInt64, offset: UInt64, data: UnsafeRawBufferPointer)
@@ -49,15 +57,21 @@ extension BucketFileSystem {
   }
 
   public func write(inode: UInt64, handle: UInt64, offset: UInt64, data: [UInt8]) async throws -> Int {
-    try await staging.write(handle: handle, offset: offset, data: data)
+    try await boundary("write") {
+      try await staging.write(handle: handle, offset: offset, data: data)
+    }
   }
 
   public func flush(inode: UInt64, handle: UInt64) async throws {
-    try await staging.commit(handle: handle)
+    try await boundary("flush") {
+      try await staging.commit(handle: handle)
+    }
   }
 
   public func fsync(inode: UInt64, handle: UInt64, dataOnly: Bool) async throws {
-    try await staging.commit(handle: handle)
+    try await boundary("fsync") {
+      try await staging.commit(handle: handle)
+    }
   }
 
   public func release(inode: UInt64, handle: UInt64) {

@@ -3,7 +3,9 @@ import FUSE
 /// The FUSE operations on names, attributes and directories.
 extension BucketFileSystem {
   public func lookup(parent: UInt64, name: String) async throws -> Entry {
-    try await lookups.lookup(parent: parent, name: name)
+    try await boundary("lookup") {
+      try await lookups.lookup(parent: parent, name: name)
+    }
   }
 
   public func forget(inode: UInt64, count: UInt64) {
@@ -11,7 +13,9 @@ extension BucketFileSystem {
   }
 
   public func getattr(inode: UInt64) async throws -> (FileAttributes, timeout: Double) {
-    try await entries.getattr(inode: inode)
+    try await boundary("getattr") {
+      try await entries.getattr(inode: inode)
+    }
   }
 
   /// Size goes to the stage, mtime to a pending upload or one PATCH; mode,
@@ -20,31 +24,37 @@ extension BucketFileSystem {
   public func setattr(inode: UInt64, handle: UInt64?, changes: AttributeChanges) async throws
     -> (FileAttributes, timeout: Double)
   {
-    if configuration.readOnly { throw Errno.readOnly }
-    let node = try nodes.node(inode)
-    if node.kind == .directory {
-      if changes.size != nil { throw Errno.isDirectory }
-      return (entries.attributes(inode: inode, kind: .directory, facts: nil), configuration.metadataTTL)
+    try await boundary("setattr") {
+      if configuration.readOnly { throw Errno.readOnly }
+      let node = try nodes.node(inode)
+      if node.kind == .directory {
+        if changes.size != nil { throw Errno.isDirectory }
+        return (entries.attributes(inode: inode, kind: .directory, facts: nil), configuration.metadataTTL)
+      }
+      if let size = changes.size {
+        try await staging.setSize(inode: inode, handle: handle, node: node, to: size)
+      }
+      if let time = changes.modificationTime, !staging.carryModified(inode: inode, to: time) {
+        try await xattrs.update(
+          .custom(Staging.mtimeKey), to: String(time.seconds), flags: [], inode: inode, node: node)
+        staging.noteModified(inode: inode, to: time)
+      }
+      return try await getattr(inode: inode)
     }
-    if let size = changes.size {
-      try await staging.setSize(inode: inode, handle: handle, node: node, to: size)
-    }
-    if let time = changes.modificationTime, !staging.carryModified(inode: inode, to: time) {
-      try await xattrs.update(
-        .custom(Staging.mtimeKey), to: String(time.seconds), flags: [], inode: inode, node: node)
-      staging.noteModified(inode: inode, to: time)
-    }
-    return try await getattr(inode: inode)
   }
 
   public func opendir(inode: UInt64) async throws -> UInt64 {
-    try await directories.opendir(inode: inode)
+    try await boundary("opendir") {
+      try await directories.opendir(inode: inode)
+    }
   }
 
   public func readdir(inode: UInt64, handle: UInt64, offset: UInt64, into buffer: DirectoryBuffer)
     async throws
   {
-    try await directories.readdir(inode: inode, handle: handle, offset: offset, into: buffer)
+    try await boundary("readdir") {
+      try await directories.readdir(inode: inode, handle: handle, offset: offset, into: buffer)
+    }
   }
 
   public func releasedir(inode: UInt64, handle: UInt64) {
@@ -52,25 +62,35 @@ extension BucketFileSystem {
   }
 
   public func mkdir(parent: UInt64, name: String, mode: UInt32) async throws -> Entry {
-    try await namespace.mkdir(parent: parent, name: name, mode: mode)
+    try await boundary("mkdir") {
+      try await namespace.mkdir(parent: parent, name: name, mode: mode)
+    }
   }
 
   public func mknod(parent: UInt64, name: String, mode: UInt32) async throws -> Entry {
-    try await namespace.mknod(parent: parent, name: name)
+    try await boundary("mknod") {
+      try await namespace.mknod(parent: parent, name: name)
+    }
   }
 
   public func unlink(parent: UInt64, name: String) async throws {
-    try await namespace.unlink(parent: parent, name: name)
+    try await boundary("unlink") {
+      try await namespace.unlink(parent: parent, name: name)
+    }
   }
 
   public func rmdir(parent: UInt64, name: String) async throws {
-    try await namespace.rmdir(parent: parent, name: name)
+    try await boundary("rmdir") {
+      try await namespace.rmdir(parent: parent, name: name)
+    }
   }
 
   public func rename(parent: UInt64, name: String, newParent: UInt64, newName: String, flags: RenameFlags)
     async throws
   {
-    try await namespace.rename(
-      parent: parent, name: name, newParent: newParent, newName: newName, flags: flags)
+    try await boundary("rename") {
+      try await namespace.rename(
+        parent: parent, name: name, newParent: newParent, newName: newName, flags: flags)
+    }
   }
 }

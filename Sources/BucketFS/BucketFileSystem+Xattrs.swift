@@ -3,11 +3,15 @@ import FUSE
 /// The FUSE operations on extended attributes, answered by ``Xattrs``.
 extension BucketFileSystem {
   public func getxattr(inode: UInt64, name: String) async throws -> [UInt8] {
-    try await xattrs.getxattr(inode: inode, name: name)
+    try await boundary("getxattr") {
+      try await xattrs.getxattr(inode: inode, name: name)
+    }
   }
 
   public func listxattr(inode: UInt64) async throws -> [String] {
-    try await xattrs.listxattr(inode: inode)
+    try await boundary("listxattr") {
+      try await xattrs.listxattr(inode: inode)
+    }
   }
 
   public func getxattrInline(inode: UInt64, name: String) -> Result<[UInt8], Errno>? {
@@ -19,10 +23,14 @@ extension BucketFileSystem {
   }
 
   public func setxattr(inode: UInt64, name: String, value: [UInt8], flags: XattrFlags) async throws {
-    try await xattrs.setxattr(inode: inode, name: name, value: value, flags: flags)
+    try await boundary("setxattr") {
+      try await xattrs.setxattr(inode: inode, name: name, value: value, flags: flags)
+    }
   }
 
   public func removexattr(inode: UInt64, name: String) async throws {
-    try await xattrs.removexattr(inode: inode, name: name)
+    try await boundary("removexattr") {
+      try await xattrs.removexattr(inode: inode, name: name)
+    }
   }
 }

@@ -80,7 +80,8 @@ public final class BucketFileSystem: FileSystem, Sendable {
       nodes: nodes, entries: entries, listings: listings, store: store, configuration: configuration,
       diagnostics: diagnostics, clock: clock)
     self.directories = Directories(
-      nodes: nodes, entries: entries, staging: staging, handles: handles, walks: walks, listings: listings, prefetch: prefetch,
+      nodes: nodes, entries: entries, staging: staging, handles: handles, walks: walks, listings: listings,
+      prefetch: prefetch,
       store: store, configuration: configuration, diagnostics: diagnostics, clock: clock)
     self.namespace = Namespace(
       nodes: nodes, entries: entries, staging: staging, reads: reads, walks: walks, listings: listings,
@@ -98,6 +99,18 @@ public final class BucketFileSystem: FileSystem, Sendable {
   public func mounted(kernel: KernelCache) {
     reads.kernel.withLock { $0 = kernel }
     onMounted()
+  }
+
+  /// The FUSE boundary of an operation: a component's failure is logged
+  /// here, once, with the operation and the object it concerned, and
+  /// leaves as its errno.
+  func boundary<T>(_ operation: String, _ body: () async throws -> T) async throws -> T {
+    do {
+      return try await body()
+    } catch let failure as FileSystemError {
+      diagnostics.log(failure, during: operation)
+      throw failure.errno
+    }
   }
 
   public func replyFailed(_ reply: FailedReply) {

@@ -96,10 +96,13 @@ final class Directories: Sendable {
         // Once some entries are packed, send them rather than wait for a page.
         batch = try await stream.entries(from: index, fetch: !added)
       } catch {
-        let errno = diagnostics.failure(error, operation: "list", key: stream.prefix)
+        let failure = diagnostics.failure(error, operation: "list", key: stream.prefix)
         // Entries already packed are worth sending; the next call retries.
-        if added { return }
-        throw errno
+        if added {
+          diagnostics.log(failure, during: "readdir")
+          return
+        }
+        throw failure
       }
       if batch.isEmpty {
         notePass(handle: handle, names: listedNames, complete: true)

@@ -8,6 +8,7 @@ enum ErrorMapping {
   static func errno(for error: any Error, context: Context = .metadata) -> Errno {
     switch error {
     case let errno as Errno: return errno
+    case let failure as FileSystemError: return failure.errno
     case is CancellationError: return .interrupted
     case let storage as StorageError: return errno(for: storage, context: context)
     default: return .io
