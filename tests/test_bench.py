@@ -32,10 +32,11 @@ def test_bench_runs_every_measurement_with_the_expected_requests(bucketfs_bin, t
     bfs = {k: res[k]["bucketfs"] for k in ("1", "2", "5", "6")}
     # 1: 30 objects are one page: one list call, no per-object request
     assert made(bfs["1"]["req"]) == {"list": 1}, bfs["1"]["req"]
-    # 2: `ls -f | head -1` on 3,500 objects (4 pages) reads the first page, and a second
-    # one only if `ls` outruns `head`'s exit (a race, BENCHMARKS.md); never the whole
-    # directory. test_mount.py pins exactly one call with names that make `ls` block.
-    assert made(bfs["2"]["req"]).keys() == {"list"} and bfs["2"]["req"]["list"] <= 2, bfs["2"]["req"]
+    # 2: `ls -f | head -1` on 3,500 objects (4 pages) reads the first page, and more
+    # only as far as `ls` outruns `head`'s exit (a race a loaded machine makes longer,
+    # BENCHMARKS.md); never the whole directory. test_mount.py pins exactly one call
+    # with names that make `ls` block on the pipe, which no load can race.
+    assert made(bfs["2"]["req"]).keys() == {"list"} and bfs["2"]["req"]["list"] < 4, bfs["2"]["req"]
     assert made(bfs["2"]["full_req"]) == {"list": 4}, bfs["2"]["full_req"]
     assert bfs["2"]["hwm_kib"] and bfs["2"]["full_hwm_kib"]
     # 5: getfattr -d right after ls -l makes no request at all
