@@ -23,8 +23,8 @@ public struct Configuration: Sendable {
   /// Bytes of read-ahead kept in flight per open file at most.
   public var readAheadMaxBytes: Int = 32 << 20
   /// The private directory this mount stages written files in (created
-  /// 0700); the CLI picks a per-mount one under `--cache-dir`. Empty: a
-  /// directory under $TMPDIR (or /tmp) named after the process.
+  /// 0700); the CLI picks a per-mount one under `--cache-dir`. Empty: no
+  /// file can be written (EROFS).
   public var stageDirectory: String = ""
   /// Give each new object a random UUID in `firebaseStorageDownloadTokens`.
   public var firebaseDownloadTokens = false

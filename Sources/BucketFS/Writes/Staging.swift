@@ -73,7 +73,12 @@ final class Staging: Sendable {
   }
 
   func makeStage() throws -> Stage {
-    let path = stageDirectoryPath
+    // Where is policy (the CLI's, per mount under --cache-dir): none, no writes.
+    let path = configuration.stageDirectory
+    guard !path.isEmpty else {
+      logger.error("no staging directory is configured; files cannot be written")
+      throw Errno.readOnly
+    }
     do throws(StageFailure) {
       // The first stage makes the directory (mkdir, chmod) with no lock held;
       // two racing first stages both make it, and the first one kept wins.
@@ -95,11 +100,6 @@ final class Staging: Sendable {
     }
   }
 
-  var stageDirectoryPath: String {
-    if !configuration.stageDirectory.isEmpty { return configuration.stageDirectory }
-    let tmp = getenv("TMPDIR").map { String(cString: $0) }.flatMap { $0.isEmpty ? nil : $0 } ?? "/tmp"
-    return "\(tmp)/bucketfs-\(getuid())/stages-\(getpid())"
-  }
 
   /// Metadata of an object that exists only in a stage, for stat's facts.
   static func placeholder(key: String, bucket: String) -> ObjectMetadata {
