@@ -87,7 +87,8 @@ public final class BucketFileSystem: FileSystem, Sendable {
       nodes: nodes, entries: entries, staging: staging, reads: reads, walks: walks, listings: listings,
       store: store, configuration: configuration, diagnostics: diagnostics, clock: clock)
     self.xattrs = Xattrs(
-      nodes: nodes, staging: staging, store: store, configuration: configuration, diagnostics: diagnostics)
+      nodes: nodes, staging: staging, store: store, configuration: configuration, diagnostics: diagnostics,
+      clock: clock)
   }
 
   public static func monotonicSeconds() -> Double {

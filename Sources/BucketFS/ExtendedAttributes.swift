@@ -14,11 +14,13 @@ final class Xattrs: Sendable {
   let store: any ObjectStore
   let configuration: Configuration
   let diagnostics: Diagnostics
+  let clock: @Sendable () -> Double
 
   init(
     nodes: NodeTable, staging: Staging, store: any ObjectStore, configuration: Configuration,
-    diagnostics: Diagnostics
+    diagnostics: Diagnostics, clock: @escaping @Sendable () -> Double
   ) {
+    self.clock = clock
     self.nodes = nodes
     self.staging = staging
     self.store = store
@@ -91,13 +93,19 @@ final class Xattrs: Sendable {
     return (property, node)
   }
 
+  /// Metadata fetched longer ago than this is fetched again before a
+  /// decision that sends nothing (EEXIST, ENODATA, a value it has): only a
+  /// PATCH carries a precondition that catches another client's change.
+  static let confirmationAge = 1.0
+
   /// Decides against the metadata at hand and patches only if the object still
-  /// has that metageneration; when it changed meanwhile, reads it again and
-  /// decides again.
+  /// has that generation and metageneration; when it changed meanwhile, reads
+  /// it again and decides again.
   func update(
     _ property: XattrName, to value: String?, flags: XattrFlags, inode: UInt64, node: Node
   ) async throws {
     var metadata = try await nodes.currentMetadata(of: node)
+    var fetchedAt = nodes.isFresh(node) ? node.fetchedAt : clock()
     let patch = property.patch(value)
     /// What the object is after our last PATCH, if that one was applied.
     var intended: ObjectMetadata?
@@ -110,17 +118,27 @@ final class Xattrs: Sendable {
         return
       }
       let exists = property.value(in: metadata) != nil
-      if flags.contains(.create) && exists { throw Errno.exists }
-      if flags.contains(.replace) && !exists { throw Errno.noData }
       // Setting the value it has changes nothing: no PATCH (rsync -X sets
       // every name again once any differs, and a backup job reruns nightly).
-      if let value, property.value(in: metadata) == value { return }
+      let unchanged = value != nil && property.value(in: metadata) == value
+      let refused = (flags.contains(.create) && exists) || (flags.contains(.replace) && !exists)
+      if unchanged || refused, clock() - fetchedAt > Self.confirmationAge {
+        metadata = try await nodes.fetchMetadata(node.key)
+        fetchedAt = clock()
+        continue
+      }
+      if flags.contains(.create) && exists { throw Errno.exists }
+      if flags.contains(.replace) && !exists { throw Errno.noData }
+      if unchanged { return }
       var proposed = metadata
       patch.apply(to: &proposed)
       guard MetadataLimits.fits(proposed.custom) else { throw Errno.tooBig }
       intended = proposed
       do {
-        let updated = try await store.patch(node.key, patch, ifMetagenerationMatch: metadata.metageneration)
+        // Both numbers: a replaced generation may have the same metageneration.
+        let updated = try await store.patch(
+          node.key, patch, ifGenerationMatch: metadata.generation,
+          ifMetagenerationMatch: metadata.metageneration)
         nodes.remember(updated)
         // Set by the user now: an atomic save no longer treats it as inferred.
         staging.noteSet(property, key: node.key, generation: updated.generation)
@@ -128,6 +146,7 @@ final class Xattrs: Sendable {
       } catch StorageError.preconditionFailed {
         diagnostics.logger.debug("metadata of \(node.key) changed meanwhile; deciding again")
         metadata = try await nodes.fetchMetadata(node.key)
+        fetchedAt = clock()
       } catch {
         throw diagnostics.failure(error, operation: "patch", key: node.key)
       }

@@ -157,10 +157,11 @@ public final class CloudStorageClient: ObjectStore {
     return "short answer: \(got) of \(expected) bytes at \(range.lowerBound) (\(contentRange.text))"
   }
 
-  public func patch(_ name: String, _ patch: MetadataPatch, ifMetagenerationMatch: Int64?) async throws
-    -> ObjectMetadata
-  {
+  public func patch(
+    _ name: String, _ patch: MetadataPatch, ifGenerationMatch: Int64?, ifMetagenerationMatch: Int64?
+  ) async throws -> ObjectMetadata {
     var query = [("fields", Fields.object)]
+    if let ifGenerationMatch { query.append(("ifGenerationMatch", String(ifGenerationMatch))) }
     if let ifMetagenerationMatch { query.append(("ifMetagenerationMatch", String(ifMetagenerationMatch))) }
     let json: Data
     do {

@@ -65,10 +65,11 @@ extension ForwardingObjectStore {
     try await inner.read(name, generation: generation, range: range, reusing: spare)
   }
 
-  public func patch(_ name: String, _ patch: MetadataPatch, ifMetagenerationMatch: Int64?) async throws
-    -> ObjectMetadata
-  {
-    try await inner.patch(name, patch, ifMetagenerationMatch: ifMetagenerationMatch)
+  public func patch(
+    _ name: String, _ patch: MetadataPatch, ifGenerationMatch: Int64?, ifMetagenerationMatch: Int64?
+  ) async throws -> ObjectMetadata {
+    try await inner.patch(
+      name, patch, ifGenerationMatch: ifGenerationMatch, ifMetagenerationMatch: ifMetagenerationMatch)
   }
 
   public func upload(

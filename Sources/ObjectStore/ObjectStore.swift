@@ -33,9 +33,13 @@ public protocol ObjectStore: Sendable {
   func read(_ name: String, generation: Int64, range: Range<Int64>, reusing spare: SpareBuffer)
     async throws -> ByteBuffer
 
-  /// Patches metadata, only if the object's metageneration still matches.
-  /// Throws ``StorageError/preconditionFailed`` when it does not.
-  func patch(_ name: String, _ patch: MetadataPatch, ifMetagenerationMatch: Int64?) async throws
+  /// Patches metadata, only if the object is still that generation and
+  /// metageneration (nil: either may be any). Throws
+  /// ``StorageError/preconditionFailed`` when it is not: a generation
+  /// replaced by another client may have the same metageneration.
+  func patch(
+    _ name: String, _ patch: MetadataPatch, ifGenerationMatch: Int64?, ifMetagenerationMatch: Int64?
+  ) async throws
     -> ObjectMetadata
 
   /// Stores the bytes of `source` as a new generation of `name` with
@@ -71,6 +75,13 @@ public protocol ObjectStore: Sendable {
 }
 
 extension ObjectStore {
+  /// A patch guarded by the metageneration alone.
+  public func patch(_ name: String, _ patch: MetadataPatch, ifMetagenerationMatch: Int64?) async throws
+    -> ObjectMetadata
+  {
+    try await self.patch(name, patch, ifGenerationMatch: nil, ifMetagenerationMatch: ifMetagenerationMatch)
+  }
+
   public func list(
     prefix: String, delimiter: String?, pageSize: Int, pageToken: String?,
     nextPageToken: @escaping @Sendable (String) -> Void

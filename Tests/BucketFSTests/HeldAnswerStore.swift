@@ -68,10 +68,11 @@ final class HeldAnswerStore: ForwardingObjectStore, Sendable {
     await deliver(.metadata, try await base.metadata(of: name))
   }
 
-  func patch(_ name: String, _ patch: MetadataPatch, ifMetagenerationMatch: Int64?) async throws
-    -> ObjectMetadata
-  {
-    let applied = try await base.patch(name, patch, ifMetagenerationMatch: ifMetagenerationMatch)
+  func patch(
+    _ name: String, _ patch: MetadataPatch, ifGenerationMatch: Int64?, ifMetagenerationMatch: Int64?
+  ) async throws -> ObjectMetadata {
+    let applied = try await base.patch(
+      name, patch, ifGenerationMatch: ifGenerationMatch, ifMetagenerationMatch: ifMetagenerationMatch)
     let lost = lostPatches.withLock { count in
       defer { count = max(count - 1, 0) }
       return count > 0

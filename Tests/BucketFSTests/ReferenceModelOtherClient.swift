@@ -383,7 +383,7 @@ struct OtherClientRound {
   /// mount would go on holding, say, a vanished directory that a kernel
   /// would have revalidated (ENOENT, the mount never asked) and let go.
   private func forgetEverything() {
-    let held = fs.state.withLock { $0.inodes.inodes(under: fs.configuration.rootPrefix) }
+    let held = fs.nodes.withLock { $0.inodes(under: fs.configuration.rootPrefix) }
     for (inode, node) in held { fs.forget(inode: inode, count: node.lookups) }
   }
 
@@ -514,19 +514,11 @@ struct OtherClientRound {
   /// against the current version" (docs/SEMANTICS.md#consistency-other-clients):
   /// XATTR_CREATE is EEXIST when the new version has k, XATTR_REPLACE ENODATA
   /// when it has not, else k is set on the new version.
-  ///
-  /// KNOWN DIVERGENCE (ReferenceModelTests.testASetxattrRightAfterAnOverwrite-
-  /// ElsewhereDecidesAgainstTheNewVersion, skipped while it shows): the mount
-  /// decides against the version it cached, and its PATCH's
-  /// ifMetagenerationMatch cannot tell that version from the new one (both
-  /// metageneration 1). So XATTR_CREATE and XATTR_REPLACE are probed only
-  /// where the old and the new version agree on whether k exists, where
-  /// deciding against either gives the answer SEMANTICS gives; elsewhere the
-  /// probe sets k without a flag, which needs no decision.
+  /// (The PATCH carries ifGenerationMatch too, and a refusal is confirmed
+  /// against metadata fetched within a second: ReferenceModelTests.
+  /// testASetxattrRightAfterAnOverwriteElsewhereDecidesAgainstTheNewVersion.)
   private mutating func setxattrAtOnce(_ path: String, _ inode: UInt64, flags: XattrFlags) async throws {
-    let had = before.files[path]!.attributes.custom["k"] != nil
     let has = after.files[path]!.attributes.custom["k"] != nil
-    let flags = had == has ? flags : []
     let value = "m\(Int.random(in: 0..<9, using: &generator))"
     let expected: Errno? = flags == .create && has ? .exists : flags == .replace && !has ? .noData : nil
     var got: Errno?

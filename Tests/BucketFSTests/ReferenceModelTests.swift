@@ -59,25 +59,11 @@ final class ReferenceModelTests: XCTestCase {
     }
   }
 
-  /// KNOWN DIVERGENCE, found by the second client: skipped while the mount
-  /// shows it (the rounds probe XATTR_CREATE/REPLACE only where it cannot
-  /// show). docs/SEMANTICS.md#consistency-other-clients: "a setfattr always
-  /// decides against the current version"; #xattrs-set: "a concurrent
-  /// change is never overwritten unseen"; #xattrs-errors rules 7 and 8.
-  ///
-  /// The mount decides against the metadata it cached (up to
-  /// --metadata-ttl old) and guards the PATCH with ifMetagenerationMatch
-  /// alone. Another client's overwrite makes a new generation, whose
-  /// metageneration starts at 1 again: when the version the mount cached
-  /// had metageneration 1 too, the PATCH lands on the new version although
-  /// it was decided against the old one; and a decision that fails is
-  /// answered from the cache with no request at all. Right after an
-  /// overwrite elsewhere, within the TTL, with `k` only in the new version:
-  /// XATTR_CREATE succeeds and replaces the other client's value (SEMANTICS:
-  /// EEXIST; this test), XATTR_REPLACE and removexattr give ENODATA
-  /// (SEMANTICS: they act on the new version). With `k` only in the old
-  /// version: XATTR_CREATE gives EEXIST (SEMANTICS: success), XATTR_REPLACE
-  /// succeeds and sets `k` on the new version (SEMANTICS: ENODATA).
+  /// Found by the second client: docs/SEMANTICS.md#consistency-other-clients,
+  /// "a setfattr always decides against the current version". Another
+  /// client's overwrite makes a new generation whose metageneration starts
+  /// at 1 again, so the PATCH carries ifGenerationMatch as well, and a 412
+  /// makes the mount read the object again and decide again.
   func testASetxattrRightAfterAnOverwriteElsewhereDecidesAgainstTheNewVersion() async throws {
     let store = InMemoryObjectStore(bucket: "model")
     store.put("f", data: bytes("old"), contentType: "text/plain")
@@ -92,15 +78,6 @@ final class ReferenceModelTests: XCTestCase {
       got = errno
     }
     let stored = store.object("f")!.custom["k"]
-    if got == nil, stored == "mine" {
-      throw XCTSkip(
-        """
-        known divergence from docs/SEMANTICS.md#xattrs-set: setxattr(XATTR_CREATE) of user.custom.k, right \
-        after another client replaced the object with a version that has k, succeeded and replaced their \
-        value "theirs" with "mine" (expected EEXIST, decided against the current version): the PATCH \
-        carries only ifMetagenerationMatch=1, which the new generation also has
-        """)
-    }
     XCTAssertEqual(got, .exists)
     XCTAssertEqual(stored, "theirs")
   }

@@ -94,6 +94,13 @@ extension FakeStorageServer {
       }
       precondition = value
     }
+    var generation: Int64?
+    if let text = query["ifGenerationMatch"] {
+      guard let value = Int64(text) else {
+        throw HTTPError(400, "Invalid value for ifGenerationMatch: \(text)", reason: "invalidParameter")
+      }
+      generation = value
+    }
     let json: Any
     do {
       json = try body.isEmpty ? [String: Any]() : JSONSerialization.jsonObject(with: Data(body))
@@ -121,7 +128,8 @@ extension FakeStorageServer {
       }
     }
     // Other properties (name, size, ...) are read-only; the service ignores them in a PATCH.
-    let meta = try await store.patch(name, patch, ifMetagenerationMatch: precondition)
+    let meta = try await store.patch(
+      name, patch, ifGenerationMatch: generation, ifMetagenerationMatch: precondition)
     return .json(200, Resources.object(meta, endpoint: endpoint))
   }
 

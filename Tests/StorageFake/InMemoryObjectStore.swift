@@ -168,12 +168,14 @@ public final class InMemoryObjectStore: ObjectStore, @unchecked Sendable {
   /// The PATCH semantics without logging, faults or latency: for seeding, and for
   /// ``beforeNextPatch(_:)`` actions that play "someone else".
   @discardableResult
-  public func applyPatch(_ name: String, _ patch: MetadataPatch, ifMetagenerationMatch: Int64? = nil)
-    throws(StorageError) -> ObjectMetadata
-  {
+  public func applyPatch(
+    _ name: String, _ patch: MetadataPatch, ifGenerationMatch: Int64? = nil,
+    ifMetagenerationMatch: Int64? = nil
+  ) throws(StorageError) -> ObjectMetadata {
     let key = Key(name.utf8)
     return try state.withLock { (s: inout State) throws(StorageError) -> ObjectMetadata in
       guard var entry = s.objects[key] else { throw .notFound }
+      if let expected = ifGenerationMatch, expected != entry.meta.generation { throw .preconditionFailed }
       if let expected = ifMetagenerationMatch, expected != entry.meta.metageneration {
         throw .preconditionFailed
       }
@@ -347,16 +349,17 @@ public final class InMemoryObjectStore: ObjectStore, @unchecked Sendable {
     }
   }
 
-  public func patch(_ name: String, _ patch: MetadataPatch, ifMetagenerationMatch: Int64?) async throws
-    -> ObjectMetadata
-  {
+  public func patch(
+    _ name: String, _ patch: MetadataPatch, ifGenerationMatch: Int64?, ifMetagenerationMatch: Int64?
+  ) async throws -> ObjectMetadata {
     try await enter(.patch(name))
     let hooks = state.withLock { s in
       defer { s.patchHooks.removeAll() }
       return s.patchHooks
     }
     for hook in hooks { hook(self) }
-    return try applyPatch(name, patch, ifMetagenerationMatch: ifMetagenerationMatch)
+    return try applyPatch(
+      name, patch, ifGenerationMatch: ifGenerationMatch, ifMetagenerationMatch: ifMetagenerationMatch)
   }
 
   // MARK: Internals

@@ -62,11 +62,12 @@ public final class RecordingStore: ObjectStore {
     return try await base.read(name, generation: generation, range: range, reusing: spare)
   }
 
-  public func patch(_ name: String, _ patch: MetadataPatch, ifMetagenerationMatch: Int64?) async throws
-    -> ObjectMetadata
-  {
+  public func patch(
+    _ name: String, _ patch: MetadataPatch, ifGenerationMatch: Int64?, ifMetagenerationMatch: Int64?
+  ) async throws -> ObjectMetadata {
     note(.patch)
-    return try await base.patch(name, patch, ifMetagenerationMatch: ifMetagenerationMatch)
+    return try await base.patch(
+      name, patch, ifGenerationMatch: ifGenerationMatch, ifMetagenerationMatch: ifMetagenerationMatch)
   }
 
   public func upload(
