@@ -13,7 +13,12 @@ extension BucketFileSystem {
     try await boundary("open") {
       await reads.settle(inode)
       let node = try nodes.node(inode)
-      guard node.kind == .file else { throw Errno.isDirectory }
+      switch node.kind {
+      case .file: break
+      case .directory: throw Errno.isDirectory
+      // The kernel follows links and never opens one; open(O_NOFOLLOW) says ELOOP.
+      case .symlink: throw Errno(ELOOP)
+      }
       if flags & O_ACCMODE != O_RDONLY || flags & O_TRUNC != 0 {
         return try await staging.openForWriting(inode: inode, node: node, flags: flags)
       }

@@ -31,6 +31,8 @@ extension BucketFileSystem {
         if changes.size != nil { throw Errno.isDirectory }
         return (entries.attributes(inode: inode, kind: .directory, facts: nil), configuration.metadataTTL)
       }
+      // truncate follows links: a size for the link itself comes from no tool.
+      if node.kind == .symlink, changes.size != nil { throw Errno.invalid }
       if let size = changes.size {
         try await staging.setSize(inode: inode, handle: handle, node: node, to: size)
       }
@@ -41,6 +43,10 @@ extension BucketFileSystem {
       }
       return try await getattr(inode: inode)
     }
+  }
+
+  public func readlink(inode: UInt64) async throws -> [UInt8] {
+    try await boundary("readlink") { try await links.readlink(inode: inode) }
   }
 
   public func opendir(inode: UInt64) async throws -> UInt64 {
@@ -71,6 +77,10 @@ extension BucketFileSystem {
     try await boundary("mknod") {
       try await namespace.mknod(parent: parent, name: name)
     }
+  }
+
+  public func symlink(parent: UInt64, name: String, target: [UInt8]) async throws -> Entry {
+    try await boundary("symlink") { try await links.create(parent: parent, name: name, target: target) }
   }
 
   public func unlink(parent: UInt64, name: String) async throws {

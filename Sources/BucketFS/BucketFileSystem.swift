@@ -31,6 +31,7 @@ public final class BucketFileSystem: FileSystem, Sendable {
   let lookups: Lookups
   let directories: Directories
   let namespace: Namespace
+  let links: Symlinks
   let xattrs: Xattrs
 
   public convenience init(
@@ -86,6 +87,9 @@ public final class BucketFileSystem: FileSystem, Sendable {
     self.namespace = Namespace(
       nodes: nodes, entries: entries, staging: staging, reads: reads, walks: walks, listings: listings,
       store: store, configuration: configuration, diagnostics: diagnostics, clock: clock)
+    self.links = Symlinks(
+      nodes: nodes, entries: entries, store: store, configuration: configuration, diagnostics: diagnostics,
+      clock: clock)
     self.xattrs = Xattrs(
       nodes: nodes, staging: staging, store: store, configuration: configuration, diagnostics: diagnostics,
       clock: clock)

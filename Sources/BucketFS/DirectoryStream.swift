@@ -4,7 +4,7 @@ import ObjectStore
 struct ListedEntry: Sendable {
   let name: String
   let kind: Node.Kind
-  /// The object name (file) or prefix ending in `/` (directory).
+  /// The object name (file, link) or prefix ending in `/` (directory).
   let key: String
   let metadata: ObjectMetadata?
   /// When the service answered the page it came from.
@@ -206,7 +206,9 @@ actor DirectoryStream {
     for item in page.items {
       guard let name = Names.fileComponent(item: item.name, under: prefix) else { continue }
       files.append(
-        ListedEntry(name: String(name), kind: .file, key: item.name, metadata: item, answeredAt: answeredAt))
+        ListedEntry(
+          name: String(name), kind: Node.Kind(object: item), key: item.name, metadata: item,
+          answeredAt: answeredAt))
     }
     // Files from earlier pages sort before everything on this one.
     var result: [ListedEntry] = []

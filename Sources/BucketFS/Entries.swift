@@ -24,13 +24,16 @@ struct Entries: Sendable {
     entry(inode: inode, kind: .directory, facts: nil)
   }
 
-  /// Counts a lookup of a file and answers with the newest facts known of it.
-  func file(_ key: String, _ metadata: ObjectMetadata, at answeredAt: Double) -> Entry {
-    let (inode, facts) = nodes.rememberFile(key, metadata, at: answeredAt)
-    return entry(inode: inode, kind: .file, facts: facts, answeredAt: answeredAt)
+  /// Counts a lookup of an object (a file or a link) and answers with the
+  /// newest facts known of it.
+  func object(_ key: String, _ metadata: ObjectMetadata, at answeredAt: Double) -> Entry {
+    let remembered = nodes.rememberObject(key, metadata, at: answeredAt)
+    return entry(
+      inode: remembered.inode, kind: remembered.kind, facts: remembered.facts, answeredAt: answeredAt)
   }
 
   func attributes(inode: UInt64, kind: Node.Kind, facts: FileFacts?) -> FileAttributes {
+    if kind == .symlink, let facts { return link(inode: inode, facts: facts) }
     guard kind == .file, let facts else {
       return FileAttributes(
         inode: inode, kind: .directory, size: 0, permissions: configuration.directoryMode,
@@ -48,6 +51,16 @@ struct Entries: Sendable {
       inode: inode, kind: .file, size: size, permissions: configuration.fileMode,
       uid: configuration.uid, gid: configuration.gid, accessTime: modified, modificationTime: modified,
       changeTime: changed)
+  }
+
+  /// A link shows its target's length as its size and mode 0777, as links
+  /// do on Linux (the kernel never checks a link's own permissions).
+  private func link(inode: UInt64, facts: FileFacts) -> FileAttributes {
+    let modified = facts.modified ?? facts.created ?? mountTime
+    return FileAttributes(
+      inode: inode, kind: .symlink, size: facts.size, permissions: 0o777, uid: configuration.uid,
+      gid: configuration.gid, accessTime: modified, modificationTime: modified,
+      changeTime: max(facts.changed ?? modified, modified))
   }
 
   /// An entry for a key the kernel already holds with fresh metadata; counts the lookup.
@@ -94,9 +107,9 @@ struct Entries: Sendable {
       let left =
         nodes.isFresh(node) && !node.isDetached && !staged
         ? max(configuration.metadataTTL - max(clock() - node.fetchedAt, 0), 0) : configuration.metadataTTL
-      return (attributes(inode: inode, kind: .file, facts: facts), left)
+      return (attributes(inode: inode, kind: node.kind, facts: facts), left)
     }
     let metadata = try await nodes.fetchMetadata(node.key)
-    return (attributes(inode: inode, kind: .file, facts: FileFacts(metadata)), configuration.metadataTTL)
+    return (attributes(inode: inode, kind: node.kind, facts: FileFacts(metadata)), configuration.metadataTTL)
   }
 }

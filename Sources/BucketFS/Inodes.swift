@@ -3,7 +3,15 @@ import ObjectStore
 
 /// What the filesystem knows of one inode.
 struct Node: Sendable {
-  enum Kind: Sendable, Equatable { case file, directory }
+  enum Kind: Sendable, Equatable {
+    case file, directory, symlink
+
+    /// What an object is: a link when it carries either link key
+    /// (docs/SEMANTICS.md#symlinks), else a file.
+    init(object metadata: ObjectMetadata) {
+      self = SymlinkEncoding.isLink(metadata) ? .symlink : .file
+    }
+  }
 
   // One is held per inode: fields are ordered to pack tightly.
   /// Full object name for a file; prefix ending in `/` (or `""`) for a directory.
@@ -144,7 +152,7 @@ struct InodeTable: Sendable {
       self[inode].flatMap { $0.kind == kind ? $0 : nil }
       ?? Node(key: key, kind: kind, lookups: 0, facts: nil, fetchedAt: 0, openedGeneration: nil)
     node.lookups += 1
-    if kind == .file, let metadata {
+    if kind != .directory, let metadata {
       if !Self.isOlder(metadata, than: node.facts) {
         node.facts = facts ?? FileFacts(metadata)
         node.fetchedAt = max(node.fetchedAt, now)
@@ -158,10 +166,14 @@ struct InodeTable: Sendable {
   }
 
   /// Refreshes cached metadata of a node the kernel already holds, if any,
-  /// unless what it knows is newer; returns the newest metadata known.
+  /// unless what it knows is newer; returns the newest metadata known. A
+  /// node keeps its kind: an object that became a link or stopped being one
+  /// (changed elsewhere) is a new node at its next lookup.
   @discardableResult
   mutating func refresh(_ metadata: ObjectMetadata, at now: Double) -> ObjectMetadata {
-    guard let inode = inode(of: metadata.name), var node = self[inode], node.kind == .file else {
+    guard let inode = inode(of: metadata.name), var node = self[inode],
+      node.kind == Node.Kind(object: metadata)
+    else {
       return metadata
     }
     if Self.isOlder(metadata, than: node.facts) { return self.metadata[metadata.name] ?? metadata }
@@ -237,9 +249,11 @@ struct InodeTable: Sendable {
   }
 }
 
-/// The little of a file's metadata that stat needs, parsed once. Times are
-/// kept as nanoseconds (48 bytes in all): one is held for every inode.
+/// The little of a file's or link's metadata that stat needs, parsed once.
+/// Times are kept as nanoseconds (48 bytes in all): one is held for every inode.
 struct FileFacts: Sendable, Equatable {
+  /// The object's size; a link's is its target's length in bytes.
+
   let size: UInt64
   let generation: Int64
   let metageneration: Int64
@@ -253,7 +267,7 @@ struct FileFacts: Sendable, Equatable {
   var changed: Timestamp? { Self.timestamp(changedNanoseconds) }
 
   init(_ metadata: ObjectMetadata) {
-    size = UInt64(max(metadata.size, 0))
+    size = SymlinkEncoding.targetLength(metadata) ?? UInt64(max(metadata.size, 0))
     generation = metadata.generation
     metageneration = metadata.metageneration
     createdNanoseconds = Self.nanoseconds(RFC3339.parse(metadata.timeCreated))

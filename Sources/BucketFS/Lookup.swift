@@ -78,7 +78,7 @@ final class Lookups: Sendable {
       return entries.directory(nodes.rememberDirectory(directoryKey, at: answeredAt))
     }
     guard let metadata else { return .negative(timeout: configuration.negativeTTL) }
-    return entries.file(fileKey, metadata, at: answeredAt)
+    return entries.object(fileKey, metadata, at: answeredAt)
   }
 
   private func join(_ parentKey: String) -> Task<DatedPage, any Error>? {
@@ -127,6 +127,6 @@ final class Lookups: Sendable {
       return entries.directory(nodes.rememberDirectory(directoryKey, at: now))
     }
     guard let metadata else { return .negative(timeout: configuration.negativeTTL) }
-    return entries.file(fileKey, metadata, at: now)
+    return entries.object(fileKey, metadata, at: now)
   }
 }

@@ -113,7 +113,7 @@ final class Namespace: Sendable {
       throw diagnostics.failure(error, operation: "create", key: key)
     }
     staging.carryInferred(inferred, to: stored)
-    return entries.file(key, stored, at: clock())
+    return entries.object(key, stored, at: clock())
   }
 
   func rmdir(parent: UInt64, name: String) async throws {
@@ -123,7 +123,7 @@ final class Namespace: Sendable {
     let directoryKey = fileKey + "/"
     defer { walks.invalidateListings(under: directoryKey) }
     let held = nodes.probe(fileKey: fileKey, directoryKey: directoryKey)
-    if held.kind == .file { throw Errno.notDirectory }
+    if let kind = held.kind, kind != .directory { throw Errno.notDirectory }
     // A file created in it and not stored yet is in it (docs/SEMANTICS.md#writes-in-flight).
     if !staging.inFlight(in: directoryKey, deep: true).isEmpty { throw Errno(ENOTEMPTY) }
     for _ in 0..<3 {

@@ -30,7 +30,10 @@ final class NodeTable: Sendable {
 
   func node(_ inode: UInt64, kind: Node.Kind? = nil) throws -> Node {
     guard let node = withLock({ $0[inode] }) else { throw Errno.stale }
-    if let kind, node.kind != kind { throw kind == .directory ? Errno.notDirectory : Errno.isDirectory }
+    if let kind, node.kind != kind {
+      throw kind == .directory
+        ? Errno.notDirectory : node.kind == .directory ? Errno.isDirectory : Errno.invalid
+    }
     return node
   }
 
@@ -76,11 +79,15 @@ final class NodeTable: Sendable {
     withLock { $0.remember(key: key, kind: .directory, metadata: nil, at: now) }
   }
 
-  /// Counts a lookup of a file; returns its inode and the newest facts known of it.
-  func rememberFile(_ key: String, _ metadata: ObjectMetadata, at now: Double) -> (UInt64, FileFacts) {
-    withLock { table in
-      let inode = table.remember(key: key, kind: .file, metadata: metadata, at: now)
-      return (inode, table[inode]?.facts ?? FileFacts(metadata))
+  /// Counts a lookup of an object (a file or a link); returns its inode,
+  /// kind and the newest facts known of it.
+  func rememberObject(_ key: String, _ metadata: ObjectMetadata, at now: Double) -> (
+    inode: UInt64, kind: Node.Kind, facts: FileFacts
+  ) {
+    let kind = Node.Kind(object: metadata)
+    return withLock { table in
+      let inode = table.remember(key: key, kind: kind, metadata: metadata, at: now)
+      return (inode, kind, table[inode]?.facts ?? FileFacts(metadata))
     }
   }
 
@@ -96,11 +103,12 @@ final class NodeTable: Sendable {
     }
   }
 
-  /// What the kernel holds under a name: a file node, a directory node, or none.
+  /// What the kernel holds under a name: a directory node, a file or link
+  /// node, or none.
   func probe(fileKey: String, directoryKey: String) -> (inode: UInt64?, kind: Node.Kind?) {
     withLock { table in
       if let inode = table.inode(of: directoryKey) { return (inode, .directory) }
-      if let inode = table.inode(of: fileKey) { return (inode, .file) }
+      if let inode = table.inode(of: fileKey) { return (inode, table[inode]?.kind) }
       return (nil, nil)
     }
   }

@@ -35,7 +35,7 @@ extension Namespace {
     let target = try await lookInBucket(fileKey: to, directoryKey: to + "/")
     if flags.contains(.noReplace), target.file != nil || target.directory != nil { throw Errno.exists }
     switch kind {
-    case .file:
+    case .file, .symlink:
       // A directory wins over a file of the same name (SPEC §1): that is what the name shows.
       if target.directory != nil { throw Errno.isDirectory }
       try await renameFile(from, to: to, replacing: target.file, noReplace: flags.contains(.noReplace))
@@ -61,7 +61,9 @@ extension Namespace {
     let (inode, source) = try await existingFile(from)
     let inferred = staging.inferredProperties(of: from, generation: source.generation)
     var attributes: ObjectAttributes?
-    if let replaced {
+    // A link is moved as it is, and nothing of a replaced link is carried
+    // (its keys would make the moved file a link): an atomic save is of files.
+    if let replaced, !SymlinkEncoding.isLink(source), !SymlinkEncoding.isLink(replaced) {
       let own = ObjectAttributes(of: source)
       let merged = AtomicSave.attributes(
         source: own, inferred: inferred, replaced: ObjectAttributes(of: replaced))

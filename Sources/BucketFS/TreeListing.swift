@@ -67,7 +67,9 @@ struct TreeListing {
     let component = Substring(bytes[start...])
     if stack[stack.count - 1].visible, Names.isValidComponent(component) {
       stack[stack.count - 1].entries.append(
-        ListedEntry(name: String(component), kind: .file, key: name, metadata: item, answeredAt: answeredAt))
+        ListedEntry(
+          name: String(component), kind: Node.Kind(object: item), key: name, metadata: item,
+          answeredAt: answeredAt))
       held += 1
     }
     return done
@@ -89,7 +91,7 @@ struct TreeListing {
     let directories = Set(open.entries.lazy.filter { $0.kind == .directory }.map { ObjectKey($0.name) })
     guard !directories.isEmpty else { return (open.key, open.entries) }
     let entries = open.entries.filter { entry in
-      guard entry.kind == .file, directories.contains(ObjectKey(entry.name)) else { return true }
+      guard entry.kind != .directory, directories.contains(ObjectKey(entry.name)) else { return true }
       onConflict(entry.key)
       return false
     }

@@ -29,7 +29,7 @@ public struct Timestamp: Sendable, Equatable, Comparable {
 
 /// What stat shows of one inode.
 public struct FileAttributes: Sendable, Equatable {
-  public enum Kind: Sendable, Equatable { case file, directory }
+  public enum Kind: Sendable, Equatable { case file, directory, symlink }
 
   public var inode: UInt64
   public var kind: Kind
@@ -60,7 +60,7 @@ public struct FileAttributes: Sendable, Equatable {
   var stat: Glibc.stat {
     var st = Glibc.stat()
     st.st_ino = __ino_t(inode)
-    st.st_mode = (kind == .directory ? S_IFDIR : S_IFREG) | (permissions & 0o7777)
+    st.st_mode = kind.mode | (permissions & 0o7777)
     st.st_nlink = kind == .directory ? 2 : 1
     st.st_uid = uid
     st.st_gid = gid
@@ -71,6 +71,17 @@ public struct FileAttributes: Sendable, Equatable {
     st.st_mtim = modificationTime.timespec
     st.st_ctim = changeTime.timespec
     return st
+  }
+}
+
+extension FileAttributes.Kind {
+  /// The file type bits of `st_mode` (readdir's `d_type` comes from them).
+  var mode: mode_t {
+    switch self {
+    case .file: S_IFREG
+    case .directory: S_IFDIR
+    case .symlink: S_IFLNK
+    }
   }
 }
 

@@ -19,6 +19,9 @@ public protocol FileSystem: AnyObject, Sendable {
   /// The kernel drops `count` references to `inode`.
   func forget(inode: UInt64, count: UInt64)
   func getattr(inode: UInt64) async throws -> (FileAttributes, timeout: Double)
+  /// The target of a symbolic link, as bytes (no NUL). The kernel follows
+  /// links itself; this only says where one points.
+  func readlink(inode: UInt64) async throws -> [UInt8]
 
   func opendir(inode: UInt64) async throws -> UInt64
   /// Fills `buffer` with entries following `offset` (0 starts from the top).
@@ -66,6 +69,9 @@ public protocol FileSystem: AnyObject, Sendable {
   /// mknod(2) of a regular file: an empty file made without opening it
   /// (`tar --xattrs` makes each file so, sets its xattrs, then writes it).
   func mknod(parent: UInt64, name: String, mode: UInt32) async throws -> Entry
+  /// Creates a symbolic link `name` in `parent` holding `target`, the bytes
+  /// the caller passed (never empty, no NUL; the kernel checks).
+  func symlink(parent: UInt64, name: String, target: [UInt8]) async throws -> Entry
   func unlink(parent: UInt64, name: String) async throws
   func rmdir(parent: UInt64, name: String) async throws
   func rename(parent: UInt64, name: String, newParent: UInt64, newName: String, flags: RenameFlags)

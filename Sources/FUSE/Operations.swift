@@ -52,6 +52,15 @@ extension FUSESession {
         fuse_reply_attr(request.raw, &st, answer.timeout)
       }
     }
+    ops.readlink = { req, inode in
+      let fs = session(req).fileSystem
+      session(req).serve(req, { try await fs.readlink(inode: inode) }) { request, target in
+        // A C string: the target's bytes and a NUL.
+        _ = (target + [0]).withUnsafeBufferPointer { bytes in
+          bytes.withMemoryRebound(to: CChar.self) { fuse_reply_readlink(request.raw, $0.baseAddress) }
+        }
+      }
+    }
     ops.opendir = { req, inode, _ in
       let fs = session(req).fileSystem
       session(req).serve(req, { try await fs.opendir(inode: inode) }) { request, handle in
@@ -275,9 +284,20 @@ extension FUSESession {
         fuse_reply_err(request.raw, 0)
       }
     }
-    // Objects have no links and no special files (docs/SEMANTICS.md): say so
-    // plainly rather than ENOSYS, which some kernels remember for the mount.
-    ops.symlink = { req, _, _, _ in fuse_reply_err(req, EPERM) }
+    ops.symlink = { req, target, parent, name in
+      guard let name = utf8Name(req, name) else { fuse_reply_err(req, EINVAL); return }
+      guard let target else { return missing(req, "symlink target") }
+      let bytes = Array(
+        UnsafeRawBufferPointer(start: target, count: strlen(target)).bindMemory(to: UInt8.self))
+      let fs = session(req).fileSystem
+      session(req).serve(req, { try await fs.symlink(parent: parent, name: name, target: bytes) }) {
+        request, entry in
+        var param = entry.parameters
+        if fuse_reply_entry(request.raw, &param) != 0 { fs.replyFailed(.lookup(inode: param.ino)) }
+      }
+    }
+    // Objects have no hard links and no special files (docs/SEMANTICS.md): say
+    // so plainly rather than ENOSYS, which some kernels remember for the mount.
     ops.link = { req, _, _, _ in fuse_reply_err(req, EPERM) }
     // Only regular files: a store of objects has no devices, FIFOs or sockets.
     ops.mknod = { req, parent, name, mode, _ in

@@ -1,0 +1,163 @@
+import FUSE
+import NIOCore
+import ObjectStore
+import Synchronization
+
+/// Symbolic links (docs/SEMANTICS.md#symlinks): creating one as a single
+/// conditional upload, and reading where one points. The kernel follows
+/// links; nothing here resolves one.
+final class Symlinks: Sendable {
+  /// Targets read from links' bodies, by object version.
+  private let targets = Mutex(LinkTargets(capacity: 4096))
+  let nodes: NodeTable
+  let entries: Entries
+  let store: any ObjectStore
+  let configuration: Configuration
+  let diagnostics: Diagnostics
+  let clock: @Sendable () -> Double
+
+  init(
+    nodes: NodeTable, entries: Entries, store: any ObjectStore, configuration: Configuration,
+    diagnostics: Diagnostics, clock: @escaping @Sendable () -> Double
+  ) {
+    self.nodes = nodes
+    self.entries = entries
+    self.store = store
+    self.configuration = configuration
+    self.diagnostics = diagnostics
+    self.clock = clock
+  }
+
+  /// One upload with `ifGenerationMatch=0` holding both stored forms.
+  func create(parent: UInt64, name: String, target: [UInt8]) async throws -> Entry {
+    if configuration.readOnly { throw Errno.readOnly }
+    let parentKey = try nodes.node(parent, kind: .directory).key
+    let key = try Names.key(name, under: parentKey, for: .newFile)
+    // The legacy form keeps the target in custom metadata, which is text.
+    guard let text = String(validating: target, as: UTF8.self), !target.isEmpty else {
+      diagnostics.logger.notice("symlink \(key): the target is not UTF-8 text; refused")
+      throw Errno.invalid
+    }
+    guard target.count <= SymlinkEncoding.maxTargetBytes else { throw Errno.nameTooLong }
+    // A directory of that name hides any object of it.
+    if nodes.probe(fileKey: key, directoryKey: key + "/").kind == .directory { throw Errno.exists }
+    let stored: ObjectMetadata
+    do {
+      stored = try await store.upload(
+        key, from: BytesSource(target),
+        attributes: SymlinkEncoding.attributes(target: text, modified: Timestamp.now().seconds),
+        ifGenerationMatch: 0)
+    } catch StorageError.preconditionFailed {
+      throw Errno.exists
+    } catch {
+      throw diagnostics.failure(error, operation: "create symlink", key: key)
+    }
+    targets.withLock { $0.insert(target, for: stored) }
+    let now = clock()
+    let remembered = nodes.withLock { table in
+      // The bucket had no object of that name: a node the mount still holds for one is stale.
+      if let stale = table.inode(of: key) { table.detach(stale) }
+      let inode = table.remember(key: key, kind: .symlink, metadata: stored, at: now)
+      return (inode, table[inode]?.facts ?? FileFacts(stored))
+    }
+    return entries.entry(inode: remembered.0, kind: .symlink, facts: remembered.1, answeredAt: now)
+  }
+
+  /// The target of a link: from its metadata (fresh, or one GET), and for
+  /// the body form from its bytes (one GET of that generation, then kept).
+  func readlink(inode: UInt64) async throws -> [UInt8] {
+    let node = try nodes.node(inode)
+    guard node.kind == .symlink else { throw Errno.invalid }
+    // Unlinked or replaced while the kernel holds it: its name means something else.
+    if node.isDetached { throw Errno.stale }
+    let metadata = try await nodes.currentMetadata(of: node)
+    do {
+      return try await target(of: metadata)
+    } catch  where Reads.isGenerationGone(error) {
+      // Replaced since its metadata was fetched: the version there now.
+      do {
+        return try await target(of: try await nodes.fetchMetadata(node.key))
+      } catch {
+        throw diagnostics.failure(error, operation: "readlink", key: node.key, context: .read)
+      }
+    } catch {
+      throw diagnostics.failure(error, operation: "readlink", key: node.key, context: .read)
+    }
+  }
+
+  /// The target `metadata` names, the body read if it is there.
+  private func target(of metadata: ObjectMetadata) async throws -> [UInt8] {
+    let key = metadata.name
+    switch SymlinkEncoding.source(of: metadata) {
+    case .key(let target):
+      return try checked(Array(target.utf8), key: key)
+    case .none:
+      diagnostics.logger.warning(
+        "readlink \(key): no target stored (an empty body and no \(SymlinkEncoding.targetKey) key)")
+      throw Errno.invalid
+    case .body:
+      if let target = targets.withLock({ $0[metadata] }) { return target }
+      guard metadata.size <= SymlinkEncoding.maxTargetBytes else {
+        diagnostics.logger.warning(
+          "readlink \(key): a target of \(metadata.size) bytes is longer than a link holds")
+        throw Errno.nameTooLong
+      }
+      let body = try await store.read(key, generation: metadata.generation, range: 0..<metadata.size)
+      let target = try checked(Array(body.readableBytesView), key: key)
+      targets.withLock { $0.insert(target, for: metadata) }
+      return target
+    }
+  }
+
+  /// What readlink can answer: bytes with no NUL (a C string), not empty.
+  private func checked(_ target: [UInt8], key: String) throws -> [UInt8] {
+    if target.isEmpty || target.contains(0) {
+      diagnostics.logger.warning(
+        "readlink \(key): the stored target is \(target.isEmpty ? "empty" : "not a path (it holds a NUL)")")
+      throw Errno.invalid
+    }
+    if target.count > SymlinkEncoding.maxTargetBytes {
+      diagnostics.logger.warning(
+        "readlink \(key): a target of \(target.count) bytes is longer than a link holds")
+      throw Errno.nameTooLong
+    }
+    return target
+  }
+}
+
+/// Targets read from links' bodies, bounded; the oldest goes first. Keyed by
+/// name and generation: a generation's bytes never change, so an entry is
+/// never stale, and a link replaced elsewhere is a new generation.
+struct LinkTargets {
+  private struct Version: Hashable {
+    let key: ObjectKey
+    let generation: Int64
+  }
+  let capacity: Int
+  private var targets: [Version: [UInt8]] = [:]
+  private var order: [Version] = []
+  private var head = 0
+
+  init(capacity: Int) {
+    self.capacity = max(capacity, 1)
+  }
+
+  subscript(metadata: ObjectMetadata) -> [UInt8]? {
+    targets[Version(key: ObjectKey(metadata.name), generation: metadata.generation)]
+  }
+
+  var count: Int { targets.count }
+
+  mutating func insert(_ target: [UInt8], for metadata: ObjectMetadata) {
+    let version = Version(key: ObjectKey(metadata.name), generation: metadata.generation)
+    if targets.updateValue(target, forKey: version) == nil { order.append(version) }
+    while targets.count > capacity, head < order.count {
+      targets[order[head]] = nil
+      head += 1
+    }
+    if head > 1024 && head * 2 > order.count {
+      order.removeFirst(head)
+      head = 0
+    }
+  }
+}
