@@ -69,7 +69,10 @@ def test_links_in_both_gcsfuse_forms_read_with_readlink_ls_and_stat(mount, bucke
     with os.scandir(m.p("dir")) as entries:
         kinds = {e.name: e.is_symlink() for e in entries}
     assert kinds == {"target.txt": False, "new": True, "old": True, "both": True, "broken": True}
-    listing = run(["ls", "-l", m.p("dir")]).stdout
+    # ls lists every entry and says which link it cannot read.
+    r = run(["ls", "-l", m.p("dir")], check=False)
+    assert "cannot read symbolic link" in r.stderr and "broken': Invalid argument" in r.stderr, r.stderr
+    listing = r.stdout
     assert any(line.startswith("lrwxrwxrwx") and line.endswith("new -> target.txt") for line in listing.splitlines()), listing
     assert any(line.endswith("old -> ../dir/target.txt") for line in listing.splitlines()), listing
     out = run(["stat", "-c", "%F %s %N", m.p("dir/old")]).stdout.strip()

@@ -114,20 +114,21 @@ final class Directories: Sendable {
         // Fresh from when the page was answered, however long the reader paused.
         let now = listed.answeredAt
         let facts = listed.metadata.map(FileFacts.init)
-        let (inode, shown): (UInt64, FileFacts?) = nodes.withLock { table in
+        // The held node's kind and facts when newer than the page's.
+        let (inode, kind, shown): (UInt64, Node.Kind, FileFacts?) = nodes.withLock { table in
           if buffer.isPlus {
             let inode = table.remember(
               key: listed.key, kind: listed.kind, metadata: listed.metadata, facts: facts, at: now)
-            return (inode, table[inode]?.facts ?? facts)
+            return (inode, table[inode]?.kind ?? listed.kind, table[inode]?.facts ?? facts)
           }
           if let metadata = listed.metadata { table.refresh(metadata, at: now) }
-          return (table.expectedInode(of: listed.key), facts)
+          return (table.expectedInode(of: listed.key), listed.kind, facts)
         }
         let next = UInt64(index) + 3
         guard
           buffer.add(
             name: listed.name,
-            entry: entries.entry(inode: inode, kind: listed.kind, facts: shown, answeredAt: now),
+            entry: entries.entry(inode: inode, kind: kind, facts: shown, answeredAt: now),
             nextOffset: next)
         else {
           if buffer.isPlus { nodes.forget(inode: inode, count: 1) }
@@ -137,7 +138,7 @@ final class Directories: Sendable {
         listedNames.append((listed.name, listed.answeredAt))
         index += 1
         if listed.kind == .directory { subdirectories.append(listed.key) }
-        if let facts = shown, listed.kind == .file {
+        if let facts = shown, kind == .file {
           files.append(.init(key: listed.key, inode: inode, size: facts.size, generation: facts.generation))
         }
       }

@@ -110,6 +110,10 @@ struct Entries: Sendable {
       return (attributes(inode: inode, kind: node.kind, facts: facts), left)
     }
     let metadata = try await nodes.fetchMetadata(node.key)
-    return (attributes(inode: inode, kind: node.kind, facts: FileFacts(metadata)), configuration.metadataTTL)
+    // A file became a link or a link a file: this inode shows what it was
+    // until the kernel looks the name up again (and gets a new inode).
+    let facts =
+      Node.Kind(object: metadata) == node.kind ? FileFacts(metadata) : node.facts ?? FileFacts(metadata)
+    return (attributes(inode: inode, kind: node.kind, facts: facts), configuration.metadataTTL)
   }
 }

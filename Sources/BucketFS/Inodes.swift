@@ -143,14 +143,27 @@ struct InodeTable: Sendable {
   }
 
   /// Records one more kernel reference to `key`, creating the node if needed,
-  /// and refreshes what is known of it.
+  /// and refreshes what is known of it. The node's kind may differ from
+  /// `kind` when `metadata` is older than what it knows.
   mutating func remember(
     key: String, kind: Node.Kind, metadata: ObjectMetadata?, facts: FileFacts? = nil, at now: Double
   ) -> UInt64 {
-    let inode = inode(of: key) ?? allocate(key)
+    var held = inode(of: key)
+    if let inode = held, var node = self[inode], node.kind != kind {
+      // A late answer about the name's earlier object changes nothing.
+      if let metadata, Self.isOlder(metadata, than: node.facts) {
+        node.lookups += 1
+        self[inode] = node
+        return inode
+      }
+      // A file became a link or a link a file: the kernel's inode keeps its
+      // type, so the new kind gets a node and number of its own.
+      detach(inode)
+      held = nil
+    }
+    let inode = held ?? allocate(key)
     var node =
-      self[inode].flatMap { $0.kind == kind ? $0 : nil }
-      ?? Node(key: key, kind: kind, lookups: 0, facts: nil, fetchedAt: 0, openedGeneration: nil)
+      self[inode] ?? Node(key: key, kind: kind, lookups: 0, facts: nil, fetchedAt: 0, openedGeneration: nil)
     node.lookups += 1
     if kind != .directory, let metadata {
       if !Self.isOlder(metadata, than: node.facts) {

@@ -87,7 +87,7 @@ final class NodeTable: Sendable {
     let kind = Node.Kind(object: metadata)
     return withLock { table in
       let inode = table.remember(key: key, kind: kind, metadata: metadata, at: now)
-      return (inode, kind, table[inode]?.facts ?? FileFacts(metadata))
+      return (inode, table[inode]?.kind ?? kind, table[inode]?.facts ?? FileFacts(metadata))
     }
   }
 

@@ -114,6 +114,45 @@ final class SymlinkTests: XCTestCase {
     await XCTAssertErrno(Errno(ELOOP)) { _ = try await self.fs.open(inode: link, flags: O_WRONLY) }
   }
 
+  // MARK: A name that changes kind
+
+  func testAFileReplacedByALinkElsewhereIsANewInodeOnceItsEntryExpires() async throws {
+    let clock = ManualClock()
+    fs = makeFileSystem(store, clock: clock)
+    store.put("name", data: bytes("file bytes"))
+    let first = try await fs.lookup(parent: 1, name: "name")
+    let file = try XCTUnwrap(first.attributes)
+    XCTAssertEqual(file.kind, .file)
+    putKeyLink("name", "elsewhere")
+    await XCTAssertEqualAsync(try await fs.kind(at: "name"), .file, "kept while fresh")
+    clock.advance(61)
+    let stale = try await fs.getattr(inode: file.inode).0
+    XCTAssertEqual(stale.kind, .file)
+    XCTAssertEqual(stale.size, 10, "what the inode showed, not the link's length")
+    let second = try await fs.lookup(parent: 1, name: "name")
+    let link = try XCTUnwrap(second.attributes)
+    XCTAssertEqual(link.kind, .symlink)
+    XCTAssertNotEqual(link.inode, file.inode, "the kernel's inode keeps its type: a new number")
+    await XCTAssertEqualAsync(try await fs.getattr(inode: file.inode).0.kind, .file)
+    fs.forget(inode: file.inode, count: 2)
+    await XCTAssertEqualAsync(
+      String(decoding: try await fs.readlink(inode: link.inode), as: UTF8.self), "elsewhere")
+  }
+
+  func testAnAnswerAboutTheNamesEarlierObjectChangesNothing() {
+    var table = InodeTable(rootKey: "", metadataCapacity: 10)
+    let earlier = ObjectMetadata(
+      bucket: "b", name: "n", size: 1, generation: 5, metageneration: 1, timeCreated: "", updated: "")
+    var later = earlier
+    later.generation = 9
+    later.custom = [Self.targetKey: "t"]
+    let link = table.remember(key: "n", kind: .symlink, metadata: later, at: 0)
+    XCTAssertEqual(table.remember(key: "n", kind: .file, metadata: earlier, at: 1), link)
+    XCTAssertEqual(table[link]?.kind, .symlink)
+    XCTAssertEqual(table[link]?.lookups, 2)
+    XCTAssertEqual(table[link]?.facts?.generation, 9)
+  }
+
   // MARK: readdir
 
   func testReaddirShowsLinksAsLinksWithTheirTargetsLength() async throws {
