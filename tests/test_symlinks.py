@@ -152,6 +152,8 @@ def walk(root: str) -> dict[str, tuple]:
 
 
 def test_rsync_a_round_trip_keeps_relative_and_absolute_links(mount, bucket, client):
+    """A local tree with links in, and back out: every link's target (and
+    whole-second mtime, set with lutimes) comes back as it was."""
     src = tempfile.mkdtemp(dir=SESSION_TMP)
     back = tempfile.mkdtemp(dir=SESSION_TMP)
     make_tree(src)
@@ -166,6 +168,10 @@ def test_rsync_a_round_trip_keeps_relative_and_absolute_links(mount, bucket, cli
     assert sum(1 for v in expected.values() if v[0] == "link") == 7
     assert walk(back) == expected
     assert walk(m.p("backup")) == expected
+    # cp -a out of the mount copies the links as links too.
+    copied = os.path.join(tempfile.mkdtemp(dir=SESSION_TMP), "copy")
+    run(["cp", "-a", m.p("backup"), copied])
+    assert walk(copied) == expected
 
 
 def test_unlink_and_mv_of_a_link(mount, bucket, client):

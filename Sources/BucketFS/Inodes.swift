@@ -266,7 +266,6 @@ struct InodeTable: Sendable {
 /// Times are kept as nanoseconds (48 bytes in all): one is held for every inode.
 struct FileFacts: Sendable, Equatable {
   /// The object's size; a link's is its target's length in bytes.
-
   let size: UInt64
   let generation: Int64
   let metageneration: Int64

@@ -92,14 +92,12 @@ final class Symlinks: Sendable {
     case .key(let target):
       return try checked(Array(target.utf8), key: key)
     case .none:
-      diagnostics.logger.warning(
-        "readlink \(key): no target stored (an empty body and no \(SymlinkEncoding.targetKey) key)")
+      warn(key, "no target stored (an empty body and no \(SymlinkEncoding.targetKey) key)")
       throw Errno.invalid
     case .body:
       if let target = targets.withLock({ $0[metadata] }) { return target }
       guard metadata.size <= SymlinkEncoding.maxTargetBytes else {
-        diagnostics.logger.warning(
-          "readlink \(key): a target of \(metadata.size) bytes is longer than a link holds")
+        warn(key, "a target of \(metadata.size) bytes is longer than a link holds")
         throw Errno.nameTooLong
       }
       let body = try await store.read(key, generation: metadata.generation, range: 0..<metadata.size)
@@ -109,16 +107,21 @@ final class Symlinks: Sendable {
     }
   }
 
+  /// Once per link, so a tool that keeps asking does not flood the log.
+  private func warn(_ key: String, _ message: String) {
+    if diagnostics.firstWarning("readlink:" + key) {
+      diagnostics.logger.warning("readlink \(key): \(message)")
+    }
+  }
+
   /// What readlink can answer: bytes with no NUL (a C string), not empty.
   private func checked(_ target: [UInt8], key: String) throws -> [UInt8] {
     if target.isEmpty || target.contains(0) {
-      diagnostics.logger.warning(
-        "readlink \(key): the stored target is \(target.isEmpty ? "empty" : "not a path (it holds a NUL)")")
+      warn(key, "the stored target is \(target.isEmpty ? "empty" : "not a path (it holds a NUL)")")
       throw Errno.invalid
     }
     if target.count > SymlinkEncoding.maxTargetBytes {
-      diagnostics.logger.warning(
-        "readlink \(key): a target of \(target.count) bytes is longer than a link holds")
+      warn(key, "a target of \(target.count) bytes is longer than a link holds")
       throw Errno.nameTooLong
     }
     return target
