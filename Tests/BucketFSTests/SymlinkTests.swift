@@ -175,6 +175,22 @@ final class SymlinkTests: XCTestCase {
     XCTAssertEqual(store.calls, [])
   }
 
+  func testATreeWalksFlatListingsShowLinksAsLinks() async throws {
+    for top in ["d0", "d1", "d2"] {
+      store.put("\(top)/m/file", data: bytes("x"))
+      putBodyLink("\(top)/m/new", "file")
+      putKeyLink("\(top)/m/old", "file")
+    }
+    _ = try await fs.walk()
+    XCTAssertFalse(store.flatLists.isEmpty, "the walk used flat listings")
+    store.resetCalls()
+    for top in ["d0", "d1", "d2"] {
+      await XCTAssertEqualAsync(try await fs.kind(at: "\(top)/m/new"), .symlink)
+      await XCTAssertEqualAsync(try await readlink("\(top)/m/old"), "file")
+    }
+    XCTAssertEqual(store.calls, [], "kinds and the key form's targets came with the listings")
+  }
+
   // MARK: Creating
 
   func testSymlinkIsOneConditionalUploadHoldingBothForms() async throws {
