@@ -13,7 +13,9 @@ let package = Package(
     .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
     .package(url: "https://github.com/apple/swift-crypto", "3.12.3"..<"5.0.0"),
     .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
+    .package(url: "https://github.com/apple/swift-metrics", from: "2.13.0"),
     .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
+    .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.4.1"),
   ],
   targets: [
     // The only C: what Swift cannot import from libfuse3 (macros, the INIT reply flag fix)
@@ -27,6 +29,7 @@ let package = Package(
       name: "FUSE",
       dependencies: [
         "CFuse", .product(name: "Logging", package: "swift-log"),
+        .product(name: "CoreMetrics", package: "swift-metrics"),
         .product(name: "NIOCore", package: "swift-nio"),
       ]
     ),
@@ -43,6 +46,7 @@ let package = Package(
       dependencies: [
         "ObjectStore", "ServiceAccess",
         .product(name: "AsyncHTTPClient", package: "async-http-client"),
+        .product(name: "CoreMetrics", package: "swift-metrics"),
         .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
         .product(name: "NIOCore", package: "swift-nio"),
         .product(name: "NIOHTTP1", package: "swift-nio"),
@@ -68,7 +72,20 @@ let package = Package(
       name: "BucketFS",
       dependencies: [
         "FUSE", "ObjectStore", .product(name: "Logging", package: "swift-log"),
+        .product(name: "CoreMetrics", package: "swift-metrics"),
         .product(name: "NIOCore", package: "swift-nio"),
+      ]
+    ),
+    // Prometheus text at /metrics over a small HTTP/1 server, and the
+    // swift-metrics factory the libraries' counters report to.
+    .target(
+      name: "MetricsExport",
+      dependencies: [
+        .product(name: "CoreMetrics", package: "swift-metrics"),
+        .product(name: "NIOCore", package: "swift-nio"),
+        .product(name: "NIOHTTP1", package: "swift-nio"),
+        .product(name: "NIOPosix", package: "swift-nio"),
+        .product(name: "Prometheus", package: "swift-prometheus"),
       ]
     ),
     // The options of `bucketfs mount` (name, default, meaning): the CLI's
@@ -77,8 +94,8 @@ let package = Package(
     .executableTarget(
       name: "bucketfs",
       dependencies: [
-        "BucketFS", "CFuse", "CloudStorage", "Credentials", "FUSE", "MountOptionTable", "ObjectStore",
-        "ServiceAccess",
+        "BucketFS", "CFuse", "CloudStorage", "Credentials", "FUSE", "MetricsExport", "MountOptionTable",
+        "ObjectStore", "ServiceAccess",
         .product(name: "ArgumentParser", package: "swift-argument-parser"),
         .product(name: "AsyncHTTPClient", package: "async-http-client"),
         .product(name: "Logging", package: "swift-log"),
@@ -104,6 +121,7 @@ let package = Package(
         "BucketFS", "CloudStorage", "FUSE", "ObjectStore", "ServiceAccess", "StorageFake",
         .product(name: "AsyncHTTPClient", package: "async-http-client"),
         .product(name: "Logging", package: "swift-log"),
+        .product(name: "MetricsTestKit", package: "swift-metrics"),
         .product(name: "NIOCore", package: "swift-nio"),
       ]
     ),
@@ -113,6 +131,17 @@ let package = Package(
         "CloudStorage", "ObjectStore", "ServiceAccess", "StorageFake",
         .product(name: "AsyncHTTPClient", package: "async-http-client"),
         .product(name: "Logging", package: "swift-log"),
+        .product(name: "MetricsTestKit", package: "swift-metrics"),
+      ]
+    ),
+    .testTarget(
+      name: "MetricsExportTests",
+      dependencies: [
+        "MetricsExport",
+        .product(name: "AsyncHTTPClient", package: "async-http-client"),
+        .product(name: "CoreMetrics", package: "swift-metrics"),
+        .product(name: "NIOCore", package: "swift-nio"),
+        .product(name: "NIOHTTP1", package: "swift-nio"),
       ]
     ),
     .testTarget(

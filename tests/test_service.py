@@ -472,12 +472,13 @@ def test_helper_translates_options(tmp_path):
                          "endpoint=http://127.0.0.1:4443,anonymous,page_size=7,metadata-ttl=2.5,"
                          "negative_ttl=1,request_timeout=9,retry_deadline=20,log_level=debug,"
                          "log_file=/var/log/b.log,x-systemd.automount,x-systemd.mount-timeout=30,noauto,user,"
-                         "defaults,noatime,credentials=/etc/bucketfs/key.json,access_token_file=/run/token")
+                         "defaults,noatime,credentials=/etc/bucketfs/key.json,access_token_file=/run/token,"
+                         "metrics_addr=127.0.0.1:9100")
     assert out == ("mount.fuse.bucketfs: GOOGLE_APPLICATION_CREDENTIALS=/etc/bucketfs/key.json "
                    f"{installed} mount gs://b/p /mnt/x --endpoint http://127.0.0.1:4443 --anonymous "
                    "--page-size 7 --metadata-ttl 2.5 --negative-ttl 1 --request-timeout 9 --retry-deadline 20 "
                    "--log-level debug --log-file /var/log/b.log --access-token-file /run/token "
-                   "-o ro,allow_other,uid=5,gid=6,file_mode=0640,dir_mode=0750")
+                   "--metrics-addr 127.0.0.1:9100 -o ro,allow_other,uid=5,gid=6,file_mode=0640,dir_mode=0750")
     # mount(8)'s other flags; an unknown option goes to bucketfs (which rejects it) unless sloppy
     assert helper_dry_run(helper, "b", "/m", "-nvf", "-o", "rw,frob=1") == \
         f"mount.fuse.bucketfs: {installed} mount b /m -o rw,frob=1"

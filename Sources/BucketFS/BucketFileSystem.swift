@@ -1,3 +1,4 @@
+import CoreMetrics
 import FUSE
 import Logging
 import ObjectStore
@@ -37,17 +38,18 @@ public final class BucketFileSystem: FileSystem, Sendable {
   public convenience init(
     store: any ObjectStore, configuration: Configuration, logger: Logger,
     clock: @escaping @Sendable () -> Double = BucketFileSystem.monotonicSeconds,
-    onMounted: @escaping @Sendable () -> Void = {}
+    onMounted: @escaping @Sendable () -> Void = {}, metrics: any MetricsFactory = MetricsSystem.factory
   ) {
     self.init(
       store: store, configuration: configuration, logger: logger, clock: clock, onMounted: onMounted,
-      stageFiles: LocalStageFiles())
+      stageFiles: LocalStageFiles(), metrics: metrics)
   }
 
+  /// `metrics` gets the gauges `bucketfs_read_ahead_bytes` and `bucketfs_staged_bytes`.
   init(
     store inner: any ObjectStore, configuration: Configuration, logger: Logger,
     clock: @escaping @Sendable () -> Double, onMounted: @escaping @Sendable () -> Void,
-    stageFiles: any StageFiles
+    stageFiles: any StageFiles, metrics: any MetricsFactory = MetricsSystem.factory
   ) {
     let diagnostics = Diagnostics(logger: logger)
     let listings = SharedListings()
@@ -56,14 +58,14 @@ public final class BucketFileSystem: FileSystem, Sendable {
       clock: clock, onConflict: { diagnostics.warnConflict($0) })
     let store = ListingAwareStore(inner: inner, listings: listings, walks: walks, clock: clock)
     let nodes = NodeTable(configuration: configuration, store: store, diagnostics: diagnostics, clock: clock)
-    let readAhead = ReadAheadBudget(capacity: configuration.readAheadBudget)
+    let readAhead = ReadAheadBudget(capacity: configuration.readAheadBudget, metrics: metrics)
     let prefetch = SiblingPrefetch(store: inner, budget: readAhead, clock: clock)
     let reads = Reads(
       nodes: nodes, store: store, configuration: configuration, diagnostics: diagnostics, budget: readAhead,
       prefetch: prefetch)
     let staging = Staging(
       stageFiles: stageFiles, nodes: nodes, reads: reads, handles: handles, listings: listings, store: store,
-      configuration: configuration, diagnostics: diagnostics, clock: clock)
+      configuration: configuration, diagnostics: diagnostics, clock: clock, metrics: metrics)
     let entries = Entries(
       nodes: nodes, staging: staging, configuration: configuration, mountTime: Timestamp.now(), clock: clock)
     self.configuration = configuration

@@ -23,12 +23,14 @@ public final class CloudStorageClient: ObjectStore {
   let retry: RetryPolicy
   let uploads: UploadPolicy
   let logger: Logger
+  let metrics: StorageMetrics
   /// Set once the service has said this bucket cannot move objects.
   let moveUnsupported = Mutex<String?>(nil)
 
   public init(
     bucket: String, endpoint: Endpoint, http: HTTPClient, tokens: (any AccessTokenProvider)?,
-    retry: RetryPolicy = RetryPolicy(), uploads: UploadPolicy = UploadPolicy(), logger: Logger
+    retry: RetryPolicy = RetryPolicy(), uploads: UploadPolicy = UploadPolicy(), logger: Logger,
+    metrics: StorageMetrics = StorageMetrics()
   ) {
     self.bucket = bucket
     self.endpoint = endpoint
@@ -37,6 +39,7 @@ public final class CloudStorageClient: ObjectStore {
     self.retry = retry
     self.uploads = uploads
     self.logger = logger
+    self.metrics = metrics
   }
 
   /// An HTTP client configured for this workload: many parallel connections
@@ -82,7 +85,7 @@ public final class CloudStorageClient: ObjectStore {
     if let delimiter { query.append(("delimiter", delimiter)) }
     if let pageToken { query.append(("pageToken", pageToken)) }
     let body = try await send(
-      .GET, url: objectsPath + queryString(query), operation: "list \(prefix)", maxBody: 64 << 20)
+      .GET, .list, url: objectsPath + queryString(query), operation: "list \(prefix)", maxBody: 64 << 20)
     if let nextPageToken, let token = ObjectList.nextPageToken(in: body), !token.isEmpty, token != pageToken {
       nextPageToken(token)
     }
@@ -99,7 +102,7 @@ public final class CloudStorageClient: ObjectStore {
 
   public func metadata(of name: String) async throws -> ObjectMetadata {
     let body = try await send(
-      .GET, url: "\(objectsPath)/\(name.percentEncoded)" + queryString([("fields", Fields.object)]),
+      .GET, .get, url: "\(objectsPath)/\(name.percentEncoded)" + queryString([("fields", Fields.object)]),
       operation: "get \(name)", maxBody: 4 << 20)
     let resource = try read(body, what: "metadata of \(name)", as: ObjectResource.init(reading:))
     return try resource.metadata(defaultBucket: bucket)
@@ -123,7 +126,7 @@ public final class CloudStorageClient: ObjectStore {
       "\(objectsPath)/\(name.percentEncoded)"
       + queryString([("alt", "media"), ("generation", String(generation))])
     let (status, headers, body) = try await exchange(
-      .GET, url: url, headers: [("Range", "bytes=\(range.lowerBound)-\(range.upperBound - 1)")],
+      .GET, .download, url: url, headers: [("Range", "bytes=\(range.lowerBound)-\(range.upperBound - 1)")],
       operation: "read \(name) \(range)", maxBody: Int(range.count) + (64 << 10), idempotent: true,
       validate: { status, headers, body in Self.shortRead(status, headers, body, asked: range) },
       window: range, spare: spare)
@@ -170,7 +173,7 @@ public final class CloudStorageClient: ObjectStore {
       throw StorageError.badRequest("could not encode patch: \(error)")
     }
     let (_, _, body) = try await exchange(
-      .PATCH, url: "\(objectsPath)/\(name.percentEncoded)" + queryString(query),
+      .PATCH, .patch, url: "\(objectsPath)/\(name.percentEncoded)" + queryString(query),
       headers: [("Content-Type", "application/json")], body: ByteBuffer(bytes: json),
       operation: "patch \(name)",
       maxBody: 4 << 20,

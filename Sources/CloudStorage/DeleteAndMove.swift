@@ -10,7 +10,8 @@ extension CloudStorageClient {
     var query: [(String, String)] = []
     if let ifGenerationMatch { query.append(("ifGenerationMatch", String(ifGenerationMatch))) }
     _ = try await exchange(
-      .DELETE, url: "\(objectsPath)/\(name.percentEncoded)" + (query.isEmpty ? "" : queryString(query)),
+      .DELETE, .delete,
+      url: "\(objectsPath)/\(name.percentEncoded)" + (query.isEmpty ? "" : queryString(query)),
       operation: "delete \(name)", maxBody: 1 << 20, idempotent: ifGenerationMatch != nil,
       settledAfterRetry: [404])
   }
@@ -35,7 +36,7 @@ extension CloudStorageClient {
     let answer: ByteBuffer
     do {
       (status, _, answer) = try await exchange(
-        .POST, url: url, headers: [("Content-Type", "application/json; charset=UTF-8")],
+        .POST, .move, url: url, headers: [("Content-Type", "application/json; charset=UTF-8")],
         body: ByteBuffer(string: "{}"), operation: "move \(source) to \(destination)", maxBody: 4 << 20,
         idempotent: true, accepting: [400, 405, 501])
     } catch StorageError.notFound {

@@ -14,13 +14,14 @@ import ServiceAccess
 // refresh after a 401, statuses mapped to StorageError, bodies collected.
 extension CloudStorageClient {
 
-  func send(_ method: HTTPMethod, url: String, operation: String, maxBody: Int) async throws
-    -> ByteBuffer
+  func send(_ method: HTTPMethod, _ kind: StorageRequestKind, url: String, operation: String, maxBody: Int)
+    async throws -> ByteBuffer
   {
-    try await exchange(method, url: url, operation: operation, maxBody: maxBody, idempotent: true).body
+    try await exchange(method, kind, url: url, operation: operation, maxBody: maxBody, idempotent: true).body
   }
 
-  /// One logical request: attempts, back-off and the overall deadline.
+  /// One logical request: attempts, back-off and the overall deadline. Each
+  /// attempt is counted under `kind` (``StorageMetrics``).
   ///
   /// - `idempotent`: safe to repeat after a transient failure (the request
   ///   may have reached the service); otherwise such a failure is final.
@@ -34,7 +35,8 @@ extension CloudStorageClient {
   /// - `validate`: judges an answer; a reason makes it a transient failure.
   /// - `window`: for a ranged GET answered 200 (the whole object), the bytes kept.
   func exchange(
-    _ method: HTTPMethod, url: String, headers: [(String, String)] = [], body: ByteBuffer? = nil,
+    _ method: HTTPMethod, _ kind: StorageRequestKind, url: String, headers: [(String, String)] = [],
+    body: ByteBuffer? = nil,
     operation: String, maxBody: Int, idempotent: Bool, deadline: NIODeadline? = nil, sending: Int = 0,
     accepting: Set<Int> = [], settledAfterRetry: Set<Int> = [],
     validate: (@Sendable (Int, HTTPHeaders, ByteBuffer) -> String?)? = nil, window: Range<Int64>? = nil,
@@ -60,7 +62,7 @@ extension CloudStorageClient {
         let slowest =
           NIODeadline.now() + .milliseconds(Int64((retry.attemptTimeout + Double(sending) / 65536) * 1000))
         outcome = try await attemptOnce(
-          method, url: url, headers: headers, body: body, streaming: streaming,
+          method, kind, url: url, headers: headers, body: body, streaming: streaming,
           deadline: sending > 0 ? max(deadline, slowest) : deadline,
           maxBody: maxBody,
           refreshToken: refresh, accepting: reachedBefore ? accepting.union(settledAfterRetry) : accepting,
@@ -88,6 +90,7 @@ extension CloudStorageClient {
         guard tokens != nil, !refreshedToken else { throw StorageError.accessDenied(message) }
         refreshedToken = true
         refreshNext = true
+        metrics.retried(kind)
         continue
       case .transient(let reason, let retryAfter):
         guard idempotent else { throw StorageError.unavailable("\(operation): \(reason)") }
@@ -104,6 +107,7 @@ extension CloudStorageClient {
         } catch {
           throw StorageError.cancelled
         }
+        metrics.retried(kind)
       }
     }
   }
@@ -116,7 +120,8 @@ extension CloudStorageClient {
   }
 
   private func attemptOnce(
-    _ method: HTTPMethod, url: String, headers: [(String, String)], body: ByteBuffer?, streaming: SourceBody?,
+    _ method: HTTPMethod, _ kind: StorageRequestKind, url: String, headers: [(String, String)],
+    body: ByteBuffer?, streaming: SourceBody?,
     deadline: NIODeadline,
     maxBody: Int, refreshToken: Bool, accepting: Set<Int>, window: Range<Int64>?, spare: SpareBuffer?
   ) async throws -> Outcome {
@@ -143,15 +148,30 @@ extension CloudStorageClient {
     // by the same deadline, however slowly the server trickles it.
     let http = self.http
     let prepared = request
-    let (response, payload) = try await Self.racing(deadline) {
-      let response = try await http.execute(prepared, deadline: deadline, logger: nil)
-      let window = response.status == .ok ? window : nil
-      // Awaited before the tuple is made: see Tests/ToolchainCheck (a tuple
-      // literal with an await inside is miscompiled by Swift 6.3.1 at -O).
-      let payload = try await Self.collect(response, upTo: maxBody, window: window, into: spare?.take())
-      return (response, payload)
+    // From here the request is on its way: counted whatever comes back.
+    let start = ContinuousClock.now
+    let response: HTTPClientResponse
+    let payload: ByteBuffer
+    do {
+      (response, payload) = try await Self.racing(deadline) {
+        let response = try await http.execute(prepared, deadline: deadline, logger: nil)
+        let window = response.status == .ok ? window : nil
+        // Awaited before the tuple is made: see Tests/ToolchainCheck (a tuple
+        // literal with an await inside is miscompiled by Swift 6.3.1 at -O).
+        let payload = try await Self.collect(response, upTo: maxBody, window: window, into: spare?.take())
+        return (response, payload)
+      }
+    } catch {
+      metrics.attempted(kind, status: StorageMetrics.failure(error), since: start)
+      throw error
     }
     let status = Int(response.status.code)
+    metrics.attempted(kind, status: String(status), since: start)
+    switch kind {
+    case .download where (200..<300).contains(status): metrics.received(payload.readableBytes)
+    case .upload: metrics.sent(body?.readableBytes ?? streaming?.count ?? 0)
+    default: break
+    }
     switch status {
     case _ where accepting.contains(status), 200..<300:
       return .success(status, response.headers, payload)

@@ -45,7 +45,7 @@ extension CloudStorageClient {
     if let ifGenerationMatch { query.append(("ifGenerationMatch", String(ifGenerationMatch))) }
     query.append(("fields", Fields.object))
     let (_, headers, _) = try await exchange(
-      .POST, url: uploadPath + queryString(query),
+      .POST, .upload, url: uploadPath + queryString(query),
       headers: [
         ("Content-Type", "application/json; charset=UTF-8"), ("X-Upload-Content-Type", contentType),
         ("X-Upload-Content-Length", String(size)),
@@ -144,7 +144,7 @@ extension CloudStorageClient {
     let answer: (status: Int, headers: HTTPHeaders, body: ByteBuffer)
     do {
       answer = try await exchange(
-        .PUT, url: session, headers: [("Content-Range", range), ("Content-Type", contentType)],
+        .PUT, .upload, url: session, headers: [("Content-Range", range), ("Content-Type", contentType)],
         operation: "upload \(name) \(range)", maxBody: 4 << 20, idempotent: false,
         sending: count, accepting: [308, 404, 410], streaming: chunk)
     } catch {
@@ -168,7 +168,7 @@ extension CloudStorageClient {
     -> SessionState
   {
     let (status, headers, body) = try await exchange(
-      .PUT, url: session, headers: [("Content-Range", "bytes */\(size)")], body: ByteBuffer(),
+      .PUT, .upload, url: session, headers: [("Content-Range", "bytes */\(size)")], body: ByteBuffer(),
       operation: "upload status of \(name)", maxBody: 4 << 20, idempotent: true, deadline: deadline,
       accepting: [308, 404, 410])
     return try sessionState(status, headers, body, name: name, size: size)

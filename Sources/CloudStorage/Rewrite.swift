@@ -25,7 +25,7 @@ extension CloudStorageClient {
       if let token { query.append(("rewriteToken", token)) }
       // Each call that answers is progress, so each gets the whole deadline.
       let (_, _, answer) = try await exchange(
-        .POST, url: url + queryString(query),
+        .POST, .copy, url: url + queryString(query),
         headers: body == nil ? [] : [("Content-Type", "application/json; charset=UTF-8")],
         body: body ?? ByteBuffer(),
         operation: "copy \(source) to \(destination)", maxBody: 4 << 20, idempotent: ifGenerationMatch != nil)

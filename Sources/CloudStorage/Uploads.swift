@@ -42,7 +42,7 @@ extension CloudStorageClient {
     if let ifGenerationMatch { query.append(("ifGenerationMatch", String(ifGenerationMatch))) }
     query.append(("fields", Fields.object))
     let (status, _, answer) = try await exchange(
-      .POST, url: uploadPath + queryString(query),
+      .POST, .upload, url: uploadPath + queryString(query),
       headers: [("Content-Type", "multipart/related; boundary=\(boundary)")], body: body,
       operation: "upload \(name)", maxBody: 4 << 20, idempotent: ifGenerationMatch != nil,
       sending: body.readableBytes, settledAfterRetry: [412])

@@ -33,23 +33,28 @@ struct SendableBuffer: @unchecked Sendable {
   init(_ value: FUSEDirectoryBuffer) { self.value = value }
 }
 
-/// getxattr/listxattr protocol: size 0 asks for the length; too small is ERANGE.
-func replyXattr(_ req: fuse_req_t, _ answer: Result<[UInt8], Errno>, size: Int) {
+/// getxattr/listxattr protocol: size 0 asks for the length; too small is
+/// ERANGE. Returns the errno answered, or 0.
+@discardableResult
+func replyXattr(_ req: fuse_req_t, _ answer: Result<[UInt8], Errno>, size: Int) -> Int32 {
   let value: [UInt8]
   switch answer {
   case .success(let bytes): value = bytes
   case .failure(let errno):
     fuse_reply_err(req, errno.code)
-    return
+    return errno.code
   }
   switch XattrReply(value: value, bufferSize: size) {
   case .size(let count): fuse_reply_xattr(req, count)
-  case .error(let errno): fuse_reply_err(req, errno.code)
+  case .error(let errno):
+    fuse_reply_err(req, errno.code)
+    return errno.code
   case .value:
     value.withUnsafeBufferPointer { buffer in
       buffer.withMemoryRebound(to: CChar.self) { _ = fuse_reply_buf(req, $0.baseAddress, $0.count) }
     }
   }
+  return 0
 }
 
 /// listxattr's format: each name followed by a NUL.

@@ -39,6 +39,7 @@ public struct MountError: Error, CustomStringConvertible {
 public final class FUSESession: @unchecked Sendable {
   let fileSystem: FileSystem
   let logger: Logger
+  let metrics: RequestMetrics
   private var session: OpaquePointer?
   /// The session for notifications and exit requests from other threads,
   /// and how many such calls are under way. Cleared before the session is
@@ -50,9 +51,10 @@ public final class FUSESession: @unchecked Sendable {
   private let loopThread = Mutex<pthread_t?>(nil)
   private let loopRunning = Atomic<Bool>(false)
 
-  public init(fileSystem: FileSystem, logger: Logger) {
+  public init(fileSystem: FileSystem, logger: Logger, metrics: RequestMetrics = RequestMetrics()) {
     self.fileSystem = fileSystem
     self.logger = logger
+    self.metrics = metrics
   }
 
   /// Creates the session and mounts it at `mountpoint`.
@@ -157,8 +159,20 @@ public final class FUSESession: @unchecked Sendable {
 
   /// Runs `operation` in a task and replies with its result through `reply`.
   func serve<T: Sendable>(
-    _ raw: fuse_req_t?, _ operation: @escaping @Sendable () async throws -> T,
+    _ raw: fuse_req_t?, _ arrival: Arrival, _ operation: @escaping @Sendable () async throws -> T,
     reply: @escaping @Sendable (Request, T) -> Void
+  ) {
+    serveWithStatus(raw, arrival, operation) { request, value in
+      reply(request, value)
+      return 0
+    }
+  }
+
+  /// Like ``serve(_:_:_:reply:)``, for replies that may answer with an
+  /// error of their own (the xattr size protocol's ERANGE): `reply` returns it, or 0.
+  func serveWithStatus<T: Sendable>(
+    _ raw: fuse_req_t?, _ arrival: Arrival, _ operation: @escaping @Sendable () async throws -> T,
+    reply: @escaping @Sendable (Request, T) -> Int32
   ) {
     guard let raw else { return }
     let request = Request(raw: raw)
@@ -182,12 +196,21 @@ public final class FUSESession: @unchecked Sendable {
       }
       // Forget the request before replying: after the reply its address may be reused.
       _ = self.inflight.withLock { $0.removeValue(forKey: key) }
+      let error: Int32
       switch result {
-      case .success(let value): reply(request, value)
-      case .failure(let errno): fuse_reply_err(request.raw, errno.code)
+      case .success(let value): error = reply(request, value)
+      case .failure(let errno):
+        fuse_reply_err(request.raw, errno.code)
+        error = errno.code
       }
+      self.metrics.answered(arrival, error: error)
     }
     record.attach(task)
+  }
+
+  /// Counts a request answered on the loop thread (`error` 0: success).
+  func answered(_ arrival: Arrival, error: Int32 = 0) {
+    metrics.answered(arrival, error: error)
   }
 
   func interrupt(_ raw: fuse_req_t) {

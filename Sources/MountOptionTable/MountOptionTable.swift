@@ -174,6 +174,10 @@ public enum MountOptionTable {
   public static let logFile = MountOption<String>(
     "log-file", value: "PATH", default: nil,
     "append logs here (default: stderr in the foreground, syslog in the background)")
+  public static let metricsAddr = MountOption<String>(
+    "metrics-addr", value: "HOST:PORT", default: nil, note: "off",
+    "serve Prometheus metrics at `http://HOST:PORT/metrics`, bound to that host only (`[::1]:PORT` for IPv6), while the mount is up; the series are in docs/SEMANTICS.md"
+  )
 
   /// Every option, in README's order.
   public static let rows: [MountOptionRow] = [
@@ -181,7 +185,7 @@ public enum MountOptionTable {
     allowInsecureHTTP.row, options.row, pageSize.row, metadataTTL.row, negativeTTL.row,
     requestTimeout.row, retryDeadline.row, uploadThreshold.row, uploadChunkSize.row, cacheDir.row,
     firebaseDownloadTokens.row, refuseReadOnlyXattrs.row, renameDirLimit.row, readAheadBudget.row,
-    logLevel.row, logFile.row,
+    logLevel.row, logFile.row, metricsAddr.row,
   ]
 
   /// README.md's options table, exactly.

@@ -7,6 +7,7 @@ import Credentials
 import Dispatch
 import FUSE
 import Logging
+import MetricsExport
 import MountOptionTable
 import ObjectStore
 import ServiceAccess
@@ -81,6 +82,7 @@ struct Mount: ParsableCommand {
   var firebaseDownloadTokens = T.firebaseDownloadTokens.value
   @Flag(name: .customLong(T.refuseReadOnlyXattrs.name), help: help(T.refuseReadOnlyXattrs))
   var refuseReadOnlyXattrs = T.refuseReadOnlyXattrs.value
+  @Option(name: .customLong(T.metricsAddr.name), help: help(T.metricsAddr)) var metricsAddr: String?
   @Option(help: .hidden) var readyFd: Int32?
 
   func validate() throws {
@@ -102,6 +104,9 @@ struct Mount: ParsableCommand {
     }
     guard Logger.Level(rawValue: logLevel) != nil else {
       throw ValidationError("unknown --log-level \(logLevel)")
+    }
+    if let metricsAddr, MetricsAddress(metricsAddr) == nil {
+      throw ValidationError("--metrics-addr must be HOST:PORT ([::1]:PORT for IPv6) with a port 1 to 65535")
     }
   }
 
@@ -195,6 +200,10 @@ struct Mount: ParsableCommand {
     guard let uploads = try? UploadPolicy(threshold: uploadThreshold, chunkSize: uploadChunkSize) else {
       throw MountFailure(message: "bad --upload-threshold or --upload-chunk-size")  // validate() said why
     }
+    // Before the client, filesystem and session make their series; off, they count into a no-op.
+    let metricsAddress = metricsAddr.flatMap { MetricsAddress($0) }  // validate() checked it
+    let metrics = metricsAddress.map { _ in MetricsRegistry() }
+    metrics?.bootstrap()
     let client = CloudStorageClient(
       bucket: source.bucket, endpoint: endpoint, http: http, tokens: tokens, retry: retry, uploads: uploads,
       logger: logger)
@@ -254,6 +263,17 @@ struct Mount: ParsableCommand {
     } catch {
       throw MountFailure(message: "cannot mount at \(mountpoint): \(error.description)")
     }
+    // Served from the mount's start to its end; a taken port fails the mount.
+    var metricsServer: MetricsServer?
+    if let metricsAddress, let metrics {
+      do {
+        metricsServer = try MetricsServer.start(at: metricsAddress, registry: metrics)
+      } catch {
+        session.shutdown(grace: 0)
+        throw MountFailure(message: error.description)
+      }
+      logger.info("serving metrics at http://\(metricsAddress)/metrics")
+    }
     Signals.onSignal { signal in
       logger.info("signal \(signal): unmounting")
       ServiceManager.notify("STOPPING=1")
@@ -262,6 +282,7 @@ struct Mount: ParsableCommand {
     logger.info("mounted \(where_) at \(mountpoint) (endpoint \(endpoint))")
     session.run()
     session.shutdown(grace: 5)
+    metricsServer?.stop()
     logger.info("unmounted \(mountpoint)")
   }
 

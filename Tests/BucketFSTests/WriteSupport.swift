@@ -1,3 +1,4 @@
+import CoreMetrics
 import FUSE
 import Logging
 import ObjectStore
@@ -36,7 +37,7 @@ func filesIn(_ directory: String) -> [String] {
 func makeWritingFileSystem(
   _ store: any ObjectStore, stageDirectory: String = makeStageDirectory(), firebase: Bool = false,
   clock: ManualClock = ManualClock(), mimeTypes: String? = "/etc/mime.types",
-  stageFiles: any StageFiles = LocalStageFiles()
+  stageFiles: any StageFiles = LocalStageFiles(), metrics: any MetricsFactory = MetricsSystem.factory
 ) -> BucketFileSystem {
   var configuration = Configuration()
   configuration.uid = 1234
@@ -46,7 +47,7 @@ func makeWritingFileSystem(
   configuration.mimeTypesPath = mimeTypes
   return BucketFileSystem(
     store: store, configuration: configuration, logger: quietLogger, clock: clock.read, onMounted: {},
-    stageFiles: stageFiles)
+    stageFiles: stageFiles, metrics: metrics)
 }
 
 /// Stage files whose next writes or truncations fail with the errno given,

@@ -42,6 +42,7 @@ func testLogger() -> Logger {
 func withFakeServer(
   bucket: String = "bkt", clientBucket: String? = nil, retry: RetryPolicy = .fast(),
   uploads: UploadPolicy = UploadPolicy(), tokens: (any AccessTokenProvider)? = nil,
+  metrics: StorageMetrics = StorageMetrics(),
   _ body: (FakeStorageServer, CloudStorageClient) async throws -> Void
 ) async throws {
   let server = FakeStorageServer(bucket: bucket)
@@ -52,7 +53,7 @@ func withFakeServer(
     let endpoint = try Endpoint(server.endpoint)
     let client = CloudStorageClient(
       bucket: clientBucket ?? bucket, endpoint: endpoint, http: http, tokens: tokens, retry: retry,
-      uploads: uploads, logger: testLogger())
+      uploads: uploads, logger: testLogger(), metrics: metrics)
     try await body(server, client)
     outcome = .success(())
   } catch {

@@ -1,3 +1,4 @@
+import CoreMetrics
 import NIOCore
 import ObjectStore
 import Synchronization
@@ -55,13 +56,16 @@ struct LocalStageFiles: StageFiles {
 final class StageDirectory: Sendable {
   let path: String
   let files: any StageFiles
+  /// `bucketfs_staged_bytes`: the lengths of the data files of live stages.
+  let staged: Meter
   private let counter = Atomic<UInt64>(0)
   private let pid = getpid()
 
   /// Creates `path` (and missing parents) if needed and restricts it to its owner.
-  init(path: String, files: any StageFiles = LocalStageFiles()) throws(StageFailure) {
+  init(path: String, files: any StageFiles = LocalStageFiles(), staged: Meter) throws(StageFailure) {
     self.path = path.hasSuffix("/") && path.count > 1 ? String(path.dropLast()) : path
     self.files = files
+    self.staged = staged
     try Self.makeDirectories(self.path)
     if chmod(self.path, 0o700) != 0 { throw StageFailure(code: errno) }
   }
@@ -103,6 +107,10 @@ final class Stage: Sendable {
   let path: String
   let sidecarPath: String
   let directory: StageDirectory
+  /// The data file's length as the writes and truncations through this
+  /// stage left it (they are ordered by the file's gate), counted in
+  /// ``StageDirectory/staged`` until the stage is let go.
+  private let length = Atomic<Int64>(0)
 
   init(fd: Int32, path: String, sidecarPath: String, directory: StageDirectory) {
     self.fd = fd
@@ -111,15 +119,41 @@ final class Stage: Sendable {
     self.directory = directory
   }
 
-  deinit { close(fd) }
+  deinit {
+    close(fd)
+    directory.staged.decrement(by: Double(length.load(ordering: .relaxed)))
+  }
 
   /// Writes all of `data` at `offset`: 0, or the errno of the local failure.
   func write(_ data: UnsafeRawBufferPointer, at offset: UInt64) -> Int32 {
-    directory.files.write(fd, data, at: offset)
+    let code = directory.files.write(fd, data, at: offset)
+    if data.count > 0 {
+      resized(code == 0 ? max(length.load(ordering: .relaxed), Int64(offset) + Int64(data.count)) : nil)
+    }
+    return code
   }
 
   func truncate(to size: UInt64) -> Int32 {
-    directory.files.truncate(fd, to: size)
+    let code = directory.files.truncate(fd, to: size)
+    resized(code == 0 ? Int64(size) : nil)
+    return code
+  }
+
+  /// Records the data file's new length; nil after a failure, which may
+  /// have changed it part way: then the file says.
+  private func resized(_ known: Int64?) {
+    var now = known
+    if now == nil {
+      var info = stat()
+      if fstat(fd, &info) == 0 { now = Int64(info.st_size) }
+    }
+    guard let now else { return }
+    let before = length.exchange(now, ordering: .relaxed)
+    if now > before {
+      directory.staged.increment(by: Double(now - before))
+    } else if now < before {
+      directory.staged.decrement(by: Double(before - now))
+    }
   }
 
   /// Up to `count` bytes at `offset`, fewer only at the stage's end.

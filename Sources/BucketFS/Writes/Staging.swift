@@ -1,3 +1,4 @@
+import CoreMetrics
 import FUSE
 import Logging
 import ObjectStore
@@ -24,6 +25,8 @@ final class Staging: Sendable {
   private let stages = Mutex<StageDirectory?>(nil)
   /// The calls that write the stages' bytes.
   let stageFiles: any StageFiles
+  /// `bucketfs_staged_bytes` (``Stage``).
+  let stagedBytes: Meter
   let nodes: NodeTable
   let reads: Reads
   let handles: HandleNumbers
@@ -38,9 +41,10 @@ final class Staging: Sendable {
   init(
     stageFiles: any StageFiles, nodes: NodeTable, reads: Reads, handles: HandleNumbers,
     listings: SharedListings, store: any ObjectStore, configuration: Configuration,
-    diagnostics: Diagnostics, clock: @escaping @Sendable () -> Double
+    diagnostics: Diagnostics, clock: @escaping @Sendable () -> Double, metrics: any MetricsFactory
   ) {
     self.stageFiles = stageFiles
+    self.stagedBytes = Meter(label: "bucketfs_staged_bytes", factory: metrics)
     self.nodes = nodes
     self.reads = reads
     self.handles = handles
@@ -86,7 +90,7 @@ final class Staging: Sendable {
       if let made = stages.withLock({ $0 }) {
         directory = made
       } else {
-        let made = try StageDirectory(path: path, files: stageFiles)
+        let made = try StageDirectory(path: path, files: stageFiles, staged: stagedBytes)
         directory = stages.withLock { stages in
           if let stages { return stages }
           stages = made

@@ -32,4 +32,8 @@ void cfuse_set_log_sink(cfuse_log_sink sink);
 // serving large short-lived buffers wants them as mappings, not heap.
 static inline int cfuse_mmap_threshold(int bytes) { return mallopt(M_MMAP_THRESHOLD, bytes); }
 
+// glibc's name of an errno value ("ENOENT"), for metric labels; NULL for a
+// value it has none for. strerrorname_np is a GNU extension Swift does not see.
+const char *cfuse_errno_name(int code);
+
 #endif
