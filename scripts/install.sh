@@ -129,7 +129,7 @@ is \-\-anonymous,
 sets GOOGLE_APPLICATION_CREDENTIALS,
 .BR endpoint= ", " page_size= ", " metadata_ttl= ", " negative_ttl= ", "
 .BR request_timeout= ", " retry_deadline= ", " log_level= ", " log_file= ", "
-.B access_token_file=
+.BR access_token_file= ", " metrics_addr=
 are the options of the same names;
 .BR _netdev ", " nofail ", " noauto ", " x\-systemd.*
 and the other generic options are for mount(8) and systemd.

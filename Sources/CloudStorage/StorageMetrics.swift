@@ -78,9 +78,9 @@ public final class StorageMetrics: Sendable {
     if bytes > 0 { uploaded.increment(by: bytes) }
   }
 
-  /// The `status` of an attempt that got no answer.
+  /// The `status` of an attempt that got no answer; called in the attempt's task.
   static func failure(_ error: any Error) -> String {
-    if error is CancellationError { return "cancelled" }
+    if Task.isCancelled || error is CancellationError { return "cancelled" }
     if let error = error as? HTTPClientError {
       switch error {
       case .deadlineExceeded, .readTimeout, .connectTimeout, .writeTimeout, .tlsHandshakeTimeout,

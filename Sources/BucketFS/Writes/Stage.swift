@@ -121,7 +121,8 @@ final class Stage: Sendable {
 
   deinit {
     close(fd)
-    directory.staged.decrement(by: Double(length.load(ordering: .relaxed)))
+    let counted = length.load(ordering: .relaxed)
+    if counted > 0 { directory.staged.decrement(by: Double(counted)) }
   }
 
   /// Writes all of `data` at `offset`: 0, or the errno of the local failure.
