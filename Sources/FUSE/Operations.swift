@@ -30,12 +30,7 @@ extension FUSESession {
     ops.lookup = { req, parent, name in
       let arrival = Arrival(.lookup)
       guard let name = utf8Name(req, name) else { return answer(req, arrival, error: ENOENT) }
-      let fs = session(req).fileSystem
-      session(req).serve(req, arrival, { try await fs.lookup(parent: parent, name: name) }) {
-        request, entry in
-        var param = entry.parameters
-        if fuse_reply_entry(request.raw, &param) != 0 { fs.replyFailed(.lookup(inode: param.ino)) }
-      }
+      serveEntry(req, arrival) { try await $0.lookup(parent: parent, name: name) }
     }
     ops.forget = { req, inode, count in
       let arrival = Arrival(.forget)
@@ -284,13 +279,7 @@ extension FUSESession {
     ops.mkdir = { req, parent, name, mode in
       let arrival = Arrival(.mkdir)
       guard let name = utf8Name(req, name) else { return answer(req, arrival, error: EINVAL) }
-      let fs = session(req).fileSystem
-      session(req).serve(req, arrival, { try await fs.mkdir(parent: parent, name: name, mode: UInt32(mode)) })
-      {
-        request, entry in
-        var param = entry.parameters
-        if fuse_reply_entry(request.raw, &param) != 0 { fs.replyFailed(.lookup(inode: param.ino)) }
-      }
+      serveEntry(req, arrival) { try await $0.mkdir(parent: parent, name: name, mode: UInt32(mode)) }
     }
     ops.unlink = { req, parent, name in
       let arrival = Arrival(.unlink)
@@ -330,12 +319,7 @@ extension FUSESession {
       guard let target else { return missing(req, arrival, "symlink target") }
       let bytes = Array(
         UnsafeRawBufferPointer(start: target, count: strlen(target)).bindMemory(to: UInt8.self))
-      let fs = session(req).fileSystem
-      session(req).serve(req, arrival, { try await fs.symlink(parent: parent, name: name, target: bytes) }) {
-        request, entry in
-        var param = entry.parameters
-        if fuse_reply_entry(request.raw, &param) != 0 { fs.replyFailed(.lookup(inode: param.ino)) }
-      }
+      serveEntry(req, arrival) { try await $0.symlink(parent: parent, name: name, target: bytes) }
     }
     // Objects have no hard links and no special files (docs/SEMANTICS.md): say
     // so plainly rather than ENOSYS, which some kernels remember for the mount.
@@ -345,15 +329,22 @@ extension FUSESession {
       let arrival = Arrival(.mknod)
       guard mode & S_IFMT == S_IFREG else { return answer(req, arrival, error: EPERM) }
       guard let name = utf8Name(req, name) else { return answer(req, arrival, error: EINVAL) }
-      let fs = session(req).fileSystem
-      session(req).serve(req, arrival, { try await fs.mknod(parent: parent, name: name, mode: UInt32(mode)) })
-      {
-        request, entry in
-        var param = entry.parameters
-        if fuse_reply_entry(request.raw, &param) != 0 { fs.replyFailed(.lookup(inode: param.ino)) }
-      }
+      serveEntry(req, arrival) { try await $0.mknod(parent: parent, name: name, mode: UInt32(mode)) }
     }
     return ops
+  }
+}
+
+/// Serves a request answered with an entry (lookup, mkdir, mknod, symlink):
+/// an entry the kernel did not take is a lookup to undo.
+private func serveEntry(
+  _ req: fuse_req_t?, _ arrival: Arrival,
+  _ operation: @escaping @Sendable (any FileSystem) async throws -> Entry
+) {
+  let fs = session(req).fileSystem
+  session(req).serve(req, arrival, { try await operation(fs) }) { request, entry in
+    var param = entry.parameters
+    if fuse_reply_entry(request.raw, &param) != 0 { fs.replyFailed(.lookup(inode: param.ino)) }
   }
 }
 
