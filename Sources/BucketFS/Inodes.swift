@@ -312,47 +312,24 @@ struct FileFacts: Sendable, Equatable {
 /// listing of a huge directory does not hold every object's metadata while
 /// the kernel holds its inodes; an evicted entry is fetched again on demand.
 struct MetadataCache: Sendable {
-  let capacity: Int
-  private var entries: [ObjectKey: ObjectMetadata] = [:]
-  /// Insertion order, for eviction; may hold keys already removed.
-  private var order: [ObjectKey] = []
-  private var head = 0
+  private var map: BoundedMap<ObjectKey, ObjectMetadata>
 
   init(capacity: Int) {
-    self.capacity = max(capacity, 1)
+    map = BoundedMap(capacity: capacity)
   }
 
-  subscript(key: String) -> ObjectMetadata? { entries[ObjectKey(key)] }
+  var capacity: Int { map.capacity }
+  var count: Int { map.count }
+  /// Places in the insertion order, stale ones included (for tests).
+  var orderCount: Int { map.orderCount }
 
-  var count: Int { entries.count }
+  subscript(key: String) -> ObjectMetadata? { map[ObjectKey(key)] }
 
   mutating func insert(_ metadata: ObjectMetadata) {
-    let key = ObjectKey(metadata.name)
-    if entries.updateValue(metadata, forKey: key) == nil { order.append(key) }
-    while entries.count > capacity, head < order.count {
-      entries[order[head]] = nil
-      head += 1
-    }
-    if head > 4096 && head * 2 > order.count {
-      order.removeFirst(head)
-      head = 0
-    }
-    // Keys removed (forgotten) and inserted again leave stale places behind
-    // without ever filling the cache: drop them once they outnumber the live.
-    if order.count - head > 2 * capacity + 1024 { compact() }
-  }
-
-  /// Places in ``order``, stale ones included (for tests).
-  var orderCount: Int { order.count - head }
-
-  /// Keeps one place per live key, the oldest.
-  private mutating func compact() {
-    var seen = Set<ObjectKey>()
-    order = order[head...].filter { entries[$0] != nil && seen.insert($0).inserted }
-    head = 0
+    map.insert(metadata, for: ObjectKey(metadata.name))
   }
 
   mutating func remove(_ key: String) {
-    entries[ObjectKey(key)] = nil
+    map.remove(ObjectKey(key))
   }
 }

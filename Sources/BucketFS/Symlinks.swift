@@ -131,36 +131,28 @@ final class Symlinks: Sendable {
 /// Targets read from links' bodies, bounded; the oldest goes first. Keyed by
 /// name and generation: a generation's bytes never change, so an entry is
 /// never stale, and a link replaced elsewhere is a new generation.
-struct LinkTargets {
-  private struct Version: Hashable {
+struct LinkTargets: Sendable {
+  private struct Version: Hashable, Sendable {
     let key: ObjectKey
     let generation: Int64
+
+    init(_ metadata: ObjectMetadata) {
+      key = ObjectKey(metadata.name)
+      generation = metadata.generation
+    }
   }
-  let capacity: Int
-  private var targets: [Version: [UInt8]] = [:]
-  private var order: [Version] = []
-  private var head = 0
+  private var map: BoundedMap<Version, [UInt8]>
 
   init(capacity: Int) {
-    self.capacity = max(capacity, 1)
+    map = BoundedMap(capacity: capacity)
   }
 
-  subscript(metadata: ObjectMetadata) -> [UInt8]? {
-    targets[Version(key: ObjectKey(metadata.name), generation: metadata.generation)]
-  }
+  var capacity: Int { map.capacity }
+  var count: Int { map.count }
 
-  var count: Int { targets.count }
+  subscript(metadata: ObjectMetadata) -> [UInt8]? { map[Version(metadata)] }
 
   mutating func insert(_ target: [UInt8], for metadata: ObjectMetadata) {
-    let version = Version(key: ObjectKey(metadata.name), generation: metadata.generation)
-    if targets.updateValue(target, forKey: version) == nil { order.append(version) }
-    while targets.count > capacity, head < order.count {
-      targets[order[head]] = nil
-      head += 1
-    }
-    if head > 1024 && head * 2 > order.count {
-      order.removeFirst(head)
-      head = 0
-    }
+    map.insert(target, for: Version(metadata))
   }
 }
