@@ -35,7 +35,18 @@ let package = Package(
     ),
     // The storage model and protocol the filesystem is written against.
     // Object bytes travel as NIO ByteBuffers from the socket to the FUSE reply, uncopied.
-    .target(name: "ObjectStore", dependencies: [.product(name: "NIOCore", package: "swift-nio")]),
+    .target(name: "ObjectStore", dependencies: ["CCRC32C", .product(name: "NIOCore", package: "swift-nio")]),
+    // CRC-32C with the CPU's crc32 instruction (SSE4.2) when it has one.
+    .target(name: "CCRC32C"),
+    // The persistent read cache: object bytes kept on local disk by bucket,
+    // name and generation, wrapped around the client as an ObjectStore.
+    .target(
+      name: "ContentCache",
+      dependencies: [
+        "ObjectStore", .product(name: "CoreMetrics", package: "swift-metrics"),
+        .product(name: "Logging", package: "swift-log"), .product(name: "NIOCore", package: "swift-nio"),
+      ]
+    ),
     // Where the service is and how a request proves who sends it: the
     // endpoint and the access-token protocol, shared by the client and the
     // credential providers (so neither depends on the other).
@@ -94,7 +105,8 @@ let package = Package(
     .executableTarget(
       name: "bucketfs",
       dependencies: [
-        "BucketFS", "CFuse", "CloudStorage", "Credentials", "FUSE", "MetricsExport", "MountOptionTable",
+        "BucketFS", "CFuse", "CloudStorage", "ContentCache", "Credentials", "FUSE", "MetricsExport",
+        "MountOptionTable",
         "ObjectStore", "ServiceAccess",
         .product(name: "ArgumentParser", package: "swift-argument-parser"),
         .product(name: "AsyncHTTPClient", package: "async-http-client"),
@@ -147,6 +159,15 @@ let package = Package(
     .testTarget(
       name: "MountOptionTableTests",
       dependencies: ["MountOptionTable", "BucketFS", "CloudStorage", "ServiceAccess"]),
+    .testTarget(
+      name: "ContentCacheTests",
+      dependencies: [
+        "ContentCache", "ObjectStore", "StorageFake",
+        .product(name: "Logging", package: "swift-log"),
+        .product(name: "MetricsTestKit", package: "swift-metrics"),
+        .product(name: "NIOCore", package: "swift-nio"),
+      ]
+    ),
     .testTarget(name: "StorageFakeTests", dependencies: ["StorageFake", "ObjectStore"]),
     .testTarget(
       name: "CredentialsTests",

@@ -283,10 +283,14 @@ class BucketFSMount(Mount):
     def open(self) -> None:
         args = [self.binary, "mount", f"gs://{self.bucket}", self.path, "--endpoint", self.endpoint,
                 "--anonymous", "--log-level", "warning", "--log-file", self.log_path,
-                "--cache-dir", os.path.join(self.root, "cache"), *self.extra]
+                "--cache-dir", os.path.join(self.root, "cache"), *self.no_read_cache(), *self.extra]
         r = subprocess.run(args, env=ENV, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
         if r.returncode != 0 or not self.mounted:
             raise RuntimeError(f"bucketfs mount failed ({r.returncode}): {r.stderr.strip()}")
+
+    def no_read_cache(self) -> list[str]:
+        """These measurements are of the network: the read cache (bench/cache.py) is off unless asked for."""
+        return [] if "--read-cache-size" in self.extra else ["--read-cache-size", "0"]
 
     def pid(self) -> int:
         # the daemon: `bucketfs mount ... --foreground --ready-fd N` naming this mountpoint

@@ -154,6 +154,11 @@ public enum MountOptionTable {
     note: "`/var/cache/bucketfs` for root, else `$XDG_CACHE_HOME/bucketfs` (`~/.cache/bucketfs`)",
     "where files being written are staged (a private 0700 directory per mount); leftovers of a crash are listed at mount"
   )
+  public static let readCacheSize = MountOption<Int>(
+    "read-cache-size", value: "MiB", default: nil,
+    note: "1024, at most a tenth of the free space of `--cache-dir`",
+    "disk under `--cache-dir` that the read cache may use: bytes read or written are kept by object generation and served again without a request, across remounts; 0 turns it off"
+  )
   public static let firebaseDownloadTokens = MountOption<Bool>(
     "firebase-download-tokens", value: nil, default: false,
     "give each new object a random `firebaseStorageDownloadTokens`, as the Firebase SDKs do, so `getDownloadURL` works for it"
@@ -184,7 +189,8 @@ public enum MountOptionTable {
     foreground.row, endpoint.row, anonymous.row, credentials.row, accessTokenFile.row,
     allowInsecureHTTP.row, options.row, pageSize.row, metadataTTL.row, negativeTTL.row,
     requestTimeout.row, retryDeadline.row, uploadThreshold.row, uploadChunkSize.row, cacheDir.row,
-    firebaseDownloadTokens.row, refuseReadOnlyXattrs.row, renameDirLimit.row, readAheadBudget.row,
+    readCacheSize.row, firebaseDownloadTokens.row, refuseReadOnlyXattrs.row, renameDirLimit.row,
+    readAheadBudget.row,
     logLevel.row, logFile.row, metricsAddr.row,
   ]
 

@@ -3,6 +3,7 @@ import AsyncHTTPClient
 import BucketFS
 import CFuse
 import CloudStorage
+import ContentCache
 import Credentials
 import Dispatch
 import FUSE
@@ -78,6 +79,7 @@ struct Mount: ParsableCommand {
   var logLevel = T.logLevel.value
   @Option(name: .customLong(T.logFile.name), help: help(T.logFile)) var logFile: String?
   @Option(name: .customLong(T.cacheDir.name), help: help(T.cacheDir)) var cacheDir: String?
+  @Option(name: .customLong(T.readCacheSize.name), help: help(T.readCacheSize)) var readCacheSize: Int?
   @Flag(name: .customLong(T.firebaseDownloadTokens.name), help: help(T.firebaseDownloadTokens))
   var firebaseDownloadTokens = T.firebaseDownloadTokens.value
   @Flag(name: .customLong(T.refuseReadOnlyXattrs.name), help: help(T.refuseReadOnlyXattrs))
@@ -101,6 +103,9 @@ struct Mount: ParsableCommand {
     }
     guard (1...(1 << 20)).contains(readAheadBudget) else {
       throw ValidationError("--read-ahead-budget must be 1 to 1048576 MiB")
+    }
+    if let readCacheSize, !(0...(1 << 30)).contains(readCacheSize) {
+      throw ValidationError("--read-cache-size must be 0 to 1073741824 MiB")
     }
     guard Logger.Level(rawValue: logLevel) != nil else {
       throw ValidationError("unknown --log-level \(logLevel)")
@@ -253,7 +258,8 @@ struct Mount: ParsableCommand {
     configuration.retryDeadline = retryDeadline
 
     let fileSystem = BucketFileSystem(
-      store: client, configuration: configuration, logger: logger, onMounted: { outcome.ready() })
+      store: readCache(around: client, logger: logger), configuration: configuration, logger: logger,
+      onMounted: { outcome.ready() })
     let session = FUSESession(fileSystem: fileSystem, logger: logger)
     var fuseOptions = FUSE.MountOptions(fsName: "gs://\(source.bucket)\(source.subtree)", subtype: "bucketfs")
     fuseOptions.readOnly = mountOptions.readOnly
@@ -325,6 +331,15 @@ struct Mount: ParsableCommand {
     if let xdg = variable("XDG_CACHE_HOME") { return xdg + "/bucketfs" }
     if let home = variable("HOME") { return home + "/.cache/bucketfs" }
     return "/tmp/bucketfs-\(getuid())"
+  }
+
+  /// The client behind the read cache (MountOptionTable.readCacheSize), or
+  /// the client alone when the cache is off or cannot be used.
+  private func readCache(around client: CloudStorageClient, logger: Logger) -> any ObjectStore {
+    if readCacheSize == 0 { return client }
+    return CachingStore.open(
+      wrapping: client, cacheDirectory: cacheDir ?? defaultCacheDirectory(),
+      limit: readCacheSize.map { Int64($0) << 20 }, logger: logger) ?? client
   }
 
   /// This mount's staging directory (see ``Recovery/stageDirectory``).

@@ -1,4 +1,5 @@
 import NIOCore
+import ObjectStore
 import XCTest
 
 @testable import CloudStorage

@@ -1,0 +1,80 @@
+#if canImport(Glibc)
+  import Glibc
+#endif
+
+/// A bucket's directory of entries under `<cache-dir>/read-cache`, held
+/// with an exclusive `flock` for as long as the mount uses it: a second
+/// mount of the same bucket over the same cache directory cannot take it
+/// and runs without the cache.
+final class CacheDirectory: Sendable {
+  let path: String
+  private let lockDescriptor: Int32
+
+  /// Why a directory could not be taken.
+  enum Failure: Error, CustomStringConvertible {
+    case inUse(String)
+    case unusable(String, Int32)
+
+    var description: String {
+      switch self {
+      case .inUse(let path): "\(path) is in use by another mount of the bucket"
+      case .unusable(let path, let code): "\(path): \(String(cString: strerror(code)))"
+      }
+    }
+  }
+
+  /// Creates (0700) and locks the bucket's directory under `cacheDirectory`,
+  /// waiting up to `patience` for a mount that is exiting (an unmount
+  /// returns before its daemon has exited) to let go of it.
+  init(cacheDirectory: String, bucket: String, patience: Duration) throws(Failure) {
+    let base = cacheDirectory.hasSuffix("/") ? String(cacheDirectory.dropLast()) : cacheDirectory
+    let root = base + "/read-cache"
+    path = root + "/" + Self.hex(of: bucket)
+    for directory in [base, root, path] where mkdir(directory, 0o700) != 0 && errno != EEXIST {
+      throw .unusable(directory, errno)
+    }
+    let fd = open(path + "/lock", O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+    guard fd >= 0 else { throw .unusable(path + "/lock", errno) }
+    let deadline = ContinuousClock.now + patience
+    while flock(fd, LOCK_EX | LOCK_NB) != 0 {
+      let code = errno
+      if code == EINTR { continue }
+      if code == EWOULDBLOCK && ContinuousClock.now < deadline {
+        usleep(50_000)
+        continue
+      }
+      close(fd)
+      if code == EWOULDBLOCK { throw .inUse(path) }
+      throw .unusable(path + "/lock", code)
+    }
+    lockDescriptor = fd
+  }
+
+  deinit {
+    close(lockDescriptor)  // and with it the lock
+  }
+
+  /// Free space of the directory's filesystem for unprivileged users.
+  var freeBytes: Int64 {
+    var info = statvfs()
+    guard statvfs(path, &info) == 0 else { return 0 }
+    return Int64(info.f_bavail) * Int64(info.f_frsize)
+  }
+
+  /// The files of the entry for a name and generation (without extension).
+  func entryPath(name: String, generation: Int64) -> String {
+    path + "/" + Self.hex(of: name) + "-" + String(generation)
+  }
+
+  /// FNV-1a, 64 bits, as 16 hex digits: a file name for any object or bucket name.
+  /// (The map holds the name itself, so a collision is a miss, never a wrong hit.)
+  static func hex(of text: String) -> String {
+    var hash: UInt64 = 0xcbf2_9ce4_8422_2325
+    for byte in text.utf8 {
+      hash ^= UInt64(byte)
+      hash = hash &* 0x0000_0100_0000_01b3
+    }
+    let digits = String(hash, radix: 16)
+    return String(repeating: "0", count: 16 - digits.count) + digits
+  }
+}

@@ -1,0 +1,350 @@
+import Logging
+import NIOCore
+import ObjectStore
+import Synchronization
+
+/// Object bytes on local disk, in entries keyed by name and generation
+/// (docs/SEMANTICS.md#content-cache). An entry is a sparse data file of
+/// fixed-size blocks and a map of the blocks present, each with its
+/// CRC-32C. Block bytes are written before the map lists them, and the map
+/// is replaced atomically, so a crash never lists bytes that are not there;
+/// every block is checked against its CRC-32C each time it is served, which
+/// also catches bytes torn by a power loss. The cache never fails a read: a
+/// disk error or a damaged entry makes the read go to the network.
+final class ReadCache: Sendable {
+  static let blockSize: Int64 = 64 << 10
+  /// Bytes an upload is copied into the cache in, a whole number of blocks.
+  private static let copyChunk = 1 << 20
+
+  let directory: CacheDirectory
+  let index: CacheIndex
+  let disk: any CacheDisk
+  let logger: Logger
+  let metrics: CacheMetrics
+  /// A write failure (a full disk) is logged once per mount.
+  private let writeFailureLogged = Atomic<Bool>(false)
+
+  init(directory: CacheDirectory, limit: Int64, disk: any CacheDisk, logger: Logger, metrics: CacheMetrics) {
+    self.directory = directory
+    self.index = CacheIndex(limit: limit)
+    self.disk = disk
+    self.logger = logger
+    self.metrics = metrics
+  }
+
+  // MARK: Serving
+
+  /// Bytes `range` of the key's object from disk, when every block they
+  /// fall in is present and intact; they land in `spare`'s buffer when it
+  /// has room. Nil otherwise (a damaged entry is discarded first).
+  func cached(_ key: EntryKey, _ range: Range<Int64>, spare: SpareBuffer?) -> ByteBuffer? {
+    guard let (entry, touch) = index.use(key) else { return nil }
+    if touch { disk.touch(entry.mapPath) }
+    let plan = entry.state.withLock { state -> (blocks: Range<Int64>, sums: [UInt32], size: Int64?)? in
+      guard !state.removed, let blocks = state.map.covers(range) else { return nil }
+      return (blocks, blocks.map { state.map.blocks[$0] ?? 0 }, state.map.size)
+    }
+    guard let plan else { return nil }
+    let spanStart = plan.blocks.lowerBound * Self.blockSize
+    let spanEnd = min(plan.blocks.upperBound * Self.blockSize, plan.size ?? .max)
+    let length = Int(spanEnd - spanStart)
+    var buffer = spare?.take() ?? ByteBufferAllocator().buffer(capacity: length)
+    buffer.clear()
+    let count: Int
+    do {
+      count = try buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: length) { raw in
+        try disk.read(
+          entry.dataPath, at: spanStart, into: UnsafeMutableRawBufferPointer(rebasing: raw[0..<length]))
+      }
+    } catch {
+      discard(entry, because: "cannot read it (\(error))")
+      return nil
+    }
+    guard count == length else {
+      discard(entry, because: "its data file is shorter than its map says")
+      return nil
+    }
+    for (offset, sum) in zip(plan.blocks, plan.sums) {
+      let at = Int((offset - plan.blocks.lowerBound) * Self.blockSize)
+      let block = buffer.getSlice(at: buffer.readerIndex + at, length: min(Int(Self.blockSize), length - at))
+      guard let block, CRC32C.update(0, block) == sum else {
+        discard(entry, because: "block \(offset) does not match its crc32c")
+        return nil
+      }
+    }
+    let lower = Int(range.lowerBound - spanStart)
+    let upper = Int(min(range.upperBound, spanEnd) - spanStart)
+    buffer.moveWriterIndex(to: buffer.readerIndex + upper)
+    buffer.moveReaderIndex(forwardBy: lower)
+    return buffer
+  }
+
+  // MARK: Filling
+
+  /// Keeps the whole blocks in `bytes`, the answer to a read of `range`.
+  /// `size` and `crc` are the object's, when known. Returns the entry when
+  /// this made it complete and it awaits its whole-object check.
+  func keep(_ key: EntryKey, _ range: Range<Int64>, _ bytes: ByteBuffer, size known: Int64?, crc: UInt32?)
+    -> CacheEntry?
+  {
+    let start = range.lowerBound
+    let end = start + Int64(bytes.readableBytes)
+    // An answer shorter than asked for reached the object's end.
+    let size = Int64(bytes.readableBytes) < range.upperBound - start ? end : known
+    if let size, end > size { return nil }
+    let blocks = Self.wholeBlocks(from: start, to: end, size: size)
+    guard !blocks.isEmpty else { return nil }
+    let entry = index.entry(key) {
+      CacheEntry(
+        key: key, path: directory.entryPath(name: key.name, generation: key.generation),
+        map: BlockMap(name: key.name, generation: key.generation, blockSize: Int(Self.blockSize)))
+    }
+    let present = entry.state.withLock { state -> Set<Int64>? in
+      guard !state.removed, state.map.size == nil || size == nil || state.map.size == size else { return nil }
+      return Set(state.map.blocks.keys)
+    }
+    guard let present else { return nil }
+    let fresh = blocks.filter { !present.contains($0) }
+    guard !fresh.isEmpty else { return nil }
+    var sums: [Int64: UInt32] = [:]
+    var total: Int64 = 0
+    for index in fresh {
+      let at = index * Self.blockSize - start
+      let length = min(Self.blockSize, (size ?? .max) - index * Self.blockSize)
+      guard let block = bytes.getSlice(at: bytes.readerIndex + Int(at), length: Int(length)) else {
+        return nil
+      }
+      sums[index] = CRC32C.update(0, block)
+      total += length
+    }
+    guard let victims = index.reserve(total, for: entry) else { return nil }
+    delete(victims)
+    do {
+      for run in Self.runs(fresh) {
+        let at = run.lowerBound * Self.blockSize
+        let upper = min(run.upperBound * Self.blockSize, end)
+        try bytes.withUnsafeReadableBytes { raw throws(DiskError) in
+          let piece = UnsafeRawBufferPointer(rebasing: raw[Int(at - start)..<Int(upper - start)])
+          try disk.write(entry.dataPath, at: at, piece)
+        }
+      }
+    } catch {
+      writeFailed(entry, error)
+      return nil
+    }
+    return record(sums, size: size, crc: crc, reserved: total, in: entry)
+  }
+
+  /// Lists blocks written in the entry's map and persists it; the entry if it is now complete and unchecked.
+  /// Another read may have listed some of the same blocks meanwhile: their reservation is given back.
+  private func record(
+    _ sums: [Int64: UInt32], size: Int64?, crc: UInt32?, reserved: Int64, in entry: CacheEntry
+  ) -> CacheEntry? {
+    var added: Int64 = 0
+    let map = persist(entry) { map in
+      map.size = map.size ?? size
+      map.objectCRC = map.objectCRC ?? crc
+      for (index, sum) in sums where map.blocks[index] == nil {
+        map.blocks[index] = sum
+        added += map.length(of: index)
+      }
+    }
+    if map != nil && added < reserved { index.release(reserved - added, for: entry) }
+    metrics.stored(index.used)
+    guard let map, map.isComplete, !map.verified else { return nil }
+    return entry
+  }
+
+  /// Changes the entry's map, then (with no lock held) replaces its file.
+  /// Nil if the entry was removed, before or meanwhile (the files written
+  /// for it go too), or the write failed (the entry goes).
+  private func persist(_ entry: CacheEntry, _ change: (inout BlockMap) -> Void) -> BlockMap? {
+    let map = entry.state.withLock { state -> BlockMap? in
+      guard !state.removed else { return nil }
+      change(&state.map)
+      return state.map
+    }
+    if let map {
+      do {
+        try disk.replace(entry.mapPath, with: map.encoded())
+      } catch {
+        writeFailed(entry, error)
+        return nil
+      }
+    }
+    guard map == nil || entry.state.withLock({ $0.removed }) else { return map }
+    disk.remove(entry.mapPath)
+    disk.remove(entry.dataPath)
+    return nil
+  }
+
+  /// Blocks wholly inside bytes [start, end) of an object of `size` (the last one may be short).
+  static func wholeBlocks(from start: Int64, to end: Int64, size: Int64?) -> [Int64] {
+    var blocks: [Int64] = []
+    var index = (start + blockSize - 1) / blockSize
+    while true {
+      let blockStart = index * blockSize
+      if let size, blockStart >= size { break }
+      guard min(blockStart + blockSize, size ?? .max) <= end else { break }
+      blocks.append(index)
+      index += 1
+    }
+    return blocks
+  }
+
+  /// Sorted block indices as runs of consecutive ones.
+  private static func runs(_ indices: [Int64]) -> [Range<Int64>] {
+    var runs: [Range<Int64>] = []
+    for index in indices {
+      if let last = runs.last, last.upperBound == index {
+        runs[runs.count - 1] = last.lowerBound..<(index + 1)
+      } else {
+        runs.append(index..<(index + 1))
+      }
+    }
+    return runs
+  }
+
+  // MARK: Whole-object check
+
+  /// Checks a complete entry against the object's CRC-32C: trusted as
+  /// complete when they match, discarded when they do not.
+  func verify(_ entry: CacheEntry, crc: UInt32) {
+    guard let size = entry.state.withLock({ $0.removed ? nil : $0.map.size }) else { return }
+    var sum: UInt32 = 0
+    var buffer = ByteBufferAllocator().buffer(capacity: Self.copyChunk)
+    var offset: Int64 = 0
+    while offset < size {
+      let length = Int(min(Int64(Self.copyChunk), size - offset))
+      buffer.clear()
+      let count: Int
+      do {
+        count = try buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: length) { raw in
+          try disk.read(
+            entry.dataPath, at: offset, into: UnsafeMutableRawBufferPointer(rebasing: raw[0..<length]))
+        }
+      } catch {
+        discard(entry, because: "cannot read it (\(error))")
+        return
+      }
+      guard count == length else {
+        discard(entry, because: "its data file is shorter than its map says")
+        return
+      }
+      sum = CRC32C.update(sum, buffer)
+      offset += Int64(length)
+    }
+    guard sum == crc else {
+      discard(entry, because: "its contents do not match the object's crc32c")
+      return
+    }
+    _ = persist(entry) { map in
+      map.objectCRC = crc
+      map.verified = true
+    }
+  }
+
+  // MARK: Uploads
+
+  /// Copies the bytes of an object this mount just stored into an entry of
+  /// its new generation, when they fit and match the object's CRC-32C.
+  func keep(upload object: ObjectMetadata, from source: any UploadSource) {
+    guard object.size > 0, object.size <= index.limit, source.size == object.size,
+      let crc = object.crc32c.flatMap({ CRC32C.value(base64: $0) })
+    else { return }
+    let key = EntryKey(name: object.name, generation: object.generation)
+    var made = false
+    let entry = index.entry(key) {
+      made = true
+      var map = BlockMap(name: key.name, generation: key.generation, blockSize: Int(Self.blockSize))
+      map.size = object.size
+      map.objectCRC = crc
+      return CacheEntry(
+        key: key, path: directory.entryPath(name: key.name, generation: key.generation), map: map)
+    }
+    guard made else { return }
+    guard let victims = index.reserve(object.size, for: entry) else {
+      index.remove(entry)
+      return
+    }
+    delete(victims)
+    var sums: [Int64: UInt32] = [:]
+    var whole: UInt32 = 0
+    var offset: Int64 = 0
+    do {
+      while offset < object.size {
+        let chunk = try source.read(at: offset, count: Self.copyChunk)
+        guard chunk.readableBytes > 0 else { break }
+        whole = CRC32C.update(whole, chunk)
+        var at = 0
+        while at < chunk.readableBytes {
+          let length = min(Int(Self.blockSize), chunk.readableBytes - at)
+          if let block = chunk.getSlice(at: chunk.readerIndex + at, length: length) {
+            sums[(offset + Int64(at)) / Self.blockSize] = CRC32C.update(0, block)
+          }
+          at += length
+        }
+        try chunk.withUnsafeReadableBytes { raw throws(DiskError) in
+          try disk.write(entry.dataPath, at: offset, raw)
+        }
+        offset += Int64(chunk.readableBytes)
+      }
+    } catch let error as DiskError {
+      writeFailed(entry, error)
+      return
+    } catch {
+      logger.debug("read cache: not keeping \(object.name) (its staged bytes: \(error))")
+      forget(entry)
+      return
+    }
+    guard offset == object.size, whole == crc else {
+      logger.debug("read cache: not keeping \(object.name): its staged bytes are not what was stored")
+      forget(entry)
+      return
+    }
+    _ = persist(entry) { map in
+      map.blocks = sums
+      map.verified = true
+    }
+    metrics.stored(index.used)
+  }
+
+  // MARK: Removing
+
+  /// Drops a damaged entry, logging why once (it is listed no more).
+  func discard(_ entry: CacheEntry, because reason: String) {
+    if index.remove(entry) {
+      logger.warning(
+        "read cache: discarding \(entry.key.name) generation \(entry.key.generation): \(reason); reading it from the bucket"
+      )
+    }
+    deleteFiles(of: entry)
+    metrics.stored(index.used)
+  }
+
+  /// A write to the cache failed (a full disk): the entry goes, the read goes on.
+  private func writeFailed(_ entry: CacheEntry, _ error: DiskError) {
+    if !writeFailureLogged.exchange(true, ordering: .relaxed) {
+      logger.warning(
+        "read cache: cannot write to \(directory.path) (\(error)); not keeping \(entry.key.name) (reads go on from the bucket; further write failures are not logged)"
+      )
+    }
+    forget(entry)
+  }
+
+  private func forget(_ entry: CacheEntry) {
+    index.remove(entry)
+    deleteFiles(of: entry)
+    metrics.stored(index.used)
+  }
+
+  func delete(_ entries: [CacheEntry]) {
+    for entry in entries { deleteFiles(of: entry) }
+  }
+
+  private func deleteFiles(of entry: CacheEntry) {
+    entry.state.withLock { $0.removed = true }
+    disk.remove(entry.mapPath)
+    disk.remove(entry.dataPath)
+  }
+}

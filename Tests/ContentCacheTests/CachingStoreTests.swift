@@ -1,0 +1,308 @@
+import MetricsTestKit
+import NIOCore
+import ObjectStore
+import StorageFake
+import XCTest
+
+@testable import ContentCache
+
+#if canImport(Glibc)
+  import Glibc
+#endif
+
+/// The read cache against the in-memory bucket: what it serves, what it
+/// never serves, and that the bucket's reads stop once bytes are on disk.
+final class CachingStoreTests: XCTestCase {
+  private var bucket = InMemoryObjectStore(bucket: "b")
+  private var directory = ""
+
+  override func setUp() {
+    bucket = InMemoryObjectStore(bucket: "b")
+    directory = temporaryDirectory(self)
+  }
+
+  private func open(
+    limit: Int64 = 64 << 20, disk: any CacheDisk = LocalDisk(), store: (any ObjectStore)? = nil
+  )
+    throws -> CachingStore
+  {
+    try XCTUnwrap(
+      CachingStore.open(
+        wrapping: store ?? bucket, cacheDirectory: directory, limit: limit, disk: disk, logger: quiet))
+  }
+
+  private var bucketReads: Int { bucket.calls(.read).count }
+
+  /// Opens the file as the filesystem does (metadata first), then reads it all.
+  private func readAll(_ store: CachingStore, _ name: String) async throws -> [UInt8] {
+    let object = try await store.metadata(of: name)
+    return try await store.read(name, generation: object.generation, range: 0..<object.size).bytes
+  }
+
+  func testASecondReadSendsNoRequest() async throws {
+    let data = pattern(300_000)
+    let object = bucket.put("f", data: data)
+    let store = try open()
+    let first = try await readAll(store, "f")
+    XCTAssertEqual(first, data)
+    XCTAssertEqual(bucketReads, 1)
+    let again = try await store.read("f", generation: object.generation, range: 0..<object.size)
+    XCTAssertEqual(again.bytes, data)
+    let middle = try await store.read("f", generation: object.generation, range: 70_000..<250_001)
+    XCTAssertEqual(middle.bytes, Array(data[70_000..<250_001]))
+    let pastEnd = try await store.read("f", generation: object.generation, range: 299_000..<400_000)
+    XCTAssertEqual(pastEnd.bytes, Array(data[299_000...]))
+    XCTAssertEqual(bucketReads, 1, "served from disk")
+    XCTAssertEqual(store.bytesInUse, 300_000)
+  }
+
+  func testAReadIntoASpareIsServedFromDisk() async throws {
+    let data = pattern(200_000)
+    let object = bucket.put("f", data: data)
+    let store = try open()
+    _ = try await readAll(store, "f")
+    let spare = SpareBuffer(ByteBufferAllocator().buffer(capacity: 1 << 20))
+    let bytes = try await store.read("f", generation: object.generation, range: 0..<65536, reusing: spare)
+    XCTAssertEqual(bytes.bytes, Array(data[0..<65536]))
+    XCTAssertEqual(bucketReads, 1)
+  }
+
+  func testARemountServesWhatTheLastMountKept() async throws {
+    let data = pattern(1 << 20)
+    let object = bucket.put("dir/f", data: data)
+    var first: CachingStore? = try open()
+    _ = try await readAll(try XCTUnwrap(first), "dir/f")
+    first = nil  // unmounted: its lock goes with it
+    let second = try open()
+    XCTAssertEqual(second.bytesInUse, 1 << 20)
+    let bytes = try await second.read("dir/f", generation: object.generation, range: 0..<object.size)
+    XCTAssertEqual(bytes.bytes, data)
+    XCTAssertEqual(bucketReads, 1)
+  }
+
+  func testAnotherGenerationIsNeverServed() async throws {
+    let old = bucket.put("f", data: pattern(100_000, seed: 1))
+    let store = try open()
+    _ = try await readAll(store, "f")
+    let newData = pattern(100_000, seed: 2)
+    let new = bucket.put("f", data: newData)
+    XCTAssertNotEqual(old.generation, new.generation)
+    let bytes = try await store.read("f", generation: new.generation, range: 0..<new.size)
+    XCTAssertEqual(bytes.bytes, newData)
+    XCTAssertEqual(bucketReads, 2)
+    // A handle that pinned the old generation still reads its own bytes, never the new ones.
+    let pinned = try await store.read("f", generation: old.generation, range: 0..<old.size)
+    XCTAssertEqual(pinned.bytes, pattern(100_000, seed: 1))
+  }
+
+  func testOnlyWholeBlocksOfARangeAreKept() async throws {
+    let data = pattern(400_000)
+    let object = bucket.put("f", data: data)
+    let store = try open()
+    // Blocks 2 and 3 (131072..<262144) lie wholly inside.
+    let part = try await store.read("f", generation: object.generation, range: 100_000..<300_000)
+    XCTAssertEqual(part.bytes, Array(data[100_000..<300_000]))
+    XCTAssertEqual(store.bytesInUse, 2 * 65536)
+    let inside = try await store.read("f", generation: object.generation, range: 131_072..<262_144)
+    XCTAssertEqual(inside.bytes, Array(data[131_072..<262_144]))
+    XCTAssertEqual(bucketReads, 1)
+    let across = try await store.read("f", generation: object.generation, range: 120_000..<140_000)
+    XCTAssertEqual(across.bytes, Array(data[120_000..<140_000]))
+    XCTAssertEqual(bucketReads, 2, "block 1 was never whole")
+  }
+
+  func testTheShortLastBlockIsKeptOnlyWithTheSizeKnown() async throws {
+    let data = pattern(70_000)
+    let object = bucket.put("f", data: data)
+    let store = try open()
+    // No metadata seen and the answer as long as asked: block 1's end is unknown.
+    _ = try await store.read("f", generation: object.generation, range: 0..<70_000)
+    XCTAssertEqual(store.bytesInUse, 65536)
+    // Asking past the end learns the size: the short block is kept.
+    _ = try await store.read("f", generation: object.generation, range: 65536..<200_000)
+    XCTAssertEqual(store.bytesInUse, 70_000)
+    let bytes = try await store.read("f", generation: object.generation, range: 0..<70_000)
+    XCTAssertEqual(bytes.bytes, data)
+    XCTAssertEqual(bucketReads, 2)
+  }
+
+  func testADamagedBlockIsNeverServed() async throws {
+    let data = pattern(300_000)
+    let object = bucket.put("f", data: data)
+    let log = CapturedLog()
+    let store = try XCTUnwrap(
+      CachingStore.open(wrapping: bucket, cacheDirectory: directory, limit: 64 << 20, logger: log.logger))
+    _ = try await readAll(store, "f")
+    let entry = store.cache.directory.entryPath(name: "f", generation: object.generation)
+    corrupt(entry + ".data", at: 200_000)
+    let bytes = try await store.read("f", generation: object.generation, range: 0..<object.size)
+    XCTAssertEqual(bytes.bytes, data)
+    XCTAssertEqual(bucketReads, 2, "read again from the bucket")
+    XCTAssertEqual(log.all.filter { $0.contains("does not match its crc32c") }.count, 1, "\(log.all)")
+    // That read filled a fresh entry, which serves again.
+    let again = try await store.read("f", generation: object.generation, range: 0..<object.size)
+    XCTAssertEqual(again.bytes, data)
+    XCTAssertEqual(bucketReads, 2)
+  }
+
+  func testADataFileCutShortIsNeverServed() async throws {
+    let data = pattern(300_000)
+    let object = bucket.put("f", data: data)
+    var first: CachingStore? = try open()
+    _ = try await readAll(try XCTUnwrap(first), "f")
+    let entry = try XCTUnwrap(first).cache.directory.entryPath(name: "f", generation: object.generation)
+    first = nil
+    // What a power loss may leave: the map renamed into place, the data not all written.
+    XCTAssertEqual(truncate(entry + ".data", 100_000), 0)
+    let second = try open()
+    let bytes = try await second.read("f", generation: object.generation, range: 0..<object.size)
+    XCTAssertEqual(bytes.bytes, data)
+    XCTAssertEqual(bucketReads, 2)
+  }
+
+  func testALoadDropsWhatAnInterruptedFillLeft() async throws {
+    var first: CachingStore? = try open()
+    let path = try XCTUnwrap(first).cache.directory.path
+    first = nil
+    // Bytes written but never listed, and a map never renamed into place.
+    XCTAssertEqual(creat(path + "/0123456789abcdef-7.data", 0o600) >= 0, true)
+    XCTAssertEqual(creat(path + "/0123456789abcdef-8.map.tmp", 0o600) >= 0, true)
+    XCTAssertEqual(creat(path + "/0123456789abcdef-9.map", 0o600) >= 0, true)  // not a map
+    let second = try open()
+    XCTAssertEqual(second.bytesInUse, 0)
+    XCTAssertEqual(fileNames(in: path), ["lock"])
+  }
+
+  func testAWholeObjectThatDoesNotMatchItsChecksumIsDiscarded() async throws {
+    let data = pattern(200_000)
+    let object = bucket.put("f", data: data)
+    let log = CapturedLog()
+    let store = try XCTUnwrap(
+      CachingStore.open(
+        wrapping: WrongChecksumStore(bucket), cacheDirectory: directory, limit: 64 << 20, logger: log.logger))
+    let bytes = try await readAll(store, "f")
+    XCTAssertEqual(bytes, data)
+    XCTAssertEqual(store.bytesInUse, 0, "discarded")
+    XCTAssertEqual(log.all.filter { $0.contains("do not match the object's crc32c") }.count, 1, "\(log.all)")
+    _ = try await store.read("f", generation: object.generation, range: 0..<object.size)
+    XCTAssertEqual(bucketReads, 2)
+  }
+
+  func testACompleteEntryIsCheckedOnceAgainstTheObject() async throws {
+    let object = bucket.put("f", data: pattern(200_000))
+    let store = try open()
+    // The size comes from a short answer, the checksum from one metadata request.
+    _ = try await store.read("f", generation: object.generation, range: 0..<300_000)
+    XCTAssertEqual(bucket.calls(.metadata).count, 1)
+    let entry = try XCTUnwrap(store.cache.index.use(EntryKey(name: "f", generation: object.generation)))
+    XCTAssertTrue(entry.entry.state.withLock { $0.map.verified })
+  }
+
+  func testEvictionKeepsTheDiskWithinTheLimit() async throws {
+    let names = (0..<6).map { "f\($0)" }
+    for (n, name) in names.enumerated() { bucket.put(name, data: pattern(200_000, seed: UInt8(n))) }
+    let limit: Int64 = 512 << 10
+    let store = try open(limit: limit)
+    for name in names {
+      _ = try await readAll(store, name)
+      XCTAssertLessThanOrEqual(store.bytesInUse, limit)
+    }
+    XCTAssertEqual(store.bytesInUse, 400_000, "the two most recent fit")
+    bucket.resetCalls()
+    _ = try await readAll(store, "f5")
+    XCTAssertEqual(bucketReads, 0)
+    _ = try await readAll(store, "f0")
+    XCTAssertEqual(bucketReads, 1, "the least recently used went first")
+    XCTAssertEqual(fileNames(in: store.cache.directory.path).filter { $0.hasSuffix(".data") }.count, 2)
+  }
+
+  func testAnObjectLargerThanTheLimitIsNotKept() async throws {
+    bucket.put("big", data: pattern(300_000))
+    let store = try open(limit: 200_000)
+    _ = try await readAll(store, "big")
+    XCTAssertLessThanOrEqual(store.bytesInUse, 200_000)
+  }
+
+  func testAFullDiskDropsTheEntryAndTheReadSucceeds() async throws {
+    let data = pattern(300_000)
+    let object = bucket.put("f", data: data)
+    let disk = FailingDisk()
+    let log = CapturedLog()
+    let store = try XCTUnwrap(
+      CachingStore.open(
+        wrapping: bucket, cacheDirectory: directory, limit: 64 << 20, disk: disk, logger: log.logger))
+    disk.failing.store(true, ordering: .relaxed)
+    for _ in 0..<3 {
+      let bytes = try await readAll(store, "f")
+      XCTAssertEqual(bytes, data)
+    }
+    XCTAssertEqual(store.bytesInUse, 0)
+    XCTAssertEqual(bucketReads, 3)
+    XCTAssertEqual(log.all.filter { $0.contains("cannot write") }.count, 1, "logged once: \(log.all)")
+    XCTAssertEqual(fileNames(in: store.cache.directory.path), ["lock"])
+    disk.failing.store(false, ordering: .relaxed)
+    _ = try await readAll(store, "f")
+    _ = try await store.read("f", generation: object.generation, range: 0..<object.size)
+    XCTAssertEqual(bucketReads, 4, "kept again once the disk has room")
+  }
+
+  func testASecondMountOfTheBucketRunsWithoutTheCache() throws {
+    let log = CapturedLog()
+    let first = try open()
+    let second = CachingStore.open(
+      wrapping: bucket, cacheDirectory: directory, limit: 1 << 20, patience: .milliseconds(200),
+      logger: log.logger)
+    XCTAssertNil(second)
+    XCTAssertEqual(log.all.count, 1)
+    XCTAssertTrue(log.all.first?.contains("in use by another mount") ?? false, "\(log.all)")
+    let otherBucket = CachingStore.open(
+      wrapping: InMemoryObjectStore(bucket: "other"), cacheDirectory: directory, limit: 1 << 20, logger: quiet
+    )
+    XCTAssertNotNil(otherBucket)
+    withExtendedLifetime(first) {}
+  }
+
+  func testBucketsNoMountHoldsCountTowardTheLimit() async throws {
+    for n in 0..<4 { bucket.put("f\(n)", data: pattern(200_000, seed: UInt8(n))) }
+    var first: CachingStore? = try open()
+    for n in 0..<4 { _ = try await readAll(try XCTUnwrap(first), "f\(n)") }
+    let path = try XCTUnwrap(first).cache.directory.path
+    first = nil
+    let other = InMemoryObjectStore(bucket: "other")
+    var held = CachingStore.open(wrapping: other, cacheDirectory: directory, limit: 500_000, logger: quiet)
+    XCTAssertNotNil(held)
+    XCTAssertLessThanOrEqual(fileNames(in: path).filter { $0.hasSuffix(".data") }.count, 2)
+    // A bucket a live mount holds is left alone.
+    let live = try open()
+    let kept = fileNames(in: path)
+    held = nil
+    held = CachingStore.open(wrapping: other, cacheDirectory: directory, limit: 1, logger: quiet)
+    XCTAssertEqual(fileNames(in: path), kept)
+    withExtendedLifetime((live, held)) {}
+  }
+
+  func testAnUploadLeavesItsBytesForTheNewGeneration() async throws {
+    let data = pattern(500_000)
+    let store = try open()
+    let object = try await store.upload(
+      "new", from: BytesSource(data), attributes: ObjectAttributes(), ifGenerationMatch: 0)
+    XCTAssertEqual(store.bytesInUse, 500_000)
+    let bytes = try await store.read("new", generation: object.generation, range: 0..<object.size)
+    XCTAssertEqual(bytes.bytes, data)
+    XCTAssertEqual(bucketReads, 0)
+  }
+
+  func testTheSeriesCountHitsMissesAndBytes() async throws {
+    let metrics = TestMetrics()
+    let object = bucket.put("f", data: pattern(100_000))
+    let store = try XCTUnwrap(
+      CachingStore.open(
+        wrapping: bucket, cacheDirectory: directory, limit: 1 << 20, logger: quiet, metrics: metrics))
+    _ = try await readAll(store, "f")
+    _ = try await store.read("f", generation: object.generation, range: 0..<10)
+    _ = try await store.read("f", generation: object.generation, range: 10..<20)
+    XCTAssertEqual(try metrics.expectCounter("bucketfs_read_cache_misses_total").totalValue, 1)
+    XCTAssertEqual(try metrics.expectCounter("bucketfs_read_cache_hits_total").totalValue, 2)
+    XCTAssertEqual(try metrics.expectMeter("bucketfs_read_cache_bytes").lastValue, 100_000)
+  }
+}
