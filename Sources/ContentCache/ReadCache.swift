@@ -50,20 +50,7 @@ final class ReadCache: Sendable {
     let length = Int(spanEnd - spanStart)
     var buffer = spare?.take() ?? ByteBufferAllocator().buffer(capacity: length)
     buffer.clear()
-    let count: Int
-    do {
-      count = try buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: length) { raw in
-        try disk.read(
-          entry.dataPath, at: spanStart, into: UnsafeMutableRawBufferPointer(rebasing: raw[0..<length]))
-      }
-    } catch {
-      discard(entry, because: "cannot read it (\(error))")
-      return nil
-    }
-    guard count == length else {
-      discard(entry, because: "its data file is shorter than its map says")
-      return nil
-    }
+    guard load(entry, at: spanStart, length, into: &buffer) else { return nil }
     for (offset, sum) in zip(plan.blocks, plan.sums) {
       let at = Int((offset - plan.blocks.lowerBound) * Self.blockSize)
       let block = buffer.getSlice(at: buffer.readerIndex + at, length: min(Int(Self.blockSize), length - at))
@@ -77,6 +64,28 @@ final class ReadCache: Sendable {
     buffer.moveWriterIndex(to: buffer.readerIndex + upper)
     buffer.moveReaderIndex(forwardBy: lower)
     return buffer
+  }
+
+  /// Appends `length` bytes from `offset` of the entry's data file to
+  /// `buffer`; false, the entry discarded, if they cannot all be read.
+  private func load(_ entry: CacheEntry, at offset: Int64, _ length: Int, into buffer: inout ByteBuffer)
+    -> Bool
+  {
+    let count: Int
+    do {
+      count = try buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: length) { raw in
+        try disk.read(
+          entry.dataPath, at: offset, into: UnsafeMutableRawBufferPointer(rebasing: raw[0..<length]))
+      }
+    } catch {
+      discard(entry, because: "cannot read it (\(error))")
+      return false
+    }
+    guard count == length else {
+      discard(entry, because: "its data file is shorter than its map says")
+      return false
+    }
+    return true
   }
 
   // MARK: Filling
@@ -217,20 +226,7 @@ final class ReadCache: Sendable {
     while offset < size {
       let length = Int(min(Int64(Self.copyChunk), size - offset))
       buffer.clear()
-      let count: Int
-      do {
-        count = try buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: length) { raw in
-          try disk.read(
-            entry.dataPath, at: offset, into: UnsafeMutableRawBufferPointer(rebasing: raw[0..<length]))
-        }
-      } catch {
-        discard(entry, because: "cannot read it (\(error))")
-        return
-      }
-      guard count == length else {
-        discard(entry, because: "its data file is shorter than its map says")
-        return
-      }
+      guard load(entry, at: offset, length, into: &buffer) else { return }
       sum = CRC32C.update(sum, buffer)
       offset += Int64(length)
     }
