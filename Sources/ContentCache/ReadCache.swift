@@ -141,14 +141,37 @@ final class ReadCache: Sendable {
       writeFailed(entry, error)
       return nil
     }
-    return record(sums, size: size, crc: crc, reserved: total, in: entry)
+    let whole = start == 0 && end == size ? CRC32C.update(0, bytes) : nil
+    return record(sums, size: size, crc: crc, whole: whole, reserved: total, in: entry)
   }
 
-  /// Lists blocks written in the entry's map and persists it; the entry if it is now complete and unchecked.
-  /// Another read may have listed some of the same blocks meanwhile: their reservation is given back.
+  /// Lists blocks written in the entry's map and persists it. An entry this
+  /// completes is checked against the object's CRC-32C first, when it is
+  /// known (`whole`: the bytes' own sum, when they were the whole object),
+  /// so its map is written once; else it is returned, for a check once the
+  /// CRC-32C is learnt. Another read may have listed some of the same blocks
+  /// meanwhile: their reservation is given back.
   private func record(
-    _ sums: [Int64: UInt32], size: Int64?, crc: UInt32?, reserved: Int64, in entry: CacheEntry
+    _ sums: [Int64: UInt32], size: Int64?, crc: UInt32?, whole: UInt32?, reserved: Int64, in entry: CacheEntry
   ) -> CacheEntry? {
+    let completes = entry.state.withLock { state -> (size: Int64, crc: UInt32)? in
+      var map = state.map
+      map.size = map.size ?? size
+      map.blocks.merge(sums) { old, _ in old }
+      guard map.isComplete, !map.verified, let size = map.size, let crc = map.objectCRC ?? crc else {
+        return nil
+      }
+      return (size, crc)
+    }
+    var verified = false
+    if let completes {
+      guard let sum = whole ?? contentSum(of: entry, size: completes.size) else { return nil }
+      guard sum == completes.crc else {
+        discard(entry, because: "its contents do not match the object's crc32c")
+        return nil
+      }
+      verified = true
+    }
     var added: Int64 = 0
     let map = persist(entry) { map in
       map.size = map.size ?? size
@@ -157,6 +180,7 @@ final class ReadCache: Sendable {
         map.blocks[index] = sum
         added += map.length(of: index)
       }
+      map.verified = map.verified || (verified && map.isComplete)
     }
     if map != nil && added < reserved { index.release(reserved - added, for: entry) }
     metrics.stored(index.used)
@@ -219,17 +243,9 @@ final class ReadCache: Sendable {
   /// Checks a complete entry against the object's CRC-32C: trusted as
   /// complete when they match, discarded when they do not.
   func verify(_ entry: CacheEntry, crc: UInt32) {
-    guard let size = entry.state.withLock({ $0.removed ? nil : $0.map.size }) else { return }
-    var sum: UInt32 = 0
-    var buffer = ByteBufferAllocator().buffer(capacity: Self.copyChunk)
-    var offset: Int64 = 0
-    while offset < size {
-      let length = Int(min(Int64(Self.copyChunk), size - offset))
-      buffer.clear()
-      guard load(entry, at: offset, length, into: &buffer) else { return }
-      sum = CRC32C.update(sum, buffer)
-      offset += Int64(length)
-    }
+    guard let size = entry.state.withLock({ $0.removed ? nil : $0.map.size }),
+      let sum = contentSum(of: entry, size: size)
+    else { return }
     guard sum == crc else {
       discard(entry, because: "its contents do not match the object's crc32c")
       return
@@ -238,6 +254,21 @@ final class ReadCache: Sendable {
       map.objectCRC = crc
       map.verified = true
     }
+  }
+
+  /// The CRC-32C of the entry's data file; nil (the entry discarded) if it cannot be read whole.
+  private func contentSum(of entry: CacheEntry, size: Int64) -> UInt32? {
+    var sum: UInt32 = 0
+    var buffer = ByteBufferAllocator().buffer(capacity: Self.copyChunk)
+    var offset: Int64 = 0
+    while offset < size {
+      let length = Int(min(Int64(Self.copyChunk), size - offset))
+      buffer.clear()
+      guard load(entry, at: offset, length, into: &buffer) else { return nil }
+      sum = CRC32C.update(sum, buffer)
+      offset += Int64(length)
+    }
+    return sum
   }
 
   // MARK: Uploads

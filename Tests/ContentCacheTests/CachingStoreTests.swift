@@ -54,6 +54,10 @@ final class CachingStoreTests: XCTestCase {
     XCTAssertEqual(pastEnd.bytes, Array(data[299_000...]))
     XCTAssertEqual(bucketReads, 1, "served from disk")
     XCTAssertEqual(store.bytesInUse, 300_000)
+    // Whole in one read, with the checksum the metadata gave: checked with no other request.
+    let entry = try XCTUnwrap(store.cache.index.use(EntryKey(name: "f", generation: object.generation)))
+    XCTAssertTrue(entry.entry.state.withLock { $0.map.verified })
+    XCTAssertEqual(bucket.calls(.metadata).count, 1)
   }
 
   func testAReadIntoASpareIsServedFromDisk() async throws {
