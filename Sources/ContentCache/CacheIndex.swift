@@ -7,14 +7,16 @@ struct EntryKey: Hashable, Sendable {
 }
 
 /// One entry's files and map. Its lock guards the map in memory only; the
-/// map file is written after it is released. Two writes of the map may land
-/// out of order, which at worst lists fewer blocks than were written: a map
-/// only ever lists blocks already on disk.
+/// map file is written after it is released, by one caller at a time
+/// (`writing`), who writes again if the map changed meanwhile (`dirty`).
 final class CacheEntry: Sendable {
   struct State: Sendable {
     var map: BlockMap
     /// Evicted or discarded: its files are gone and nothing may list blocks again.
     var removed = false
+    /// A caller is writing the map file; `dirty`: the map changed since it began.
+    var writing = false
+    var dirty = false
   }
 
   let key: EntryKey

@@ -189,23 +189,43 @@ final class ReadCache: Sendable {
   }
 
   /// Changes the entry's map, then (with no lock held) replaces its file.
-  /// Nil if the entry was removed, before or meanwhile (the files written
-  /// for it go too), or the write failed (the entry goes).
+  /// One caller at a time writes an entry's map: a change made meanwhile is
+  /// written by that caller after its own, so the file ends with the last
+  /// map, never an older one landing late. Nil if the entry was removed,
+  /// before or meanwhile (the files written for it go too), or the write
+  /// failed (the entry goes).
   private func persist(_ entry: CacheEntry, _ change: (inout BlockMap) -> Void) -> BlockMap? {
-    let map = entry.state.withLock { state -> BlockMap? in
+    let claimed = entry.state.withLock { state -> (map: BlockMap, write: Bool)? in
       guard !state.removed else { return nil }
       change(&state.map)
-      return state.map
+      if state.writing {
+        state.dirty = true
+        return (state.map, false)
+      }
+      state.writing = true
+      return (state.map, true)
     }
-    if let map {
-      do {
-        try disk.replace(entry.mapPath, with: map.encoded())
-      } catch {
-        writeFailed(entry, error)
-        return nil
+    if let claimed, claimed.write {
+      var next: BlockMap? = claimed.map
+      while let map = next {
+        do {
+          try disk.replace(entry.mapPath, with: map.encoded())
+        } catch {
+          entry.state.withLock { $0.writing = false }
+          writeFailed(entry, error)
+          return nil
+        }
+        next = entry.state.withLock { state in
+          guard state.dirty, !state.removed else {
+            state.writing = false
+            return nil
+          }
+          state.dirty = false
+          return state.map
+        }
       }
     }
-    guard map == nil || entry.state.withLock({ $0.removed }) else { return map }
+    guard claimed == nil || entry.state.withLock({ $0.removed }) else { return claimed?.map }
     disk.remove(entry.mapPath)
     disk.remove(entry.dataPath)
     return nil

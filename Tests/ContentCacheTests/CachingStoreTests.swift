@@ -84,6 +84,28 @@ final class CachingStoreTests: XCTestCase {
     XCTAssertEqual(bucketReads, 1)
   }
 
+  func testSegmentsFilledAtOnceAreAllOnDiskForTheNextMount() async throws {
+    let segment = 256 << 10
+    let data = pattern(32 * segment + 1000)
+    let object = bucket.put("f", data: data)
+    do {
+      let store = try open()
+      _ = try await store.metadata(of: "f")
+      try await withThrowingTaskGroup(of: Void.self) { group in
+        for n in 0..<33 {
+          let range = Int64(n * segment)..<Int64(min((n + 1) * segment, data.count))
+          group.addTask { _ = try await store.read("f", generation: object.generation, range: range) }
+        }
+        try await group.waitForAll()
+      }
+    }
+    let second = try open()
+    XCTAssertEqual(second.bytesInUse, Int64(data.count), "every map write landed, the last one last")
+    let bytes = try await second.read("f", generation: object.generation, range: 0..<object.size)
+    XCTAssertEqual(bytes.bytes, data)
+    XCTAssertEqual(bucketReads, 33)
+  }
+
   func testAnotherGenerationIsNeverServed() async throws {
     let old = bucket.put("f", data: pattern(100_000, seed: 1))
     let store = try open()
