@@ -174,10 +174,11 @@ def test_the_series_appear_and_move(client, bucket, mount, bucketfs_bin):
     assert read(m.p("f.bin")) == data
     samples = scrape(port)
     assert total(samples, "bucketfs_read_cache_misses_total") >= 1
-    assert total(samples, "bucketfs_read_cache_bytes") == 2 * MiB
+    kept = total(samples, "bucketfs_read_cache_bytes")
+    assert 2 * MiB <= kept <= 2 * MiB + 64 * 1024  # the blocks, and the entry's files' overhead
     port = free_port()
     again = remount(mount, m, cache, bucketfs_bin, "--metrics-addr", f"127.0.0.1:{port}")
-    assert total(scrape(port), "bucketfs_read_cache_bytes") == 2 * MiB
+    assert total(scrape(port), "bucketfs_read_cache_bytes") == kept
     assert read(again.p("f.bin")) == data
     samples = scrape(port)
     assert total(samples, "bucketfs_read_cache_hits_total") >= 1

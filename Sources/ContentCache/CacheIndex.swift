@@ -52,6 +52,10 @@ final class CacheIndex: Sendable {
   }
 
   let limit: Int64
+  /// Disk an entry takes beyond its blocks, counted once per entry: the map
+  /// file's filesystem block and the data file's last, partial one. Without
+  /// it, many small entries would take far more disk than they count.
+  static let entryOverhead: Int64 = 8 << 10
   private let state = Mutex(State())
   /// Seconds between updates of an entry's persisted last use.
   private static let touchInterval: Duration = .seconds(60)
@@ -60,7 +64,7 @@ final class CacheIndex: Sendable {
     self.limit = limit
   }
 
-  /// Disk in use by the entries' blocks.
+  /// Disk in use by the entries: their blocks and overheads.
   var used: Int64 { state.withLock { $0.used } }
   var count: Int { state.withLock { $0.slots.count } }
 
@@ -69,8 +73,9 @@ final class CacheIndex: Sendable {
     state.withLock { state in
       for (entry, bytes) in entries {
         state.clock += 1
-        state.slots[entry.key] = Slot(entry: entry, bytes: bytes, lastUse: state.clock, touched: nil)
-        state.used += bytes
+        let counted = bytes + Self.entryOverhead
+        state.slots[entry.key] = Slot(entry: entry, bytes: counted, lastUse: state.clock, touched: nil)
+        state.used += counted
       }
     }
   }
@@ -104,14 +109,17 @@ final class CacheIndex: Sendable {
     }
   }
 
-  /// Counts `bytes` more for `entry`, first removing least recently used
-  /// other entries until they fit the limit. Nil (nothing changed) if they
-  /// cannot fit or the entry is gone; else the evicted entries, whose files
-  /// the caller deletes.
-  func reserve(_ bytes: Int64, for entry: CacheEntry) -> [CacheEntry]? {
+  /// Counts `bytes` more for `entry` (and its overhead, the first time),
+  /// first removing least recently used other entries until they fit the
+  /// limit. Nil (nothing changed) if they cannot fit or the entry is gone;
+  /// else the evicted entries, whose files the caller deletes.
+  func reserve(_ blockBytes: Int64, for entry: CacheEntry) -> [CacheEntry]? {
     state.withLock { state in
-      guard state.slots[entry.key]?.entry === entry else { return nil }
-      guard (state.slots[entry.key]?.bytes ?? 0) + bytes <= limit else { return nil }
+      guard let held = state.slots[entry.key]?.bytes, state.slots[entry.key]?.entry === entry else {
+        return nil
+      }
+      let bytes = blockBytes + (held == 0 ? Self.entryOverhead : 0)
+      guard held + bytes <= limit else { return nil }
       var victims: [CacheEntry] = []
       while state.used + bytes > limit {
         guard

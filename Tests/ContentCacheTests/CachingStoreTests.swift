@@ -32,6 +32,8 @@ final class CachingStoreTests: XCTestCase {
   }
 
   private var bucketReads: Int { bucket.calls(.read).count }
+  /// What an entry counts beyond its blocks.
+  private let overhead = CacheIndex.entryOverhead
 
   /// Opens the file as the filesystem does (metadata first), then reads it all.
   private func readAll(_ store: CachingStore, _ name: String) async throws -> [UInt8] {
@@ -53,7 +55,7 @@ final class CachingStoreTests: XCTestCase {
     let pastEnd = try await store.read("f", generation: object.generation, range: 299_000..<400_000)
     XCTAssertEqual(pastEnd.bytes, Array(data[299_000...]))
     XCTAssertEqual(bucketReads, 1, "served from disk")
-    XCTAssertEqual(store.bytesInUse, 300_000)
+    XCTAssertEqual(store.bytesInUse, 300_000 + overhead)
     // Whole in one read, with the checksum the metadata gave: checked with no other request.
     let entry = try XCTUnwrap(store.cache.index.use(EntryKey(name: "f", generation: object.generation)))
     XCTAssertTrue(entry.entry.state.withLock { $0.map.verified })
@@ -78,7 +80,7 @@ final class CachingStoreTests: XCTestCase {
     _ = try await readAll(try XCTUnwrap(first), "dir/f")
     first = nil  // unmounted: its lock goes with it
     let second = try open()
-    XCTAssertEqual(second.bytesInUse, 1 << 20)
+    XCTAssertEqual(second.bytesInUse, 1 << 20 + overhead)
     let bytes = try await second.read("dir/f", generation: object.generation, range: 0..<object.size)
     XCTAssertEqual(bytes.bytes, data)
     XCTAssertEqual(bucketReads, 1)
@@ -100,7 +102,8 @@ final class CachingStoreTests: XCTestCase {
       }
     }
     let second = try open()
-    XCTAssertEqual(second.bytesInUse, Int64(data.count), "every map write landed, the last one last")
+    XCTAssertEqual(
+      second.bytesInUse, Int64(data.count) + overhead, "every map write landed, the last one last")
     let bytes = try await second.read("f", generation: object.generation, range: 0..<object.size)
     XCTAssertEqual(bytes.bytes, data)
     XCTAssertEqual(bucketReads, 33)
@@ -128,7 +131,7 @@ final class CachingStoreTests: XCTestCase {
     // Blocks 2 and 3 (131072..<262144) lie wholly inside.
     let part = try await store.read("f", generation: object.generation, range: 100_000..<300_000)
     XCTAssertEqual(part.bytes, Array(data[100_000..<300_000]))
-    XCTAssertEqual(store.bytesInUse, 2 * 65536)
+    XCTAssertEqual(store.bytesInUse, 2 * 65536 + overhead)
     let inside = try await store.read("f", generation: object.generation, range: 131_072..<262_144)
     XCTAssertEqual(inside.bytes, Array(data[131_072..<262_144]))
     XCTAssertEqual(bucketReads, 1)
@@ -143,10 +146,10 @@ final class CachingStoreTests: XCTestCase {
     let store = try open()
     // No metadata seen and the answer as long as asked: block 1's end is unknown.
     _ = try await store.read("f", generation: object.generation, range: 0..<70_000)
-    XCTAssertEqual(store.bytesInUse, 65536)
+    XCTAssertEqual(store.bytesInUse, 65536 + overhead)
     // Asking past the end learns the size: the short block is kept.
     _ = try await store.read("f", generation: object.generation, range: 65536..<200_000)
-    XCTAssertEqual(store.bytesInUse, 70_000)
+    XCTAssertEqual(store.bytesInUse, 70_000 + overhead)
     let bytes = try await store.read("f", generation: object.generation, range: 0..<70_000)
     XCTAssertEqual(bytes.bytes, data)
     XCTAssertEqual(bucketReads, 2)
@@ -233,7 +236,7 @@ final class CachingStoreTests: XCTestCase {
       _ = try await readAll(store, name)
       XCTAssertLessThanOrEqual(store.bytesInUse, limit)
     }
-    XCTAssertEqual(store.bytesInUse, 400_000, "the two most recent fit")
+    XCTAssertEqual(store.bytesInUse, 2 * (200_000 + overhead), "the two most recent fit")
     bucket.resetCalls()
     _ = try await readAll(store, "f5")
     XCTAssertEqual(bucketReads, 0)
@@ -312,7 +315,7 @@ final class CachingStoreTests: XCTestCase {
     let store = try open()
     let object = try await store.upload(
       "new", from: BytesSource(data), attributes: ObjectAttributes(), ifGenerationMatch: 0)
-    XCTAssertEqual(store.bytesInUse, 500_000)
+    XCTAssertEqual(store.bytesInUse, 500_000 + overhead)
     let bytes = try await store.read("new", generation: object.generation, range: 0..<object.size)
     XCTAssertEqual(bytes.bytes, data)
     XCTAssertEqual(bucketReads, 0)
@@ -329,6 +332,6 @@ final class CachingStoreTests: XCTestCase {
     _ = try await store.read("f", generation: object.generation, range: 10..<20)
     XCTAssertEqual(try metrics.expectCounter("bucketfs_read_cache_misses_total").totalValue, 1)
     XCTAssertEqual(try metrics.expectCounter("bucketfs_read_cache_hits_total").totalValue, 2)
-    XCTAssertEqual(try metrics.expectMeter("bucketfs_read_cache_bytes").lastValue, 100_000)
+    XCTAssertEqual(try metrics.expectMeter("bucketfs_read_cache_bytes").lastValue, Double(100_000 + overhead))
   }
 }
