@@ -357,8 +357,14 @@ def kept(m) -> set[str]:
 
 
 def leaked(m, cache: str) -> list[str]:
-    """Files under the cache dir but kept stages and their sidecars."""
-    files, logged = [os.path.join(r, f) for r, _, fs in os.walk(cache) for f in fs], kept(m)
+    """Files under the cache dir but kept stages and their sidecars, and the
+    read cache (<cache>/read-cache, kept across mounts on purpose; tests/test_read_cache.py)."""
+    files = []
+    for root, dirs, names in os.walk(cache):
+        if root == cache and "read-cache" in dirs:
+            dirs.remove("read-cache")
+        files += [os.path.join(root, f) for f in names]
+    logged = kept(m)
     return [f for f in files if f.removesuffix(".tmp").removesuffix(".json") not in logged]
 
 
