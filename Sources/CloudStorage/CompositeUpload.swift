@@ -40,11 +40,11 @@ extension CloudStorageClient {
       let sources = try await composeTree(parts, under: prefix, made: made)
       let object = try await compose(
         sources, into: name, attributes: attributes, ifGenerationMatch: ifGenerationMatch, source: source)
-      await removeParts(under: prefix, made: made, listing: false)
+      await deleteParts(under: prefix, made: made, listing: false)
       return object
     } catch {
       // A part whose answer was lost is in no record: the listing finds it.
-      await removeParts(under: prefix, made: made, listing: true)
+      await deleteParts(under: prefix, made: made, listing: true)
       if case StorageError.accessDenied(let reason) = error, made.objects.withLock({ $0.isEmpty }) {
         throw PartsRefused(reason: reason)
       }
@@ -158,7 +158,7 @@ extension CloudStorageClient {
   /// Deletes what the upload made (each under its generation), and with
   /// `listing` whatever else its prefix holds. Not cancelled with the
   /// upload; failures are logged, never thrown: the upload's outcome stands.
-  private func removeParts(under prefix: String, made: Made, listing: Bool) async {
+  private func deleteParts(under prefix: String, made: Made, listing: Bool) async {
     await Task {
       var objects = made.objects.withLock { $0 }
       if listing {
@@ -171,25 +171,31 @@ extension CloudStorageClient {
           token = page.nextPageToken
         } while token != nil
       }
-      let all = Array(objects)
-      let failed =
-        (try? await self.inParallel(all.count, limit: self.uploads.parallelParts) { index in
-          do {
-            try await self.delete(all[index].key, ifGenerationMatch: all[index].value)
-            return 0
-          } catch StorageError.notFound {
-            return 0
-          } catch {
-            self.logger.debug("delete \(all[index].key): \(error)")
-            return 1
-          }
-        }.reduce(0, +)) ?? all.count
+      let all = objects.map { Component(name: $0.key, generation: $0.value) }
+      let failed = await self.deleteAll(all)
       if failed > 0 {
         self.logger.warning(
-          "\(failed) of \(all.count) parts under gs://\(self.bucket)/\(prefix) could not be deleted; `bucketfs clean-parts gs://\(self.bucket)` removes them"
+          "\(failed) of \(all.count) parts under gs://\(self.bucket)/\(prefix) could not be deleted; `bucketfs clean-parts --older-than 0 gs://\(self.bucket)` removes them"
         )
       }
     }.value
+  }
+
+  /// Deletes each object under its generation, `parallelParts` at once; one
+  /// already gone counts as deleted. Returns how many could not be deleted.
+  func deleteAll(_ objects: [Component]) async -> Int {
+    let failures = try? await inParallel(objects.count, limit: uploads.parallelParts) { index in
+      do {
+        try await self.delete(objects[index].name, ifGenerationMatch: objects[index].generation)
+        return 0
+      } catch StorageError.notFound {
+        return 0
+      } catch {
+        self.logger.warning("could not delete \(objects[index].name): \(error)")
+        return 1
+      }
+    }
+    return failures?.reduce(0, +) ?? objects.count
   }
 
   /// `body(i)` for each `i` below `count`, at most `limit` at once, results
@@ -235,12 +241,12 @@ extension CloudStorageClient {
   /// What parts and intermediate composites are stored with: only a type.
   static let partAttributes = ObjectAttributes(fields: [.contentType: "application/octet-stream"])
 
-  /// A random name for one upload's parts: 20 base-36 digits.
+  /// A name for one upload's parts: when it began (Unix seconds, so that
+  /// `clean-parts` can spare uploads under way) and 10 random base-36 digits.
   static func uploadID() -> String {
-    (0..<2).map { _ in
-      let digits = String(UInt64.random(in: 0...UInt64.max) % 3_656_158_440_062_976, radix: 36)  // 36^10
-      return String(repeating: "0", count: 10 - digits.count) + digits
-    }.joined()
+    let seconds = Int64(Date().timeIntervalSince1970)
+    let digits = String(UInt64.random(in: 0...UInt64.max) % 3_656_158_440_062_976, radix: 36)  // 36^10
+    return "\(seconds)-" + String(repeating: "0", count: 10 - digits.count) + digits
   }
 
   /// `index` in four digits at least, so parts list in order.

@@ -246,6 +246,29 @@ final class CompositeUploadTests: XCTestCase {
     }
   }
 
+  func testLeftoverPartsAreCountedAndOldOnesRemoved() async throws {
+    try await withFakeServer(uploads: try policy()) { server, client in
+      let none = try await client.leftoverParts()
+      XCTAssertEqual(none.parts.count, 0)
+      let now = Int(Date().timeIntervalSince1970)
+      server.store.put(UploadPolicy.partPrefix + "\(now - 7200)-aaaa/0000", data: [1])
+      server.store.put(UploadPolicy.partPrefix + "\(now - 7200)-aaaa/0001", data: [2])
+      server.store.put(UploadPolicy.partPrefix + "\(now)-bbbb/0000", data: [3])
+      server.store.put(UploadPolicy.partPrefix + "odd", data: [4])
+      server.store.put("kept", data: [5])
+      let found = try await client.leftoverParts()
+      XCTAssertEqual(found.parts.count, 4)
+      XCTAssertFalse(found.more)
+      let done = try await client.removeLeftoverParts(olderThan: 3600)
+      XCTAssertEqual(done, .init(removed: 3, spared: 1, failed: 0))
+      XCTAssertEqual(server.store.names, [UploadPolicy.partPrefix + "\(now)-bbbb/0000", "kept"])
+      XCTAssertTrue(server.requests(.delete).allSatisfy { $0.query["ifGenerationMatch"] != nil })
+      let all = try await client.removeLeftoverParts(olderThan: 0)
+      XCTAssertEqual(all.removed, 1)
+      XCTAssertEqual(server.store.names, ["kept"])
+    }
+  }
+
   func testPartsFollowThePolicy() throws {
     let policy = try policy()
     XCTAssertEqual(policy.parts(of: 1000 << 10).map(\.count), [256 << 10, 256 << 10, 256 << 10, 232 << 10])
