@@ -167,3 +167,25 @@ def test_leftover_parts_are_reported_at_mount_and_removed_by_the_command(mount, 
     assert client.exists(bucket, "keep.txt")
     bad = subprocess.run([bucketfs_bin, "clean-parts", "gs://"], capture_output=True, text=True)
     assert bad.returncode != 0 and "gs://BUCKET" in bad.stderr, bad.stderr
+
+
+def test_a_mount_of_a_prefix_keeps_its_parts_inside(mount, client, bucket, gcs, bucketfs_bin):
+    old = int(time.time()) - 3 * 86400
+    client.upload(bucket, f"sub/{PARTS}{old}-cccccccccc/0000", b"part")
+    client.upload(bucket, f"{PARTS}{old}-dddddddddd/0000", b"not this mount's")
+    cache = tempfile.mkdtemp(prefix="cache-", dir=SESSION_TMP)
+    m = mount(bucket, "sub", "--cache-dir", cache, *SMALL)
+    assert wait_for(lambda: "1 part object(s)" in m.log_tail(200), 10), m.log_tail()
+    assert f"bucketfs clean-parts gs://{bucket}/sub" in m.log_tail(200)
+    data = os.urandom(3 << 20)
+    with open(m.p("f.bin"), "wb") as f:
+        f.write(data)
+    assert client.download(bucket, "sub/f.bin") == data
+    assert len(composes(m)) == 1
+    assert all(PARTS in r.json().get("name", "") and r.json()["name"].startswith("sub/" + PARTS)
+               for r in session_starts(m)), m.describe()
+    for r in m.proxy.records("list"):
+        assert r.params.get("prefix", [""])[0].startswith("sub/"), str(r)
+    done = run([bucketfs_bin, "clean-parts", f"gs://{bucket}/sub", "--endpoint", gcs.url, "--anonymous"])
+    assert "deleted 1 part object(s)" in done.stdout, done.stdout
+    assert parts_left(client, bucket) == [f"{PARTS}{old}-dddddddddd/0000"], "another prefix's parts untouched"

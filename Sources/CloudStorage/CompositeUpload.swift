@@ -33,7 +33,7 @@ extension CloudStorageClient {
   func compositeUpload(
     _ name: String, from source: any UploadSource, attributes: ObjectAttributes, ifGenerationMatch: Int64?
   ) async throws -> ObjectMetadata {
-    let prefix = UploadPolicy.partPrefix + Self.uploadID() + "/"
+    let prefix = uploads.partPrefix + Self.uploadID() + "/"
     let made = Made()
     do {
       let parts = try await uploadParts(of: source, under: prefix, made: made)
@@ -101,8 +101,15 @@ extension CloudStorageClient {
   /// An intermediate composite: a new name under this upload's prefix, so a
   /// repeat's 412 can only mean that the first attempt made it.
   private func composeIntermediate(_ sources: [Component], into name: String) async throws -> ObjectMetadata {
-    let (status, answer) = try await sendCompose(
-      sources, into: name, attributes: Self.partAttributes, ifGenerationMatch: 0, idempotent: true)
+    let status: Int
+    let answer: ByteBuffer
+    do {
+      (status, answer) = try await sendCompose(
+        sources, into: name, attributes: Self.partAttributes, ifGenerationMatch: 0, idempotent: true)
+    } catch StorageError.preconditionFailed {
+      // As for a part: not the destination's precondition.
+      throw StorageError.unavailable("compose \(name): the name is taken")
+    }
     if status == 412 { return try await metadata(of: name) }
     return try read(answer, what: "composed object \(name)", as: ObjectResource.init(reading:))
       .metadata(defaultBucket: bucket)

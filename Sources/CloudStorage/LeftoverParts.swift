@@ -9,9 +9,12 @@ import ObjectStore
 // Parts that composite uploads left behind (a crash, a kill, a part whose
 // delete failed): counted at mount, deleted by `bucketfs clean-parts`.
 extension CloudStorageClient {
+  /// Where this client's parts are: `PREFIX.bucketfs-parts/`.
+  public var partPrefix: String { uploads.partPrefix }
+
   /// The part objects one list call finds (at most 1000), and whether there are more.
   public func leftoverParts() async throws -> (parts: [ObjectMetadata], more: Bool) {
-    let page = try await list(prefix: UploadPolicy.partPrefix, delimiter: nil, pageSize: 1000, pageToken: nil)
+    let page = try await list(prefix: uploads.partPrefix, delimiter: nil, pageSize: 1000, pageToken: nil)
     return (page.items, page.nextPageToken != nil)
   }
 
@@ -37,9 +40,9 @@ extension CloudStorageClient {
     var token: String?
     repeat {
       let page = try await list(
-        prefix: UploadPolicy.partPrefix, delimiter: nil, pageSize: 1000, pageToken: token)
+        prefix: uploads.partPrefix, delimiter: nil, pageSize: 1000, pageToken: token)
       for part in page.items {
-        if let began = Self.uploadStart(ofPart: part.name), now - Double(began) < age {
+        if let began = uploadStart(ofPart: part.name), now - Double(began) < age {
           result.spared += 1
         } else {
           old.append(part)
@@ -54,9 +57,9 @@ extension CloudStorageClient {
   }
 
   /// The Unix time in a part's upload name (`.bucketfs-parts/SECONDS-RANDOM/…`).
-  static func uploadStart(ofPart name: String) -> Int64? {
-    guard name.hasPrefix(UploadPolicy.partPrefix) else { return nil }
-    let id = name.dropFirst(UploadPolicy.partPrefix.count).prefix { $0 != "/" }
+  func uploadStart(ofPart name: String) -> Int64? {
+    guard name.hasPrefix(uploads.partPrefix) else { return nil }
+    let id = name.dropFirst(uploads.partPrefix.count).prefix { $0 != "/" }
     return id.split(separator: "-").first.flatMap { Int64($0) }
   }
 }

@@ -5,9 +5,9 @@
 public struct UploadPolicy: Sendable, Equatable {
   /// The service takes session chunks in multiples of this (all but the last).
   public static let chunkGranularity = 256 << 10
-  /// Where the parts of composite uploads are stored, from the bucket's root:
-  /// `.bucketfs-parts/UPLOAD-ID/PART`.
-  public static let partPrefix = ".bucketfs-parts/"
+  /// The folder the parts of composite uploads are stored in:
+  /// `PREFIX.bucketfs-parts/UPLOAD-ID/PART`, PREFIX the mount's root.
+  public static let partDirectory = ".bucketfs-parts/"
   /// The service composes at most this many sources in one call.
   public static let composeLimit = 32
 
@@ -24,6 +24,9 @@ public struct UploadPolicy: Sendable, Equatable {
   public private(set) var parallelParts = 8
   /// Parts of one upload at most; above ``composeLimit`` they are composed in a tree.
   public private(set) var maxParts = UploadPolicy.composeLimit
+  /// Where this client's parts go: ``partDirectory`` under a name prefix
+  /// (a mount of a prefix keeps its parts, and its requests, inside it).
+  public private(set) var partPrefix = UploadPolicy.partDirectory
 
   public struct Invalid: Error, CustomStringConvertible {
     public let description: String
@@ -33,7 +36,7 @@ public struct UploadPolicy: Sendable, Equatable {
 
   public init(
     threshold: Int64, chunkSize: Int, compositeThreshold: Int64 = 32 << 20, partSize: Int64 = 8 << 20,
-    parallelParts: Int = 8, maxParts: Int = UploadPolicy.composeLimit
+    parallelParts: Int = 8, maxParts: Int = UploadPolicy.composeLimit, partsUnder prefix: String = ""
   ) throws(Invalid) {
     guard threshold >= 0 else { throw Invalid(description: "upload threshold must not be negative") }
     guard chunkSize > 0, chunkSize % Self.chunkGranularity == 0 else {
@@ -57,6 +60,7 @@ public struct UploadPolicy: Sendable, Equatable {
     self.partSize = partSize
     self.parallelParts = parallelParts
     self.maxParts = maxParts
+    self.partPrefix = prefix + Self.partDirectory
   }
 
   /// Whether an upload of `size` bytes goes up as parts.

@@ -20,7 +20,7 @@ extension CloudStorageClient {
           name, from: source, attributes: attributes, ifGenerationMatch: ifGenerationMatch)
       } catch let refused as PartsRefused {
         logger.notice(
-          "parts of composite uploads cannot be created under gs://\(bucket)/\(UploadPolicy.partPrefix) (\(refused.reason)); large files go up in one stream from now on"
+          "parts of composite uploads cannot be created under gs://\(bucket)/\(uploads.partPrefix) (\(refused.reason)); large files go up in one stream from now on"
         )
         compositeRefused.withLock { $0 = refused.reason }
       }

@@ -1,4 +1,5 @@
 import ArgumentParser
+import BucketFS
 import CloudStorage
 import Logging
 import MountOptionTable
@@ -11,13 +12,13 @@ struct CleanParts: ParsableCommand {
   static let configuration = CommandConfiguration(
     commandName: "clean-parts",
     abstract:
-      "Delete the parts interrupted composite uploads left under gs://BUCKET/\(UploadPolicy.partPrefix).",
+      "Delete the parts interrupted composite uploads left under gs://BUCKET[/PREFIX]/\(UploadPolicy.partDirectory).",
     discussion: """
       Parts of uploads that began less than --older-than seconds ago are spared: they may belong to an \
       upload under way in another mount.
       """)
 
-  @Argument(help: "gs://BUCKET (a prefix, if given, is ignored: parts live at the bucket's root).")
+  @Argument(help: "gs://BUCKET or gs://BUCKET/PREFIX, as it is mounted.")
   var source: String
   @Option(help: "Spare parts of uploads younger than this many seconds.") var olderThan: Double = 86400
   @Option(name: .customLong(T.endpoint.name), help: ArgumentHelp(T.endpoint.help, valueName: "URL"))
@@ -41,10 +42,13 @@ struct CleanParts: ParsableCommand {
     let logger = Logger(label: "bucketfs") { label in
       LineLogHandler(label: label, sink: .descriptor(2), logLevel: .notice)
     }
-    guard let bucket = BucketSource(source)?.bucket else {
-      writeStandardError("bucketfs: '\(source)' is not gs://BUCKET\n")
+    guard let source = BucketSource(source), let root = Names.rootPrefix(source.subtree),
+      let uploads = try? UploadPolicy(threshold: 0, chunkSize: 1 << 20, partsUnder: root)
+    else {
+      writeStandardError("bucketfs: '\(self.source)' is not gs://BUCKET[/PREFIX]\n")
       throw ExitCode(2)
     }
+    let bucket = source.bucket
     let http = CloudStorageClient.makeHTTPClient(retry: RetryPolicy())
     defer { blocking { try? await http.shutdown() } }
     let client: CloudStorageClient
@@ -56,7 +60,7 @@ struct CleanParts: ParsableCommand {
         anonymous: anonymous || emulated, credentials: credentials, accessTokenFile: accessTokenFile,
         http: http, logger: logger)
       client = CloudStorageClient(
-        bucket: bucket, endpoint: endpoint, http: http, tokens: tokens, logger: logger)
+        bucket: bucket, endpoint: endpoint, http: http, tokens: tokens, uploads: uploads, logger: logger)
     } catch {
       writeStandardError("bucketfs: \(error.message)\n")
       throw ExitCode(1)
@@ -72,12 +76,12 @@ struct CleanParts: ParsableCommand {
     switch outcome {
     case .success(let done):
       print(
-        "deleted \(done.removed) part object(s) under gs://\(bucket)/\(UploadPolicy.partPrefix)"
+        "deleted \(done.removed) part object(s) under gs://\(bucket)/\(client.partPrefix)"
           + (done.spared > 0 ? "; spared \(done.spared) of uploads begun in the last \(Int(age)) s" : "")
           + (done.failed > 0 ? "; \(done.failed) could not be deleted" : ""))
       if done.failed > 0 { throw ExitCode(1) }
     case .failure(let error):
-      writeStandardError("bucketfs: cannot clean gs://\(bucket)/\(UploadPolicy.partPrefix): \(error)\n")
+      writeStandardError("bucketfs: cannot clean gs://\(bucket)/\(client.partPrefix): \(error)\n")
       throw ExitCode(1)
     }
   }
@@ -93,7 +97,7 @@ extension Mount {
     }
     guard let found, found.count > 0 else { return }
     logger.warning(
-      "\(found.count)\(found.more ? "+" : "") part object(s) under gs://\(client.bucket)/\(UploadPolicy.partPrefix), left by interrupted composite uploads (or of one under way in another mount); delete them with: bucketfs clean-parts gs://\(client.bucket)"
+      "\(found.count)\(found.more ? "+" : "") part object(s) under gs://\(client.bucket)/\(client.partPrefix), left by interrupted composite uploads (or of one under way in another mount); delete them with: bucketfs clean-parts \(source)"
     )
   }
 }

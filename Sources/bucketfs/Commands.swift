@@ -174,7 +174,7 @@ struct Mount: ParsableCommand {
     let tokens = try accessTokens(
       anonymous: anonymous || emulated, credentials: credentials, accessTokenFile: accessTokenFile,
       http: http, logger: logger)
-    guard let uploads = try? uploadPolicy() else {
+    guard let uploads = try? uploadPolicy(partsUnder: rootPrefix) else {
       throw MountFailure(message: "bad --upload-threshold or --upload-chunk-size")  // validate() said why
     }
     // Before the client, filesystem and session make their series; off, they count into a no-op.
@@ -264,11 +264,11 @@ struct Mount: ParsableCommand {
     logger.info("unmounted \(mountpoint)")
   }
 
-  private func uploadPolicy() throws -> UploadPolicy {
+  private func uploadPolicy(partsUnder root: String = "") throws -> UploadPolicy {
     try UploadPolicy(
       threshold: uploadThreshold, chunkSize: uploadChunkSize,
       compositeThreshold: Int64(compositeUploadThreshold) << 20,
-      partSize: Int64(compositePartSize) << 20)
+      partSize: Int64(compositePartSize) << 20, partsUnder: root)
   }
 
   private func checkMountpoint() throws(MountFailure) {

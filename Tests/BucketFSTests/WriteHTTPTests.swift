@@ -107,7 +107,7 @@ final class WriteHTTPTests: XCTestCase {
         threshold: 8 << 20, chunkSize: 8 << 20, compositeThreshold: 1 << 20, partSize: 1 << 20))
   }
 
-  private var parts: [String] { server.store.names.filter { $0.hasPrefix(UploadPolicy.partPrefix) } }
+  private var parts: [String] { server.store.names.filter { $0.hasPrefix(UploadPolicy.partDirectory) } }
 
   func testACompositeOverwriteCarriesTheMetadataInOneCompose() async throws {
     fs = try compositeFileSystem()

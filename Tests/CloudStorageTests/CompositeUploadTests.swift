@@ -36,7 +36,7 @@ final class CompositeUploadTests: XCTestCase {
   }
 
   func leftovers(_ server: FakeStorageServer) -> [String] {
-    server.store.names.filter { $0.hasPrefix(UploadPolicy.partPrefix) }
+    server.store.names.filter { $0.hasPrefix(UploadPolicy.partDirectory) }
   }
 
   func testLargeUploadIsPartsInParallelThenOneComposeThenDeletes() async throws {
@@ -51,8 +51,8 @@ final class CompositeUploadTests: XCTestCase {
       let names = try partNames(server)
       XCTAssertEqual(names.count, 10)
       let id = try XCTUnwrap(
-        names.first?.dropFirst(UploadPolicy.partPrefix.count).split(separator: "/").first)
-      XCTAssertEqual(Set(names), Set((0..<10).map { UploadPolicy.partPrefix + "\(id)/000\($0)" }))
+        names.first?.dropFirst(UploadPolicy.partDirectory.count).split(separator: "/").first)
+      XCTAssertEqual(Set(names), Set((0..<10).map { UploadPolicy.partDirectory + "\(id)/000\($0)" }))
       XCTAssertTrue(server.requests(.uploadSession).allSatisfy { $0.query["ifGenerationMatch"] == "0" })
       XCTAssertLessThanOrEqual(server.peakInFlight(.uploadChunk), 3, "at most parallelParts at once")
       XCTAssertGreaterThan(server.peakInFlight(.uploadChunk), 1, "parts overlap")
@@ -65,7 +65,7 @@ final class CompositeUploadTests: XCTestCase {
       let body = try composeBody(compose)
       let sources = try XCTUnwrap(body["sourceObjects"] as? [[String: Any]])
       XCTAssertEqual(
-        sources.map { $0["name"] as? String }, (0..<10).map { UploadPolicy.partPrefix + "\(id)/000\($0)" })
+        sources.map { $0["name"] as? String }, (0..<10).map { UploadPolicy.partDirectory + "\(id)/000\($0)" })
       XCTAssertTrue(sources.allSatisfy { $0["generation"] != nil }, "each source pinned to its generation")
       let destination = try XCTUnwrap(body["destination"] as? [String: Any])
       XCTAssertEqual(destination["contentType"] as? String, "text/plain; charset=utf-8")
@@ -105,7 +105,7 @@ final class CompositeUploadTests: XCTestCase {
       let last = try XCTUnwrap(composes.last)
       XCTAssertEqual(last.objectName, "t")
       XCTAssertTrue(
-        composes.dropLast().allSatisfy { $0.objectName?.hasPrefix(UploadPolicy.partPrefix) ?? false })
+        composes.dropLast().allSatisfy { $0.objectName?.hasPrefix(UploadPolicy.partDirectory) ?? false })
       XCTAssertTrue(composes.dropLast().allSatisfy { $0.query["ifGenerationMatch"] == "0" })
       XCTAssertTrue(server.store.data("t") == data)
       XCTAssertEqual(ObjectAttributes(of: meta), attributes)
@@ -251,21 +251,42 @@ final class CompositeUploadTests: XCTestCase {
       let none = try await client.leftoverParts()
       XCTAssertEqual(none.parts.count, 0)
       let now = Int(Date().timeIntervalSince1970)
-      server.store.put(UploadPolicy.partPrefix + "\(now - 7200)-aaaa/0000", data: [1])
-      server.store.put(UploadPolicy.partPrefix + "\(now - 7200)-aaaa/0001", data: [2])
-      server.store.put(UploadPolicy.partPrefix + "\(now)-bbbb/0000", data: [3])
-      server.store.put(UploadPolicy.partPrefix + "odd", data: [4])
+      server.store.put(UploadPolicy.partDirectory + "\(now - 7200)-aaaa/0000", data: [1])
+      server.store.put(UploadPolicy.partDirectory + "\(now - 7200)-aaaa/0001", data: [2])
+      server.store.put(UploadPolicy.partDirectory + "\(now)-bbbb/0000", data: [3])
+      server.store.put(UploadPolicy.partDirectory + "odd", data: [4])
       server.store.put("kept", data: [5])
       let found = try await client.leftoverParts()
       XCTAssertEqual(found.parts.count, 4)
       XCTAssertFalse(found.more)
       let done = try await client.removeLeftoverParts(olderThan: 3600)
       XCTAssertEqual(done, .init(removed: 3, spared: 1, failed: 0))
-      XCTAssertEqual(server.store.names, [UploadPolicy.partPrefix + "\(now)-bbbb/0000", "kept"])
+      XCTAssertEqual(server.store.names, [UploadPolicy.partDirectory + "\(now)-bbbb/0000", "kept"])
       XCTAssertTrue(server.requests(.delete).allSatisfy { $0.query["ifGenerationMatch"] != nil })
       let all = try await client.removeLeftoverParts(olderThan: 0)
       XCTAssertEqual(all.removed, 1)
       XCTAssertEqual(server.store.names, ["kept"])
+    }
+  }
+
+  func testAMountOfAPrefixKeepsItsPartsAndListingsInside() async throws {
+    let inside = try UploadPolicy(
+      threshold: 512 << 10, chunkSize: 256 << 10, compositeThreshold: 1 << 20, partSize: 256 << 10,
+      partsUnder: "some/prefix/")
+    try await withFakeServer(uploads: inside) { server, client in
+      server.injectFaults([.status(400)], for: .compose)
+      _ = await storageError {
+        try await client.upload(
+          "some/prefix/f", from: BytesSource(pattern(2 << 20)), attributes: attributes, ifGenerationMatch: 0)
+      }
+      XCTAssertEqual(client.partPrefix, "some/prefix/.bucketfs-parts/")
+      XCTAssertTrue(try partNames(server).allSatisfy { $0.hasPrefix("some/prefix/.bucketfs-parts/") })
+      XCTAssertTrue(
+        server.requests(.list).allSatisfy { $0.query["prefix"]?.hasPrefix("some/prefix/") ?? false })
+      server.store.put("some/prefix/.bucketfs-parts/1-x/0000", data: [1])
+      server.store.put(".bucketfs-parts/1-y/0000", data: [1])
+      let found = try await client.leftoverParts()
+      XCTAssertEqual(found.parts.map(\.name), ["some/prefix/.bucketfs-parts/1-x/0000"])
     }
   }
 
