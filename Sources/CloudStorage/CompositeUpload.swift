@@ -9,7 +9,7 @@ import Synchronization
 #endif
 
 // Parallel composite uploads, as gcloud makes them: the source's parts go up
-// at once as temporary objects under `.bucketfs-parts/UPLOAD-ID/`, one
+// at once as temporary objects under `PREFIX.bucketfs-parts/UPLOAD-ID/`, one
 // compose (in a tree beyond 32 parts) makes the object under the caller's
 // precondition, and the parts are deleted whatever happened.
 extension CloudStorageClient {
@@ -182,7 +182,7 @@ extension CloudStorageClient {
       let failed = await self.deleteAll(all)
       if failed > 0 {
         self.logger.warning(
-          "\(failed) of \(all.count) parts under gs://\(self.bucket)/\(prefix) could not be deleted; `bucketfs clean-parts --older-than 0 gs://\(self.bucket)` removes them"
+          "\(failed) of \(all.count) parts under gs://\(self.bucket)/\(prefix) could not be deleted; `\(self.cleanCommand) --older-than 0` removes them"
         )
       }
     }.value

@@ -12,6 +12,12 @@ extension CloudStorageClient {
   /// Where this client's parts are: `PREFIX.bucketfs-parts/`.
   public var partPrefix: String { uploads.partPrefix }
 
+  /// The command that deletes this client's leftover parts.
+  public var cleanCommand: String {
+    let root = uploads.partPrefix.dropLast(UploadPolicy.partDirectory.count).dropLast()  // its "/"
+    return "bucketfs clean-parts gs://\(bucket)" + (root.isEmpty ? "" : "/\(root)")
+  }
+
   /// The part objects one list call finds (at most 1000), and whether there are more.
   public func leftoverParts() async throws -> (parts: [ObjectMetadata], more: Bool) {
     let page = try await list(prefix: uploads.partPrefix, delimiter: nil, pageSize: 1000, pageToken: nil)

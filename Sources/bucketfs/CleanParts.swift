@@ -97,7 +97,7 @@ extension Mount {
     }
     guard let found, found.count > 0 else { return }
     logger.warning(
-      "\(found.count)\(found.more ? "+" : "") part object(s) under gs://\(client.bucket)/\(client.partPrefix), left by interrupted composite uploads (or of one under way in another mount); delete them with: bucketfs clean-parts \(source)"
+      "\(found.count)\(found.more ? "+" : "") part object(s) under gs://\(client.bucket)/\(client.partPrefix), left by interrupted composite uploads (or of one under way in another mount); delete them with: \(client.cleanCommand)"
     )
   }
 }

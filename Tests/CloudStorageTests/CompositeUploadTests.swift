@@ -248,6 +248,7 @@ final class CompositeUploadTests: XCTestCase {
 
   func testLeftoverPartsAreCountedAndOldOnesRemoved() async throws {
     try await withFakeServer(uploads: try policy()) { server, client in
+      XCTAssertEqual(client.cleanCommand, "bucketfs clean-parts gs://bkt")
       let none = try await client.leftoverParts()
       XCTAssertEqual(none.parts.count, 0)
       let now = Int(Date().timeIntervalSince1970)
@@ -280,6 +281,7 @@ final class CompositeUploadTests: XCTestCase {
           "some/prefix/f", from: BytesSource(pattern(2 << 20)), attributes: attributes, ifGenerationMatch: 0)
       }
       XCTAssertEqual(client.partPrefix, "some/prefix/.bucketfs-parts/")
+      XCTAssertEqual(client.cleanCommand, "bucketfs clean-parts gs://bkt/some/prefix")
       XCTAssertTrue(try partNames(server).allSatisfy { $0.hasPrefix("some/prefix/.bucketfs-parts/") })
       XCTAssertTrue(
         server.requests(.list).allSatisfy { $0.query["prefix"]?.hasPrefix("some/prefix/") ?? false })
