@@ -62,13 +62,20 @@ final class WriteHTTPTests: XCTestCase {
     }
   }
 
-  func testAResumableOverwriteNeverReplacesAGenerationItWasNotOpenedOn() async throws {
+  /// Opens big.bin for overwrite, writes 9 MiB, lets another writer store
+  /// a generation, and checks that the flush is ESTALE.
+  private func overwriteAfterAnotherWriter() async throws -> (UInt64, UInt64) {
     server.store.put("big.bin", data: [1, 2, 3])
     let inode = try await fs.inode(at: "big.bin")
     let handle = try await fs.open(inode: inode, flags: O_WRONLY | O_TRUNC).handle
     try await writeLarge(inode, handle)
     server.store.put("big.bin", data: bytes("theirs"))
     await XCTAssertErrno(.stale) { try await self.fs.flush(inode: inode, handle: handle) }
+    return (inode, handle)
+  }
+
+  func testAResumableOverwriteNeverReplacesAGenerationItWasNotOpenedOn() async throws {
+    let (inode, handle) = try await overwriteAfterAnotherWriter()
     XCTAssertEqual(server.requests(.uploadSession).count, 1, "resumable, where the emulator would not refuse")
     XCTAssertEqual(text(server.store.data("big.bin")), "theirs")
     fs.release(inode: inode, handle: handle)
@@ -133,12 +140,7 @@ final class WriteHTTPTests: XCTestCase {
 
   func testACompositeOverwriteOfAChangedFileIsStaleAndLeavesNoParts() async throws {
     fs = try compositeFileSystem()
-    server.store.put("big.bin", data: [1, 2, 3])
-    let inode = try await fs.inode(at: "big.bin")
-    let handle = try await fs.open(inode: inode, flags: O_WRONLY | O_TRUNC).handle
-    try await writeLarge(inode, handle)
-    server.store.put("big.bin", data: bytes("theirs"))
-    await XCTAssertErrno(.stale) { try await self.fs.flush(inode: inode, handle: handle) }
+    let (inode, handle) = try await overwriteAfterAnotherWriter()
     XCTAssertEqual(server.requests(.compose).count, 1)
     XCTAssertEqual(text(server.store.data("big.bin")), "theirs")
     XCTAssertEqual(parts, [])
