@@ -13,7 +13,8 @@ import Synchronization
 #endif
 
 /// The Cloud Storage JSON API as an ``ObjectStore``: list, get, ranged media
-/// reads, metadata patches, uploads, deletes, rewrites and moves, with
+/// reads, metadata patches, uploads (large ones as composed parts), deletes,
+/// rewrites and moves, with
 /// retries for transient failures.
 public final class CloudStorageClient: ObjectStore {
   public let bucket: String
@@ -26,6 +27,8 @@ public final class CloudStorageClient: ObjectStore {
   let metrics: StorageMetrics
   /// Set once the service has said this bucket cannot move objects.
   let moveUnsupported = Mutex<String?>(nil)
+  /// Set once parts of a composite upload were refused (403): uploads then go up in one stream.
+  let compositeRefused = Mutex<String?>(nil)
 
   public init(
     bucket: String, endpoint: Endpoint, http: HTTPClient, tokens: (any AccessTokenProvider)?,

@@ -1,8 +1,7 @@
 import AsyncHTTPClient
 import CoreMetrics
 
-/// What a request to the service does: the `kind` label. (The client
-/// sends no compose request, so there is no such kind.)
+/// What a request to the service does: the `kind` label.
 public enum StorageRequestKind: String, CaseIterable, Sendable {
   /// `GET …/o` (a list page).
   case list
@@ -17,6 +16,8 @@ public enum StorageRequestKind: String, CaseIterable, Sendable {
   case copy
   /// `moveTo`.
   case move
+  /// `POST …/o/NAME/compose` (a composite upload's parts into one object).
+  case compose
 }
 
 /// Counts the client's HTTP requests as the service sees them, every attempt

@@ -8,11 +8,23 @@ import ObjectStore
 #endif
 
 // Uploads: one multipart request up to the policy's threshold, a resumable
-// session above it (ResumableUpload.swift).
+// session above it (ResumableUpload.swift), parts composed above the
+// composite threshold (CompositeUpload.swift).
 extension CloudStorageClient {
   public func upload(
     _ name: String, from source: any UploadSource, attributes: ObjectAttributes, ifGenerationMatch: Int64?
   ) async throws -> ObjectMetadata {
+    if uploads.isComposite(source.size), compositeRefused.withLock({ $0 == nil }) {
+      do {
+        return try await compositeUpload(
+          name, from: source, attributes: attributes, ifGenerationMatch: ifGenerationMatch)
+      } catch let refused as PartsRefused {
+        logger.notice(
+          "parts of composite uploads cannot be created under gs://\(bucket)/\(uploads.partPrefix) (\(refused.reason)); large files go up in one stream from now on"
+        )
+        compositeRefused.withLock { $0 = refused.reason }
+      }
+    }
     if source.size <= uploads.threshold {
       return try await multipartUpload(
         name, from: source, attributes: attributes, ifGenerationMatch: ifGenerationMatch)
@@ -56,7 +68,7 @@ extension CloudStorageClient {
   /// its answer. The live object is taken as this upload's only if it has
   /// the same size, CRC-32C and writable metadata; otherwise someone else's
   /// change won and the 412 stands.
-  private func ownObject(
+  func ownObject(
     _ name: String, from source: any UploadSource, attributes: ObjectAttributes, contentType: String
   ) async throws -> ObjectMetadata {
     guard let live = try? await metadata(of: name), live.size == source.size, let crc = live.crc32c else {

@@ -149,6 +149,13 @@ public enum MountOptionTable {
     "upload-chunk-size", value: "BYTES", default: 128 << 20, unit: .bytes,
     "bytes per request of a resumable upload, a multiple of 262144 (256 KiB); each is streamed from the staged file in 1 MiB pieces, so it costs no memory"
   )
+  public static let compositeUploadThreshold = MountOption<Int>(
+    "composite-upload-threshold", value: "MiB", default: 32, unit: .mebibytes,
+    "files larger than this go up as parts in parallel, composed into the object (which then has no `md5Hash`); 0 turns composite uploads off"
+  )
+  public static let compositePartSize = MountOption<Int>(
+    "composite-part-size", value: "MiB", default: 8, unit: .mebibytes,
+    "the smallest part of a composite upload; a file of more than 32 parts gets larger ones")
   public static let cacheDir = MountOption<String>(
     "cache-dir", value: "DIR", default: nil,
     note: "`/var/cache/bucketfs` for root, else `$XDG_CACHE_HOME/bucketfs` (`~/.cache/bucketfs`)",
@@ -188,9 +195,9 @@ public enum MountOptionTable {
   public static let rows: [MountOptionRow] = [
     foreground.row, endpoint.row, anonymous.row, credentials.row, accessTokenFile.row,
     allowInsecureHTTP.row, options.row, pageSize.row, metadataTTL.row, negativeTTL.row,
-    requestTimeout.row, retryDeadline.row, uploadThreshold.row, uploadChunkSize.row, cacheDir.row,
-    readCacheSize.row, firebaseDownloadTokens.row, refuseReadOnlyXattrs.row, renameDirLimit.row,
-    readAheadBudget.row,
+    requestTimeout.row, retryDeadline.row, uploadThreshold.row, uploadChunkSize.row,
+    compositeUploadThreshold.row, compositePartSize.row, cacheDir.row, readCacheSize.row,
+    firebaseDownloadTokens.row, refuseReadOnlyXattrs.row, renameDirLimit.row, readAheadBudget.row,
     logLevel.row, logFile.row, metricsAddr.row,
   ]
 

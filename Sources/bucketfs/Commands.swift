@@ -22,7 +22,7 @@ struct BucketFSCommand: ParsableCommand {
     commandName: "bucketfs",
     abstract: "Mount a Google Cloud Storage bucket as a directory; object metadata as extended attributes.",
     version: Version.current,
-    subcommands: [Mount.self, Unmount.self])
+    subcommands: [Mount.self, Unmount.self, CleanParts.self])
 }
 
 private typealias T = MountOptionTable
@@ -73,6 +73,10 @@ struct Mount: ParsableCommand {
   var uploadThreshold = T.uploadThreshold.value
   @Option(name: .customLong(T.uploadChunkSize.name), help: help(T.uploadChunkSize))
   var uploadChunkSize = T.uploadChunkSize.value
+  @Option(name: .customLong(T.compositeUploadThreshold.name), help: help(T.compositeUploadThreshold))
+  var compositeUploadThreshold = T.compositeUploadThreshold.value
+  @Option(name: .customLong(T.compositePartSize.name), help: help(T.compositePartSize))
+  var compositePartSize = T.compositePartSize.value
   @Option(name: .customLong(T.readAheadBudget.name), help: help(T.readAheadBudget))
   var readAheadBudget = T.readAheadBudget.value
   @Option(name: .customLong(T.logLevel.name), help: help(T.logLevel))
@@ -96,8 +100,13 @@ struct Mount: ParsableCommand {
     guard requestTimeout <= 31_536_000, retryDeadline <= 31_536_000 else {
       throw ValidationError("timeouts must be at most 31536000 seconds (a year)")
     }
+    guard (0...(1 << 30)).contains(compositeUploadThreshold), (1...(1 << 20)).contains(compositePartSize)
+    else {
+      throw ValidationError(
+        "--composite-upload-threshold must be 0 to 1073741824 MiB, --composite-part-size 1 to 1048576 MiB")
+    }
     do {
-      _ = try UploadPolicy(threshold: uploadThreshold, chunkSize: uploadChunkSize)
+      _ = try uploadPolicy()
     } catch {
       throw ValidationError("--upload-threshold / --upload-chunk-size: \(error)")
     }
@@ -159,50 +168,18 @@ struct Mount: ParsableCommand {
     }
     try checkMountpoint()
 
-    let emulator = getenv("STORAGE_EMULATOR_HOST").map { String(cString: $0) }.flatMap {
-      $0.isEmpty ? nil : $0
-    }
-    let endpoint: Endpoint
-    do {
-      endpoint = try Endpoint(
-        self.endpoint ?? emulator ?? Endpoint.production, allowInsecure: allowInsecureHTTP)
-    } catch {
-      throw MountFailure(message: error.description)
-    }
-    if anonymous && (credentials != nil || accessTokenFile != nil) {
-      throw MountFailure(message: "--anonymous cannot be combined with --credentials or --access-token-file")
-    }
-
+    let (endpoint, emulated) = try serviceEndpoint(
+      self.endpoint, anonymous: anonymous, credentials: credentials, accessTokenFile: accessTokenFile,
+      allowInsecureHTTP: allowInsecureHTTP)
     var retry = RetryPolicy()
     retry.attemptTimeout = requestTimeout
     retry.deadline = retryDeadline
     let http = CloudStorageClient.makeHTTPClient(retry: retry)
     defer { blocking { try? await http.shutdown() } }
-    // Google's libraries send no credentials to an emulator.
-    var tokens: (any AccessTokenProvider)?
-    if !anonymous && !(emulator != nil && self.endpoint == nil) {
-      do {
-        let provider = try discover(
-          explicitFile: credentials, accessTokenFile: accessTokenFile, environment: processEnvironment(),
-          http: http, logger: logger)
-        // One token now, so a bad credential is one clear line rather than EACCES later.
-        let failure = blocking { () async -> String? in
-          do {
-            _ = try await provider.token(refresh: false)
-            return nil
-          } catch {
-            return "\(error)"
-          }
-        }
-        if let failure { throw MountFailure(message: failure) }
-        tokens = provider
-      } catch let failure as MountFailure {
-        throw failure
-      } catch {
-        throw MountFailure(message: "\(error)")
-      }
-    }
-    guard let uploads = try? UploadPolicy(threshold: uploadThreshold, chunkSize: uploadChunkSize) else {
+    let tokens = try accessTokens(
+      anonymous: anonymous || emulated, credentials: credentials, accessTokenFile: accessTokenFile,
+      http: http, logger: logger)
+    guard let uploads = try? uploadPolicy(partsUnder: rootPrefix) else {
       throw MountFailure(message: "bad --upload-threshold or --upload-chunk-size")  // validate() said why
     }
     // Before the client, filesystem and session make their series; off, they count into a no-op.
@@ -253,6 +230,7 @@ struct Mount: ParsableCommand {
         )
       }
     }
+    if !mountOptions.readOnly { reportParts(client, logger: logger) }
     configuration.renameDirectoryLimit = renameDirLimit
     configuration.readAheadBudget = readAheadBudget << 20
     configuration.retryDeadline = retryDeadline
@@ -290,6 +268,13 @@ struct Mount: ParsableCommand {
     session.shutdown(grace: 5)
     metricsServer?.stop()
     logger.info("unmounted \(mountpoint)")
+  }
+
+  private func uploadPolicy(partsUnder root: String = "") throws -> UploadPolicy {
+    try UploadPolicy(
+      threshold: uploadThreshold, chunkSize: uploadChunkSize,
+      compositeThreshold: Int64(compositeUploadThreshold) << 20,
+      partSize: Int64(compositePartSize) << 20, partsUnder: root)
   }
 
   private func checkMountpoint() throws(MountFailure) {

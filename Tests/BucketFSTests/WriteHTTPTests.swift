@@ -28,7 +28,9 @@ final class WriteHTTPTests: XCTestCase {
     fs = try makeFileSystem(deadline: 60)
   }
 
-  private func makeFileSystem(deadline: Double) throws -> BucketFileSystem {
+  private func makeFileSystem(deadline: Double, uploads: UploadPolicy = UploadPolicy()) throws
+    -> BucketFileSystem
+  {
     var retry = RetryPolicy()
     retry.initialBackoff = 0.01
     retry.maxBackoff = 0.05
@@ -38,7 +40,7 @@ final class WriteHTTPTests: XCTestCase {
     clients.append(http)
     let client = CloudStorageClient(
       bucket: "demo", endpoint: try Endpoint(server.endpoint), http: http, tokens: nil, retry: retry,
-      logger: quietLogger)
+      uploads: uploads, logger: quietLogger)
     return makeWritingFileSystem(client)
   }
 
@@ -60,13 +62,20 @@ final class WriteHTTPTests: XCTestCase {
     }
   }
 
-  func testAResumableOverwriteNeverReplacesAGenerationItWasNotOpenedOn() async throws {
+  /// Opens big.bin for overwrite, writes 9 MiB, lets another writer store
+  /// a generation, and checks that the flush is ESTALE.
+  private func overwriteAfterAnotherWriter() async throws -> (UInt64, UInt64) {
     server.store.put("big.bin", data: [1, 2, 3])
     let inode = try await fs.inode(at: "big.bin")
     let handle = try await fs.open(inode: inode, flags: O_WRONLY | O_TRUNC).handle
     try await writeLarge(inode, handle)
     server.store.put("big.bin", data: bytes("theirs"))
     await XCTAssertErrno(.stale) { try await self.fs.flush(inode: inode, handle: handle) }
+    return (inode, handle)
+  }
+
+  func testAResumableOverwriteNeverReplacesAGenerationItWasNotOpenedOn() async throws {
+    let (inode, handle) = try await overwriteAfterAnotherWriter()
     XCTAssertEqual(server.requests(.uploadSession).count, 1, "resumable, where the emulator would not refuse")
     XCTAssertEqual(text(server.store.data("big.bin")), "theirs")
     fs.release(inode: inode, handle: handle)
@@ -94,6 +103,47 @@ final class WriteHTTPTests: XCTestCase {
     XCTAssertLessThan(BucketFileSystem.monotonicSeconds() - started, 10, "within the retry deadline")
     XCTAssertNil(server.store.object("small.txt"))
     XCTAssertGreaterThan(server.requests(.upload).count, 1, "retried before giving up")
+    fs.release(inode: inode, handle: handle)
+  }
+
+  /// Composite above 1 MiB in 1 MiB parts: the 9 MiB file is 9 parts and one compose.
+  private func compositeFileSystem() throws -> BucketFileSystem {
+    try makeFileSystem(
+      deadline: 60,
+      uploads: try UploadPolicy(
+        threshold: 8 << 20, chunkSize: 8 << 20, compositeThreshold: 1 << 20, partSize: 1 << 20))
+  }
+
+  private var parts: [String] { server.store.names.filter { $0.hasPrefix(UploadPolicy.partDirectory) } }
+
+  func testACompositeOverwriteCarriesTheMetadataInOneCompose() async throws {
+    fs = try compositeFileSystem()
+    let old = server.store.put(
+      "big.bin", data: [1, 2, 3], contentType: "text/x-big", cacheControl: "no-cache",
+      custom: ["firebaseStorageDownloadTokens": "tok", "k": "v"])
+    let inode = try await fs.inode(at: "big.bin")
+    let handle = try await fs.open(inode: inode, flags: O_WRONLY | O_TRUNC).handle
+    try await writeLarge(inode, handle)
+    try await fs.close(inode, handle)
+    XCTAssertEqual(server.requests(.compose).count, 1)
+    XCTAssertEqual(server.requests(.compose).first?.query["ifGenerationMatch"], String(old.generation))
+    XCTAssertEqual(server.requests(.uploadSession).count, 9)
+    XCTAssertEqual(server.store.data("big.bin"), large)
+    let meta = try XCTUnwrap(server.store.object("big.bin"))
+    XCTAssertEqual(meta.contentType, "text/x-big")
+    XCTAssertEqual(meta.cacheControl, "no-cache")
+    XCTAssertEqual(meta.custom["firebaseStorageDownloadTokens"], "tok")
+    XCTAssertEqual(meta.custom["k"], "v")
+    XCTAssertNil(meta.md5Hash)
+    XCTAssertEqual(parts, [])
+  }
+
+  func testACompositeOverwriteOfAChangedFileIsStaleAndLeavesNoParts() async throws {
+    fs = try compositeFileSystem()
+    let (inode, handle) = try await overwriteAfterAnotherWriter()
+    XCTAssertEqual(server.requests(.compose).count, 1)
+    XCTAssertEqual(text(server.store.data("big.bin")), "theirs")
+    XCTAssertEqual(parts, [])
     fs.release(inode: inode, handle: handle)
   }
 }

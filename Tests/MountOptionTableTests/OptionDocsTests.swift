@@ -84,6 +84,8 @@ final class OptionDocsTests: XCTestCase {
     let uploads = UploadPolicy()
     XCTAssertEqual(uploads.threshold, T.uploadThreshold.value)
     XCTAssertEqual(uploads.chunkSize, T.uploadChunkSize.value)
+    XCTAssertEqual(uploads.compositeThreshold, Int64(T.compositeUploadThreshold.value) << 20)
+    XCTAssertEqual(uploads.partSize, Int64(T.compositePartSize.value) << 20)
     XCTAssertEqual(Self.codeSpans(T.endpoint.defaultText), [Endpoint.production])
   }
 

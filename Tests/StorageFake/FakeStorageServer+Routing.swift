@@ -15,6 +15,8 @@ extension FakeStorageServer {
     case rewrite(String, String, String, String)
     /// Bucket, source, destination.
     case move(String, String, String)
+    /// Bucket, destination.
+    case compose(String, String)
   }
 
   struct HTTPError: Error {
@@ -83,6 +85,12 @@ extension FakeStorageServer {
           let destination = URLText.decode(rest[marker.upperBound...], plusIsSpace: false)
         else { throw malformed }
         return .move(bucket, source, destination)
+      }
+      if rest.hasSuffix("/compose") {
+        guard let destination = URLText.decode(rest.dropLast("/compose".count), plusIsSpace: false) else {
+          throw malformed
+        }
+        return .compose(bucket, destination)
       }
     }
     guard let name = URLText.decode(rest, plusIsSpace: false) else { throw malformed }
@@ -189,6 +197,9 @@ extension FakeStorageServer {
     case .move(_, let source, _)?:
       objectName = source
       kind = .move
+    case .compose(_, let destination)?:
+      objectName = destination
+      kind = .compose
     case nil: break
     }
     return (kind, objectName)

@@ -12,7 +12,8 @@ import ObjectStore
 /// `GET /download/storage/v1/b/{b}/o/{name}` (media), `PATCH` and `DELETE /storage/v1/b/{b}/o/{name}`,
 /// `POST /upload/storage/v1/b/{b}/o` (multipart, media, or a resumable session's start),
 /// `PUT` to a session URI (chunks and status queries),
-/// `POST /storage/v1/b/{b}/o/{src}/rewriteTo/b/{b}/o/{dst}` and `POST .../o/{src}/moveTo/o/{dst}`.
+/// `POST /storage/v1/b/{b}/o/{src}/rewriteTo/b/{b}/o/{dst}`, `POST .../o/{src}/moveTo/o/{dst}`
+/// and `POST .../o/{dst}/compose`.
 /// Requests go through the store's protocol methods, so its call log, faults and latency
 /// apply too. Each request is handled in this order: recorded, scripted fault (if one
 /// matches), bearer check, route.
@@ -49,6 +50,8 @@ public final class FakeStorageServer: @unchecked Sendable {
     /// A session PUT asking how far it got (`Content-Range: bytes */SIZE`).
     case uploadStatus
     case delete, rewrite, move
+    /// `POST …/o/NAME/compose`.
+    case compose
   }
 
   /// A scripted answer that replaces (or delays) the normal one.
@@ -120,6 +123,8 @@ public final class FakeStorageServer: @unchecked Sendable {
     var serverChannel: Channel?
     var acceptTask: Task<Void, Never>?
     var connections: [ObjectIdentifier: Channel] = [:]
+    var inFlight: [RequestKind: Int] = [:]
+    var peakInFlight: [RequestKind: Int] = [:]
   }
 
   public let store: InMemoryObjectStore
@@ -156,6 +161,9 @@ public final class FakeStorageServer: @unchecked Sendable {
   public func requests(_ kind: RequestKind) -> [RecordedRequest] { requests.filter { $0.kind == kind } }
 
   public func resetRequests() { state.withLock { $0.requests.removeAll() } }
+
+  /// The most requests of `kind` that were being handled at once.
+  public func peakInFlight(_ kind: RequestKind) -> Int { state.withLock { $0.peakInFlight[kind] ?? 0 } }
 
   /// Queues scripted answers for the next requests of `kind`, one per request.
   public func injectFaults(_ responses: [ScriptedResponse], for kind: RequestKind) {
@@ -354,11 +362,14 @@ public final class FakeStorageServer: @unchecked Sendable {
 
     let scripted = state.withLock { s -> ScriptedResponse? in
       s.requests.append(record)
+      s.inFlight[kind, default: 0] += 1
+      s.peakInFlight[kind] = max(s.peakInFlight[kind] ?? 0, s.inFlight[kind] ?? 0)
       for index in s.rules.indices where !s.rules[index].queue.isEmpty && s.rules[index].matches(record) {
         return s.rules[index].queue.removeFirst()
       }
       return nil
     }
+    defer { state.withLock { $0.inFlight[kind, default: 1] -= 1 } }
     // Faults that change how the request is handled or answered, not whether.
     var modifier: ScriptedResponse?
     switch scripted {
@@ -434,6 +445,9 @@ public final class FakeStorageServer: @unchecked Sendable {
       case (.move(let b, let source, let destination), "POST"):
         try checkBucket(b)
         response = try await move(source, to: destination, query: query)
+      case (.compose(let b, let destination), "POST"):
+        try checkBucket(b)
+        response = try await compose(into: destination, query: query, body: body)
       default:
         response = .error(405, "Method \(method) is not allowed here.", reason: "methodNotAllowed")
       }

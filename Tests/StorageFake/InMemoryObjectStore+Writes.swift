@@ -97,7 +97,7 @@ extension InMemoryObjectStore {
     }
   }
 
-  private func runHooks(_ kind: CallKind) {
+  func runHooks(_ kind: CallKind) {
     let hooks = state.withLock { s in
       defer { s.writeHooks[kind] = nil }
       return s.writeHooks[kind] ?? []
@@ -115,10 +115,11 @@ extension InMemoryObjectStore {
     if let index = s.keys.firstIndex(of: key) { s.keys.remove(at: index) }
   }
 
-  /// A new generation of `name`, metageneration 1, as an upload makes it.
-  func storeLocked(_ s: inout State, name: String, data: [UInt8], attributes: ObjectAttributes)
-    -> ObjectMetadata
-  {
+  /// A new generation of `name`, metageneration 1, as an upload makes it;
+  /// with `components`, a composite object (a crc32c but no md5Hash).
+  func storeLocked(
+    _ s: inout State, name: String, data: [UInt8], attributes: ObjectAttributes, components: Int? = nil
+  ) -> ObjectMetadata {
     let key = Key(name.utf8)
     let now = Timestamp.nowMillis()
     // Generations are microsecond timestamps in the service; keep them unique and rising.
@@ -127,12 +128,14 @@ extension InMemoryObjectStore {
     let time = Timestamp.rfc3339(millis: now)
     var meta = ObjectMetadata(
       bucket: bucket, name: name, size: Int64(data.count), generation: generation, metageneration: 1,
-      timeCreated: time, updated: time, md5Hash: Checksum.md5Base64(data),
+      timeCreated: time, updated: time, md5Hash: components == nil ? Checksum.md5Base64(data) : nil,
       crc32c: Checksum.crc32cBase64(data),
       etag: Self.etag(generation: generation, metageneration: 1), storageClass: "STANDARD",
       custom: attributes.custom)
     for (field, value) in attributes.fields { meta[field] = value }
-    if s.objects.updateValue(Entry(meta: meta, data: data, updatedMillis: now), forKey: key) == nil {
+    if s.objects.updateValue(
+      Entry(meta: meta, data: data, updatedMillis: now, components: components), forKey: key) == nil
+    {
       if let last = s.keys.last, !last.precedes(key) { s.keysSorted = false }
       s.keys.append(key)
     }

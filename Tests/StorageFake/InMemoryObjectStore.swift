@@ -39,6 +39,7 @@ public final class InMemoryObjectStore: ObjectStore, @unchecked Sendable {
     case delete(String, ifGenerationMatch: Int64?)
     case copy(String, to: String, ifGenerationMatch: Int64?)
     case move(String, to: String, ifGenerationMatch: Int64?)
+    case compose([String], to: String, ifGenerationMatch: Int64?)
 
     public var kind: CallKind {
       switch self {
@@ -50,6 +51,7 @@ public final class InMemoryObjectStore: ObjectStore, @unchecked Sendable {
       case .delete: .delete
       case .copy: .copy
       case .move: .move
+      case .compose: .compose
       }
     }
 
@@ -67,12 +69,14 @@ public final class InMemoryObjectStore: ObjectStore, @unchecked Sendable {
         "copy(\(from) -> \(to), ifGenerationMatch: \(match.map(String.init) ?? "nil"))"
       case .move(let from, let to, let match):
         "move(\(from) -> \(to), ifGenerationMatch: \(match.map(String.init) ?? "nil"))"
+      case .compose(let sources, let to, let match):
+        "compose(\(sources) -> \(to), ifGenerationMatch: \(match.map(String.init) ?? "nil"))"
       }
     }
   }
 
   public enum CallKind: Sendable, Hashable, CaseIterable {
-    case list, metadata, read, patch, upload, delete, copy, move
+    case list, metadata, read, patch, upload, delete, copy, move, compose
   }
 
   /// The service's published custom metadata limits.
@@ -83,6 +87,8 @@ public final class InMemoryObjectStore: ObjectStore, @unchecked Sendable {
     var meta: ObjectMetadata
     var data: [UInt8]
     var updatedMillis: Int64
+    /// The service's `componentCount`: set for composite objects only.
+    var components: Int? = nil
   }
 
   struct State {

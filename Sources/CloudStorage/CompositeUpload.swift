@@ -1,0 +1,289 @@
+import NIOCore
+import ObjectStore
+import Synchronization
+
+#if canImport(FoundationEssentials)
+  import FoundationEssentials
+#else
+  import Foundation
+#endif
+
+// Parallel composite uploads, as gcloud makes them: the source's parts go up
+// at once as temporary objects under `PREFIX.bucketfs-parts/UPLOAD-ID/`, one
+// compose (in a tree beyond 32 parts) makes the object under the caller's
+// precondition, and the parts are deleted whatever happened.
+extension CloudStorageClient {
+  /// The parts could not be created here (403): the caller uploads in one stream instead.
+  struct PartsRefused: Error {
+    let reason: String
+  }
+
+  /// One object composed from: a part or an intermediate composite.
+  struct Component: Sendable {
+    let name: String
+    let generation: Int64
+  }
+
+  /// The objects an upload made under its prefix, for the cleanup.
+  final class Made: Sendable {
+    let objects = Mutex<[String: Int64]>([:])
+    func add(_ object: ObjectMetadata) { objects.withLock { $0[object.name] = object.generation } }
+  }
+
+  func compositeUpload(
+    _ name: String, from source: any UploadSource, attributes: ObjectAttributes, ifGenerationMatch: Int64?
+  ) async throws -> ObjectMetadata {
+    let prefix = uploads.partPrefix + Self.uploadID() + "/"
+    let made = Made()
+    do {
+      let parts = try await uploadParts(of: source, under: prefix, made: made)
+      let sources = try await composeTree(parts, under: prefix, made: made)
+      let object = try await compose(
+        sources, into: name, attributes: attributes, ifGenerationMatch: ifGenerationMatch, source: source)
+      await deleteParts(under: prefix, made: made, listing: false)
+      return object
+    } catch {
+      // A part whose answer was lost is in no record: the listing finds it.
+      await deleteParts(under: prefix, made: made, listing: true)
+      if case StorageError.accessDenied(let reason) = error, made.objects.withLock({ $0.isEmpty }) {
+        throw PartsRefused(reason: reason)
+      }
+      throw error
+    }
+  }
+
+  /// Each part in a resumable session of its own (streamed from the source,
+  /// resumed after faults), `parallelParts` at once, created with
+  /// `ifGenerationMatch=0`.
+  private func uploadParts(of source: any UploadSource, under prefix: String, made: Made) async throws
+    -> [Component]
+  {
+    let ranges = uploads.parts(of: source.size)
+    let plain = Self.partAttributes
+    return try await inParallel(ranges.count, limit: uploads.parallelParts) { index in
+      let name = prefix + Self.numbered(index)
+      let part = PartSource(whole: source, range: ranges[index])
+      let stored: ObjectMetadata
+      do {
+        stored = try await self.resumableUpload(name, from: part, attributes: plain, ifGenerationMatch: 0)
+      } catch StorageError.preconditionFailed {
+        // Not the destination's precondition: the caller must not see a conflict.
+        throw StorageError.unavailable("upload part \(name): the name is taken")
+      }
+      made.add(stored)
+      return Component(name: name, generation: stored.generation)
+    }
+  }
+
+  /// Composes groups of 32 into intermediate composites under the prefix
+  /// until one compose can take them all.
+  private func composeTree(_ parts: [Component], under prefix: String, made: Made) async throws -> [Component]
+  {
+    var level = parts
+    var round = 0
+    let limit = UploadPolicy.composeLimit
+    while level.count > limit {
+      round += 1
+      let groups = stride(from: 0, to: level.count, by: limit).map {
+        Array(level[$0..<min($0 + limit, level.count)])
+      }
+      let depth = round
+      level = try await inParallel(groups.count, limit: uploads.parallelParts) { index in
+        let name = prefix + "c\(depth)-" + Self.numbered(index)
+        let stored = try await self.composeIntermediate(groups[index], into: name)
+        made.add(stored)
+        return Component(name: name, generation: stored.generation)
+      }
+    }
+    return level
+  }
+
+  /// An intermediate composite: a new name under this upload's prefix, so a
+  /// repeat's 412 can only mean that the first attempt made it.
+  private func composeIntermediate(_ sources: [Component], into name: String) async throws -> ObjectMetadata {
+    let status: Int
+    let answer: ByteBuffer
+    do {
+      (status, answer) = try await sendCompose(
+        sources, into: name, attributes: Self.partAttributes, ifGenerationMatch: 0, idempotent: true)
+    } catch StorageError.preconditionFailed {
+      // As for a part: not the destination's precondition.
+      throw StorageError.unavailable("compose \(name): the name is taken")
+    }
+    if status == 412 { return try await metadata(of: name) }
+    return try read(answer, what: "composed object \(name)", as: ObjectResource.init(reading:))
+      .metadata(defaultBucket: bucket)
+  }
+
+  /// The final compose, with every property the single upload would set and
+  /// the caller's precondition; repeated after a transient failure only
+  /// under a precondition, whose 412 on a repeat is checked as an upload's is.
+  private func compose(
+    _ sources: [Component], into name: String, attributes: ObjectAttributes, ifGenerationMatch: Int64?,
+    source: any UploadSource
+  ) async throws -> ObjectMetadata {
+    let (status, answer) = try await sendCompose(
+      sources, into: name, attributes: attributes, ifGenerationMatch: ifGenerationMatch,
+      idempotent: ifGenerationMatch != nil)
+    if status == 412 {
+      return try await ownObject(
+        name, from: source, attributes: attributes, contentType: Self.contentType(attributes))
+    }
+    return try await uploadedObject(answer, name: name, size: source.size)
+  }
+
+  /// `POST …/o/NAME/compose`; each source pinned to its generation. A 412
+  /// after an attempt that may have reached the service comes back as a status.
+  private func sendCompose(
+    _ sources: [Component], into name: String, attributes: ObjectAttributes, ifGenerationMatch: Int64?,
+    idempotent: Bool
+  ) async throws -> (Int, ByteBuffer) {
+    var resource = attributes
+    resource.contentType = Self.contentType(attributes)
+    let body: Data
+    do {
+      let encoder = JSONEncoder()
+      encoder.outputFormatting = [.sortedKeys]
+      body = try encoder.encode(
+        ComposeBody(
+          destination: ObjectBody(name: nil, attributes: resource),
+          sourceObjects: sources.map { .init(name: $0.name, generation: $0.generation) }))
+    } catch {
+      throw StorageError.badRequest("could not encode a compose request: \(error)")
+    }
+    var query: [(String, String)] = []
+    if let ifGenerationMatch { query.append(("ifGenerationMatch", String(ifGenerationMatch))) }
+    query.append(("fields", Fields.object))
+    let (status, _, answer) = try await exchange(
+      .POST, .compose, url: "\(objectsPath)/\(name.percentEncoded)/compose" + queryString(query),
+      headers: [("Content-Type", "application/json; charset=UTF-8")], body: ByteBuffer(bytes: body),
+      operation: "compose \(name) from \(sources.count) objects", maxBody: 4 << 20, idempotent: idempotent,
+      settledAfterRetry: [412])
+    return (status, answer)
+  }
+
+  /// Deletes what the upload made (each under its generation), and with
+  /// `listing` whatever else its prefix holds. Not cancelled with the
+  /// upload; failures are logged, never thrown: the upload's outcome stands.
+  private func deleteParts(under prefix: String, made: Made, listing: Bool) async {
+    await Task {
+      var objects = made.objects.withLock { $0 }
+      if listing {
+        var token: String?
+        repeat {
+          guard
+            let page = try? await self.list(prefix: prefix, delimiter: nil, pageSize: 1000, pageToken: token)
+          else { break }
+          for item in page.items { objects[item.name] = item.generation }
+          token = page.nextPageToken
+        } while token != nil
+      }
+      let all = objects.map { Component(name: $0.key, generation: $0.value) }
+      let failed = await self.deleteAll(all)
+      if failed > 0 {
+        self.logger.warning(
+          "\(failed) of \(all.count) parts under gs://\(self.bucket)/\(prefix) could not be deleted; `\(self.cleanCommand) --older-than 0` removes them"
+        )
+      }
+    }.value
+  }
+
+  /// Deletes each object under its generation, `parallelParts` at once; one
+  /// already gone counts as deleted. Returns how many could not be deleted.
+  func deleteAll(_ objects: [Component]) async -> Int {
+    let failures = try? await inParallel(objects.count, limit: uploads.parallelParts) { index in
+      do {
+        try await self.delete(objects[index].name, ifGenerationMatch: objects[index].generation)
+        return 0
+      } catch StorageError.notFound {
+        return 0
+      } catch {
+        self.logger.warning("could not delete \(objects[index].name): \(error)")
+        return 1
+      }
+    }
+    return failures?.reduce(0, +) ?? objects.count
+  }
+
+  /// `body(i)` for each `i` below `count`, at most `limit` at once, results
+  /// in order. After a failure no more start, those under way are let finish
+  /// (so that what they store is known, for the cleanup), and the first
+  /// failure is thrown.
+  func inParallel<T: Sendable>(
+    _ count: Int, limit: Int, _ body: @escaping @Sendable (Int) async throws -> T
+  ) async throws -> [T] {
+    let outcomes = await withTaskGroup(of: (Int, Result<T, any Error>).self) { group in
+      var results = [Result<T, any Error>?](repeating: nil, count: count)
+      var failed = false
+      for index in 0..<count {
+        if index >= limit, let next = await group.next() {
+          results[next.0] = next.1
+          if case .failure = next.1 { failed = true }
+        }
+        if failed { break }
+        group.addTask {
+          do {
+            let value = try await body(index)
+            return (index, .success(value))
+          } catch {
+            return (index, .failure(error))
+          }
+        }
+      }
+      for await (done, outcome) in group { results[done] = outcome }
+      return results
+    }
+    var values: [T] = []
+    for outcome in outcomes {
+      switch outcome {
+      case .success(let value)?: values.append(value)
+      case .failure(let error)?: throw error
+      case nil: break
+      }
+    }
+    // Every outcome ended well, or a failure was thrown above: all ran.
+    return values
+  }
+
+  /// What parts and intermediate composites are stored with: only a type.
+  static let partAttributes = ObjectAttributes(fields: [.contentType: "application/octet-stream"])
+
+  /// A name for one upload's parts: when it began (Unix seconds, so that
+  /// `clean-parts` can spare uploads under way) and 10 random base-36 digits.
+  static func uploadID() -> String {
+    let seconds = Int64(Date().timeIntervalSince1970)
+    let digits = String(UInt64.random(in: 0...UInt64.max) % 3_656_158_440_062_976, radix: 36)  // 36^10
+    return "\(seconds)-" + String(repeating: "0", count: 10 - digits.count) + digits
+  }
+
+  /// `index` in four digits at least, so parts list in order.
+  static func numbered(_ index: Int) -> String {
+    let digits = String(index)
+    return String(repeating: "0", count: max(0, 4 - digits.count)) + digits
+  }
+}
+
+/// `range` of another source, read as a source of its own.
+struct PartSource: UploadSource {
+  let whole: any UploadSource
+  let range: Range<Int64>
+
+  var size: Int64 { range.upperBound - range.lowerBound }
+
+  func read(at offset: Int64, count: Int) throws -> ByteBuffer {
+    let available = max(0, min(Int64(count), size - offset))
+    var piece = try whole.read(at: range.lowerBound + offset, count: Int(available))
+    if piece.readableBytes > Int(available) { piece.moveWriterIndex(to: piece.readerIndex + Int(available)) }
+    return piece
+  }
+}
+
+/// The JSON API's compose request.
+struct ComposeBody: Encodable {
+  struct Source: Encodable {
+    let name: String
+    let generation: Int64
+  }
+  let destination: ObjectBody
+  let sourceObjects: [Source]
+}

@@ -1,0 +1,60 @@
+import AsyncHTTPClient
+import Credentials
+import Logging
+import ServiceAccess
+
+#if canImport(Glibc)
+  import Glibc
+#endif
+
+// The endpoint and credentials of a command that talks to the service
+// (mount, clean-parts), from its options and the environment.
+
+/// `--endpoint`, else `STORAGE_EMULATOR_HOST`, else production; and whether
+/// it came from `STORAGE_EMULATOR_HOST` (an emulator gets no credentials).
+func serviceEndpoint(
+  _ option: String?, anonymous: Bool, credentials: String?, accessTokenFile: String?, allowInsecureHTTP: Bool
+) throws(Mount.MountFailure) -> (Endpoint, emulated: Bool) {
+  let emulator = getenv("STORAGE_EMULATOR_HOST").map { String(cString: $0) }.flatMap {
+    $0.isEmpty ? nil : $0
+  }
+  let endpoint: Endpoint
+  do {
+    endpoint = try Endpoint(option ?? emulator ?? Endpoint.production, allowInsecure: allowInsecureHTTP)
+  } catch {
+    throw Mount.MountFailure(message: error.description)
+  }
+  if anonymous && (credentials != nil || accessTokenFile != nil) {
+    throw Mount.MountFailure(
+      message: "--anonymous cannot be combined with --credentials or --access-token-file")
+  }
+  return (endpoint, emulator != nil && option == nil)
+}
+
+/// The credentials discovered, checked by getting one token now, so a bad
+/// credential is one clear line rather than EACCES later; nil when anonymous.
+/// (Google's libraries send no credentials to an emulator.)
+func accessTokens(
+  anonymous: Bool, credentials: String?, accessTokenFile: String?, http: HTTPClient, logger: Logger
+) throws(Mount.MountFailure) -> (any AccessTokenProvider)? {
+  guard !anonymous else { return nil }
+  do {
+    let provider = try discover(
+      explicitFile: credentials, accessTokenFile: accessTokenFile, environment: processEnvironment(),
+      http: http, logger: logger)
+    let failure = blocking { () async -> String? in
+      do {
+        _ = try await provider.token(refresh: false)
+        return nil
+      } catch {
+        return "\(error)"
+      }
+    }
+    if let failure { throw Mount.MountFailure(message: failure) }
+    return provider
+  } catch let failure as Mount.MountFailure {
+    throw failure
+  } catch {
+    throw Mount.MountFailure(message: "\(error)")
+  }
+}
