@@ -141,9 +141,11 @@ final class FileReader: Sendable {
       defer { state.lastEnd = end }
       if covered {
         state.streak += 1
-        // Waiting for bytes on their way: the window is short of the bandwidth-delay product.
+        // Waiting for bytes on their way with full-size segments: the window
+        // is short of the bandwidth-delay product. (While segments still grow
+        // with the streak, it is short because the reader is new.)
         if let needed = state.segments.first(where: { $0.end > offset }), needed.bytes == nil,
-          needed.id > state.grownAfter, state.streams < maxStreams
+          needed.id > state.grownAfter, state.streams < maxStreams, rampDone(state.streak)
         {
           state.streams = min(state.streams * 2, maxStreams)
           state.grownAfter = state.nextID - 1
@@ -283,6 +285,10 @@ final class FileReader: Sendable {
   private func segmentSize(_ state: State) -> UInt64 {
     let ramp = min(maxSegment, firstSegment << UInt64(min(state.streak, 16)))
     return min(ramp, max(firstSegment, maxAhead / UInt64(state.streams)))
+  }
+
+  private func rampDone(_ streak: Int) -> Bool {
+    firstSegment << UInt64(min(streak, 16)) >= maxSegment
   }
 
   /// Starts fetching a segment from `start`, as large as the streak and the
