@@ -444,9 +444,11 @@ class Record:
 
 
 class Pace:
-    """Paces one body to ``bps`` bytes a second (0: unpaced): after each piece
-    it sleeps until the bytes so far are due, on the monotonic clock, so a late
-    wake-up is made up by the next piece instead of adding up."""
+    """Paces one body to ``bps`` bytes a second (0: unpaced). Called with each
+    piece's size after reading it, or before writing it, it sleeps until the
+    bytes so far are due (on the monotonic clock, from the first call), so a
+    body of N bytes takes at least N / bps, and a late wake-up is made up by
+    the next piece instead of adding up."""
 
     PIECE = 64 * 1024
 
@@ -539,8 +541,8 @@ class CountingProxy:
                 view = memoryview(data)
                 for at in range(0, len(view), Pace.PIECE):
                     piece = view[at:at + Pace.PIECE]
-                    self.wfile.write(piece)
                     pace(len(piece))
+                    self.wfile.write(piece)
 
             def _handle(self):
                 raw_path, _, query = self.path.partition("?")
@@ -659,8 +661,8 @@ class CountingProxy:
                         chunk = resp.read(piece)
                         if not chunk:
                             break
-                        self.wfile.write(chunk)
                         pace(len(chunk))
+                        self.wfile.write(chunk)
                 else:
                     self.send_header("Transfer-Encoding", "chunked")
                     self.end_headers()
@@ -668,8 +670,8 @@ class CountingProxy:
                         chunk = resp.read1(piece) if hasattr(resp, "read1") else resp.read(65536)
                         if not chunk:
                             break
-                        self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
                         pace(len(chunk))
+                        self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
                     self.wfile.write(b"0\r\n\r\n")
                 self.wfile.flush()
 
