@@ -25,6 +25,12 @@ final class ParallelReadTests: XCTestCase {
     (0..<count).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ $0 >> 11) }
   }
 
+  /// A store holding a file of `size` bytes, behind a HeldReadStore.
+  func fixture(_ size: Int, holding: Bool = false) -> (InMemoryObjectStore, HeldReadStore, [UInt8]) {
+    let base = InMemoryObjectStore(bucket: "demo")
+    return (base, HeldReadStore(base, holding: holding), pattern(size))
+  }
+
   /// A reader of `data` through `store`: segments of at most 256 KiB, 16 in
   /// flight at most (4 MiB ahead).
   func makeReader(
@@ -86,10 +92,8 @@ final class ParallelReadTests: XCTestCase {
   }
 
   func testSequentialReaderGrowsItsParallelRequestsUpToTheLimit() async throws {
-    let base = InMemoryObjectStore(bucket: "demo")
-    let store = HeldReadStore(base, holding: true)
-    let data = pattern(24 << 20)
     let budget = ReadAheadBudget(capacity: 64 << 20)
+    let (base, store, data) = fixture(24 << 20, holding: true)
     let reader = makeReader(base, store, data, budget: budget)
     let (read, rounds) = try await Self.readHeld(reader, store, budget: budget)
     XCTAssertTrue(read == data)
@@ -104,9 +108,7 @@ final class ParallelReadTests: XCTestCase {
 
   /// A reader that waits only for its first bytes keeps the first window.
   func testReaderThatNeverWaitsAfterTheStartKeepsFourStreams() async throws {
-    let base = InMemoryObjectStore(bucket: "demo")
-    let store = HeldReadStore(base)
-    let data = pattern(8 << 20)
+    let (base, store, data) = fixture(8 << 20)
     let reader = makeReader(base, store, data)
     var read = try await reader.read(offset: 0, count: 128 << 10).array
     while read.count < data.count {
@@ -125,9 +127,7 @@ final class ParallelReadTests: XCTestCase {
   }
 
   func testRandomReadsFetchExactlyTheBytesAsked() async throws {
-    let base = InMemoryObjectStore(bucket: "demo")
-    let store = HeldReadStore(base)
-    let data = pattern(16 << 20)
+    let (base, store, data) = fixture(16 << 20)
     let reader = makeReader(base, store, data)
     var generator = SplitMix64.forTest(seed: 21)
     var asked: [Range<Int64>] = []
@@ -147,10 +147,8 @@ final class ParallelReadTests: XCTestCase {
   }
 
   func testBudgetBoundsWhatParallelSegmentsHold() async throws {
-    let base = InMemoryObjectStore(bucket: "demo")
-    let store = HeldReadStore(base, holding: true)
-    let data = pattern(12 << 20)
     let budget = ReadAheadBudget(capacity: 1 << 20)
+    let (base, store, data) = fixture(12 << 20, holding: true)
     var reader: FileReader? = makeReader(base, store, data, budget: budget)
     let (read, rounds) = try await Self.readHeld(try XCTUnwrap(reader), store, budget: budget)
     XCTAssertTrue(read == data)
@@ -163,9 +161,7 @@ final class ParallelReadTests: XCTestCase {
   }
 
   func testFailedPartIsFetchedAgainAlone() async throws {
-    let base = InMemoryObjectStore(bucket: "demo")
-    let store = HeldReadStore(base)
-    let data = pattern(6 << 20)
+    let (base, store, data) = fixture(6 << 20)
     let reader = makeReader(base, store, data)
     let failed = Int64(2 * Self.segment)
     store.fail(at: failed)
@@ -177,18 +173,26 @@ final class ParallelReadTests: XCTestCase {
     XCTAssertEqual(ranges.map(\.count).reduce(0, +), data.count + Self.segment)
   }
 
+  /// Reads the first segment, then the part at `offset`: what that read fails with (nil: nothing).
+  static func failure(reading reader: FileReader, at offset: Int64) async throws -> (any Error)? {
+    _ = try await reader.read(offset: 0, count: segment)
+    do {
+      _ = try await reader.read(offset: UInt64(offset), count: 128 << 10)
+      return nil
+    } catch {
+      return error
+    }
+  }
+
   func testPartFailingTwiceFailsTheReadAndTheNextReadAsksAgain() async throws {
-    let base = InMemoryObjectStore(bucket: "demo")
-    let store = HeldReadStore(base)
-    let data = pattern(4 << 20)
+    let (base, store, data) = fixture(4 << 20)
     let reader = makeReader(base, store, data)
     let failed = Int64(Self.segment)
     store.fail(at: failed, times: 2)
-    _ = try await reader.read(offset: 0, count: Self.segment)
-    do {
-      _ = try await reader.read(offset: UInt64(failed), count: 128 << 10)
-      XCTFail("the part failed twice")
-    } catch StorageError.unavailable {}
+    let error = try await Self.failure(reading: reader, at: failed)
+    guard case StorageError.unavailable? = error else {
+      return XCTFail("the part failed twice: \(String(describing: error))")
+    }
     XCTAssertEqual(store.ranges.filter { $0.lowerBound == failed }.count, 2, "one retry, not more")
     let rest = try await Self.readAll(reader, from: UInt64(failed))
     XCTAssertTrue(rest == Array(data[Int(failed)...]))
@@ -196,9 +200,7 @@ final class ParallelReadTests: XCTestCase {
 
   /// Within a read whose deadline allows no retry, a failed part is not fetched again.
   func testNoSecondFetchWhenTheDeadlineAllowsNoRetry() async throws {
-    let base = InMemoryObjectStore(bucket: "demo")
-    let store = HeldReadStore(base)
-    let data = pattern(2 << 20)
+    let (base, store, data) = fixture(2 << 20)
     let reader = makeReader(base, store, data)
     store.fail(at: 0)
     do {
@@ -211,9 +213,7 @@ final class ParallelReadTests: XCTestCase {
   }
 
   func testShortPartIsFetchedAgainAndNeverGivesAShortRead() async throws {
-    let base = InMemoryObjectStore(bucket: "demo")
-    let store = HeldReadStore(base)
-    let data = pattern(3 << 20)
+    let (base, store, data) = fixture(3 << 20)
     let reader = makeReader(base, store, data)
     let short = Int64(Self.segment)
     store.answerShort(at: short)
@@ -224,17 +224,14 @@ final class ParallelReadTests: XCTestCase {
     // Short every time: an error, not a short reply (the kernel would take it as the end).
     let again = makeReader(base, store, data)
     store.answerShort(at: short, times: 2)
-    _ = try await again.read(offset: 0, count: Self.segment)
-    do {
-      _ = try await again.read(offset: UInt64(short), count: 128 << 10)
-      XCTFail("a short part twice")
-    } catch StorageError.invalidResponse {}
+    let error = try await Self.failure(reading: again, at: short)
+    guard case StorageError.invalidResponse? = error else {
+      return XCTFail("short twice: \(String(describing: error))")
+    }
   }
 
   func testInterruptedReaderGivesUpItsPartAndALaterReadGetsIt() async throws {
-    let base = InMemoryObjectStore(bucket: "demo")
-    let store = HeldReadStore(base, holding: true)
-    let data = pattern(2 << 20)
+    let (base, store, data) = fixture(2 << 20, holding: true)
     let reader = makeReader(base, store, data)
     let waiting = Task { try await reader.read(offset: 0, count: 4096) }
     let held = await eventually { store.waiting > 0 }
