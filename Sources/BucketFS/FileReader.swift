@@ -7,10 +7,11 @@ import Synchronization
 ///
 /// A sequential reader gets a stream of segments fetched ahead of it, larger
 /// the longer it stays sequential, several in flight at once (parallel ranged
-/// GETs); a random reader gets exactly the bytes it asks for. The number of
-/// segments in flight starts at four and doubles whenever the reader has to
-/// wait for bytes still on their way, which means the window is short of the
-/// bandwidth-delay product, up to ``maxStreams`` and `maxAhead` bytes. Reads of bytes that have already
+/// GETs); a random reader gets exactly the bytes it asks for. The segments in
+/// flight start at four and double whenever the reader, its segments full
+/// size, has to wait for bytes still on their way (the window is short of the
+/// bandwidth-delay product), up to `maxStreams` and `maxAhead` bytes; a failed
+/// or short segment is fetched again alone. Reads of bytes that have already
 /// arrived are answered synchronously (``buffered(offset:count:)``): the session
 /// thread replies at once, which is what keeps a sequential read at the speed
 /// of the network rather than of task switches.
@@ -236,8 +237,8 @@ final class FileReader: Sendable {
     }
   }
 
-  /// Errors a second fetch of the same bytes may not get: an outage that
-  /// outlived one request's retries, or a short or malformed answer.
+  /// Errors a second fetch of the same bytes may not meet again: an outage
+  /// that outlived one request's retries, or a short or malformed answer.
   private static func mayRetry(_ error: StorageError) -> Bool {
     switch error {
     case .unavailable, .invalidResponse: true
