@@ -27,7 +27,10 @@ once, puts the request-counting proxy in front of it, and measures:
 
 --latency-ms L makes the counting proxy hold every request L ms (one network
 round trip); every timing then goes through the proxy, references included,
-and each run is also the counted one.
+and each run is also the counted one. --stream-mbps R caps each request's body
+and each response's body in the proxy at R MB/s (one TCP stream's share of a
+WAN). `--only wan` (bench/wan.py) reads and writes one --wan-mib object through
+that model: curl, 8 parallel streams, and each mount, side by side.
 
 Each data set lives in its own bucket: the emulator's memory backend inserts
 in O(objects in the bucket), so seeding one bucket of 100,000 is quadratic;
@@ -59,6 +62,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
 import fakegcs as F  # noqa: E402
+import wan  # noqa: E402  (bench/wan.py)
 
 import requests  # noqa: E402  (in .venv)
 
@@ -953,6 +957,9 @@ def main() -> int:
     ap.add_argument("--cp-tree", default=None, help="shape of the copied tree (8) (default 5x10x10: 500 files)")
     ap.add_argument("--latency-ms", type=float, default=0.0,
                     help="hold every request this long in the counting proxy and time through it")
+    ap.add_argument("--stream-mbps", type=float, default=0.0,
+                    help="cap each request's and each response's body in the proxy at this many MB/s (a WAN stream)")
+    ap.add_argument("--wan-mib", type=int, default=128, help="size of the object of the WAN section (--only wan)")
     ap.add_argument("--bucketfs-bin", default=os.environ.get("BUCKETFS_BIN") or BucketFSMount.binary)
     ap.add_argument("--seed-workers", type=int, default=8)
     ap.add_argument("--json", help="also write the raw results here")
@@ -991,21 +998,24 @@ def main() -> int:
         log(f"emulator {gcs.url}; seeding xattr={a.xattr_files} size={a.size_mib} MiB")
         seeding |= seed(gcs, a)
         log("seeded in " + ", ".join(f"{k} {v:.1f} s" for k, v in seeding.items()))
-        proxy = F.CountingProxy(gcs.url, latency=a.latency_ms / 1000).start()
+        proxy = F.CountingProxy(gcs.url, latency=a.latency_ms / 1000, stream_bps=a.stream_mbps * 1e6).start()
         b = Bench(a, gcs, proxy, root, log_dir)
         steps = {"1": b.t1_ls, "2": b.t2_head_and_rss, "4": b.t4_read, "5": b.t5_getfattr, "6": b.t6_stat,
-                 "7": b.t7_parallel_rss, "8": b.t8_tree, "9": b.t9_cat, "10": b.t10_write}
+                 "7": b.t7_parallel_rss, "8": b.t8_tree, "9": b.t9_cat, "10": b.t10_write,
+                 "wan": lambda: b.res.__setitem__("wan", wan.run(b, sh, median_run, counted, ENV))}
         for k in a.only.split(","):
             t0 = time.monotonic()
             log(f"measurement {k} ...")
             steps[k]()
             log(f"measurement {k} done in {time.monotonic() - t0:.1f} s")
-        table = report(a, b.res)
+        table = "\n\n".join(
+            ([report(a, b.res)] if set(b.res) - {"wan"} else []) + ([wan.report(a, b.res["wan"])] if "wan" in b.res else []))
         binary = os.path.realpath(a.bucketfs_bin)
         head = (f"bucketfs binary: {binary} ({'release' if '/release/' in binary else 'debug' if '/debug/' in binary else '?'}); "
                 f"N1={a.n1} N2={a.n2} SIZE={a.size_mib} MiB xattr files={a.xattr_files} stat files={a.stat_files} "
                 f"parallel={a.parallel_files}×{a.parallel_mib} MiB; "
                 f"tree {'x'.join(map(str, a.tree))} cp {'x'.join(map(str, a.cp_tree))}; latency {a.latency_ms:g} ms; "
+                f"stream cap {a.stream_mbps:g} MB/s; "
                 f"median of {a.repeat}; seeding {sum(seeding.values()):.0f} s; total {time.monotonic() - t_start:.0f} s")
         print(head)
         print()

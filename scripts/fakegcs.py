@@ -9,7 +9,8 @@ small command-line tool:
                                               start a detached emulator, print its URL
     fakegcs.py stop --pidfile F               stop it
     fakegcs.py seed-demo URL BUCKET           create BUCKET with the seeds' examples
-    fakegcs.py proxy URL [--port P]           run a request-counting proxy in front of URL
+    fakegcs.py proxy URL [--port P] [--latency-ms L] [--stream-mbps R]
+                                              run a request-counting proxy in front of URL
 
 What is in here:
 
@@ -26,6 +27,9 @@ What is in here:
   bucketfs is pointed at the proxy's URL so tests can count what it asks for.
   It can also fail requests: all of some kinds (``set_fault``), or a seeded
   random few (``set_random_faults``: 503s, resets, lost answers, stalls).
+  With ``latency`` and ``stream_bps`` it models a WAN: each request waits one
+  round trip, and each request's body and each response's body move at most
+  ``stream_bps`` bytes a second, as one TCP stream would (``Pace``).
 """
 
 from __future__ import annotations
@@ -439,6 +443,32 @@ class Record:
         return f"{self.kind:8} {self.method} {self.raw_path}{'?' + self.query if self.query else ''} -> {self.status}"
 
 
+class Pace:
+    """Paces one body to ``bps`` bytes a second (0: unpaced). Called with each
+    piece's size after reading it, or before writing it, it sleeps until the
+    bytes so far are due (on the monotonic clock, from the first call), so a
+    body of N bytes takes at least N / bps, and a late wake-up is made up by
+    the next piece instead of adding up."""
+
+    PIECE = 64 * 1024
+
+    def __init__(self, bps: float):
+        self.bps = bps
+        self.start: float | None = None
+        self.done = 0
+
+    def __call__(self, n: int) -> None:
+        if self.bps <= 0:
+            return
+        now = time.monotonic()
+        if self.start is None:
+            self.start = now
+        self.done += n
+        wait = self.start + self.done / self.bps - now
+        if wait > 0:
+            time.sleep(wait)
+
+
 class _ThreadingServer(socketserver.ThreadingMixIn, http.server.HTTPServer):
     daemon_threads = True
     allow_reuse_address = True
@@ -449,11 +479,14 @@ class CountingProxy:
     ``set_fault`` makes it fail requests of some kinds instead;
     ``set_random_faults`` fails a seeded random few of them."""
 
-    def __init__(self, upstream: str, port: int = 0, latency: float = 0.0):
+    def __init__(self, upstream: str, port: int = 0, latency: float = 0.0, stream_bps: float = 0.0):
         u = urllib.parse.urlsplit(upstream)
         # Seconds each request waits before it is forwarded: one network round trip
         # (requests under way at once wait in parallel, as on a real network).
         self.latency = latency
+        # Bytes a second each request body and each response body may move (0: no cap):
+        # one TCP stream's share of a WAN; requests under way at once each get it.
+        self.stream_bps = stream_bps
         assert u.scheme == "http", "only plain http upstreams"
         self.upstream_host, self.upstream_port = u.hostname, u.port or 80
         self.upstream_base = f"http://{self.upstream_host}:{self.upstream_port}"
@@ -473,9 +506,19 @@ class CountingProxy:
             def log_message(self, fmt, *args):  # quiet
                 pass
 
+            def _read(self, n: int, out: bytearray, pace: Pace) -> None:
+                while n > 0:
+                    piece = self.rfile.read(min(n, Pace.PIECE) if pace.bps > 0 else n)
+                    if not piece:
+                        raise ConnectionError("client closed mid-body")
+                    out += piece
+                    n -= len(piece)
+                    pace(len(piece))
+
             def _body(self) -> bytes | None:
+                pace = Pace(proxy.stream_bps)
+                out = bytearray()
                 if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
-                    out = bytearray()
                     while True:
                         line = self.rfile.readline().strip()
                         n = int(line.split(b";")[0], 16)
@@ -483,10 +526,23 @@ class CountingProxy:
                             while self.rfile.readline() not in (b"\r\n", b"\n", b""):
                                 pass
                             return bytes(out)
-                        out += self.rfile.read(n)
+                        self._read(n, out, pace)
                         self.rfile.readline()
                 n = int(self.headers.get("Content-Length") or 0)
-                return self.rfile.read(n) if n else None
+                if not n:
+                    return None
+                self._read(n, out, pace)
+                return bytes(out)
+
+            def _write(self, data: bytes, pace: Pace) -> None:
+                if pace.bps <= 0:
+                    self.wfile.write(data)
+                    return
+                view = memoryview(data)
+                for at in range(0, len(view), Pace.PIECE):
+                    piece = view[at:at + Pace.PIECE]
+                    pace(len(piece))
+                    self.wfile.write(piece)
 
             def _handle(self):
                 raw_path, _, query = self.path.partition("?")
@@ -571,6 +627,8 @@ class CountingProxy:
                 self.connection.close()
 
             def _relay(self, resp: http.client.HTTPResponse):
+                pace = Pace(proxy.stream_bps)
+                piece = Pace.PIECE if pace.bps > 0 else 256 * 1024
                 self.send_response_only(resp.status, resp.reason)
                 length = resp.getheader("Content-Length")
                 no_body = self.command == "HEAD" or resp.status in (204, 304) or 100 <= resp.status < 200
@@ -587,7 +645,7 @@ class CountingProxy:
                     data = resp.read().replace(proxy.upstream_base.encode(), proxy.url.encode())
                     self.send_header("Content-Length", str(len(data)))
                     self.end_headers()
-                    self.wfile.write(data)
+                    self._write(data, pace)
                     self.wfile.flush()
                     return
                 if no_body:
@@ -600,17 +658,19 @@ class CountingProxy:
                     self.send_header("Content-Length", length)
                     self.end_headers()
                     while True:
-                        chunk = resp.read(256 * 1024)
+                        chunk = resp.read(piece)
                         if not chunk:
                             break
+                        pace(len(chunk))
                         self.wfile.write(chunk)
                 else:
                     self.send_header("Transfer-Encoding", "chunked")
                     self.end_headers()
                     while True:
-                        chunk = resp.read1(256 * 1024) if hasattr(resp, "read1") else resp.read(65536)
+                        chunk = resp.read1(piece) if hasattr(resp, "read1") else resp.read(65536)
                         if not chunk:
                             break
+                        pace(len(chunk))
                         self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
                     self.wfile.write(b"0\r\n\r\n")
                 self.wfile.flush()
@@ -777,7 +837,7 @@ def _cmd_stop(a) -> int:
 
 
 def _cmd_proxy(a) -> int:
-    p = CountingProxy(a.upstream, a.port).start()
+    p = CountingProxy(a.upstream, a.port, latency=a.latency_ms / 1000, stream_bps=a.stream_mbps * 1e6).start()
     print(p.url, flush=True)
     try:
         last = 0
@@ -808,6 +868,8 @@ def main(argv: list[str] | None = None) -> int:
     s = sub.add_parser("proxy")
     s.add_argument("upstream")
     s.add_argument("--port", type=int, default=0)
+    s.add_argument("--latency-ms", type=float, default=0.0, help="hold each request this long")
+    s.add_argument("--stream-mbps", type=float, default=0.0, help="cap each body at this many MB/s")
     a = ap.parse_args(argv)
     if a.cmd == "binary":
         print(find_binary())

@@ -1,11 +1,14 @@
 """The benchmark script itself, at tiny sizes: it runs every measurement end to
 end, leaves nothing mounted, and its request counts are the ones the goals
-name. Timings are not checked here (BENCHMARKS.md is where they live)."""
+name. Timings are not checked here (BENCHMARKS.md is where they live), but
+for the proxy's stream cap, whose time has a lower bound no load can break."""
 
 import json
 import os
 import subprocess
 import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -81,3 +84,57 @@ def test_bench_runs_every_measurement_with_the_expected_requests(bucketfs_bin, t
                 "on a local tmpfs copy of the tree", "| 8 | cold `cp -r`", "| 9 | `cat`", "waited 2 ms",
                 "| 10 | `cp` of", "requests per file"):
         assert row in table, row
+
+
+def test_wan_section_reads_in_parallel_and_composes(bucketfs_bin, tmp_path):
+    """`--only wan`: every row of the WAN model is measured through the capped proxy;
+    bucketfs reads the object in several ranged GETs, the reference composes its parts."""
+    out_json, out_md = tmp_path / "wan.json", tmp_path / "wan.md"
+    args = [sys.executable, str(REPO / "bench" / "run.py"), "--only", "wan", "--wan-mib", "24",
+            "--latency-ms", "2", "--stream-mbps", "200", "--repeat", "1", "--tools", "bucketfs",
+            "--n1", "5", "--n2", "5", "--size-mib", "1", "--xattr-files", "1", "--stat-files", "2",
+            "--parallel-mib", "1", "--tree", "2x2", "--cp-tree", "2x2",
+            "--bucketfs-bin", bucketfs_bin, "--json", str(out_json), "--markdown", str(out_md)]
+    r = subprocess.run(args, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL,
+                       env={k: v for k, v in os.environ.items() if k != "STORAGE_EMULATOR_HOST"})
+    assert r.returncode == 0, r.stderr[-3000:]
+    wan = json.loads(out_json.read_text())["results"]["wan"]
+    for row in ("read curl", "read 8 streams", "write curl", "write 8 parts + compose", "read bucketfs",
+                "write bucketfs"):
+        assert wan[row]["mbs"] > 0, (row, wan[row])
+    assert made(wan["read curl"]["req"]) == {"media": 1}
+    assert made(wan["read 8 streams"]["req"]) == {"media": 8}
+    # 8 uploads and one compose (both "other" to the proxy)
+    assert made(wan["write 8 parts + compose"]["req"]) == {"other": 9}, wan["write 8 parts + compose"]["req"]
+    # 24 MiB sequentially: segments of up to 8 MiB, several in flight; never one GET per kernel read
+    media = wan["read bucketfs"]["req"].get("media", 0)
+    assert 4 <= media <= 40, wan["read bucketfs"]["req"]
+    table = out_md.read_text()
+    assert "WAN model: 2 ms a request, 200 MB/s a stream, 24 MiB" in table, table
+    assert "| sequential read" in table and "| write (`cp` into the mount" in table, table
+
+
+def test_stream_cap_paces_each_body():
+    """The proxy's per-stream cap holds each response body and each request body to its
+    rate (a lower bound on the time, so a loaded machine cannot make it fail)."""
+    sys.path.insert(0, str(REPO / "scripts"))
+    import fakegcs as F
+    size, bps = 3 << 20, 12e6
+    with F.FakeGCS() as gcs:
+        c = gcs.client()
+        c.create_bucket("bench-pace")
+        c.upload("bench-pace", "blob", os.urandom(size))
+        with F.CountingProxy(gcs.url, stream_bps=bps) as proxy:
+            t0 = time.monotonic()
+            assert len(F.Client(proxy.url).download("bench-pace", "blob")) == size
+            assert time.monotonic() - t0 >= size / bps
+            t0 = time.monotonic()
+            F.Client(proxy.url).upload("bench-pace", "up", os.urandom(size))
+            assert time.monotonic() - t0 >= size / bps
+            # Each request is its own stream: two at once each get the whole rate.
+            t0 = time.monotonic()
+            with ThreadPoolExecutor(2) as pool:
+                parts = list(pool.map(lambda r: F.Client(proxy.url).download("bench-pace", "blob", *r),
+                                      [(0, size // 2 - 1), (size // 2, size - 1)]))
+            assert sum(map(len, parts)) == size
+            assert time.monotonic() - t0 >= (size // 2) / bps

@@ -20,8 +20,11 @@ public struct Configuration: Sendable {
   public var readOnly = false
   /// Largest single read-ahead request for sequential reads.
   public var readAheadMaxChunk: Int = 8 << 20
-  /// Bytes of read-ahead kept in flight per open file at most.
-  public var readAheadMaxBytes: Int = 32 << 20
+  /// Bytes of read-ahead kept in flight per open file at most: 16 streams
+  /// of 4 MiB (docs/SEMANTICS.md#reads-readahead).
+  public var readAheadMaxBytes: Int = 64 << 20
+  /// Segments of one file in flight at once at most (parallel ranged GETs).
+  public var readAheadMaxStreams: Int = 16
   /// The private directory this mount stages written files in (created
   /// 0700); the CLI picks a per-mount one under `--cache-dir`. Empty: no
   /// file can be written (EROFS).

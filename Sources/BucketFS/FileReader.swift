@@ -6,8 +6,12 @@ import Synchronization
 /// read-ahead for sequential access (docs/SEMANTICS.md#reads).
 ///
 /// A sequential reader gets a stream of segments fetched ahead of it, larger
-/// the longer it stays sequential, several in flight at once; a random reader
-/// gets exactly the bytes it asks for. Reads of bytes that have already
+/// the longer it stays sequential, several in flight at once (parallel ranged
+/// GETs); a random reader gets exactly the bytes it asks for. The segments in
+/// flight start at four and double whenever the reader, its segments full
+/// size, has to wait for bytes still on their way (the window is short of the
+/// bandwidth-delay product), up to `maxStreams` and `maxAhead` bytes; a failed
+/// or short segment is fetched again alone. Reads of bytes that have already
 /// arrived are answered synchronously (``buffered(offset:count:)``): the session
 /// thread replies at once, which is what keeps a sequential read at the speed
 /// of the network rather than of task switches.
@@ -21,6 +25,9 @@ final class FileReader: Sendable {
   private let firstSegment: UInt64 = 256 << 10
   private let maxSegment: UInt64
   private let maxAhead: UInt64
+  /// Segments in flight at once at most: parallel streams of one reader.
+  private let maxStreams: Int
+  private static let initialStreams = 4
   /// Shared by all readers: every segment and kept spare holds a grant.
   private let budget: ReadAheadBudget
   /// The smallest segment worth fetching ahead when the budget is short.
@@ -30,11 +37,13 @@ final class FileReader: Sendable {
     let id: Int
     let start: UInt64
     let end: UInt64
-    let task: Task<ByteBuffer, any Error>
+    var task: Task<ByteBuffer, any Error>
     /// Budget held for it, at least its length.
     let grant: Int
     /// Set once the bytes have arrived.
     var bytes: ByteBuffer?
+    /// 1 once a failed or short fetch of it has been started again.
+    var attempt = 0
   }
   private struct Spare {
     let bytes: ByteBuffer
@@ -49,6 +58,11 @@ final class FileReader: Sendable {
     var nextID = 0
     /// Buffers of consumed segments, for the next segments to fill.
     var spares: [Spare] = []
+    /// Segments kept in flight at most; doubles when the reader waits.
+    var streams = FileReader.initialStreams
+    /// The last segment requested before the streams last grew: only a wait
+    /// for a later one (fetched with the larger window) grows them again.
+    var grownAfter = -1
   }
   /// Enough to cycle while a sequential reader consumes one segment at a time.
   private static let maxSpares = 2
@@ -56,18 +70,20 @@ final class FileReader: Sendable {
 
   init(
     key: String, generation: Int64, size: UInt64, store: any ObjectStore, maxSegment: Int, maxAhead: Int,
-    budget: ReadAheadBudget, prefetched: (task: Task<ByteBuffer, any Error>, grant: Int)? = nil
+    maxStreams: Int = 16, budget: ReadAheadBudget,
+    prefetched: (task: Task<ByteBuffer, any Error>, grant: Int)? = nil
   ) {
     self.target = Mutex((key, generation))
     self.size = size
     self.store = store
     self.maxSegment = UInt64(max(maxSegment, 256 << 10))
     self.maxAhead = UInt64(max(maxAhead, maxSegment))
+    self.maxStreams = max(maxStreams, Self.initialStreams)
     self.budget = budget
     // The whole file, fetched ahead (SiblingPrefetch): the first segment, holding its grant.
     if let prefetched {
       let task = Task { [weak self] in
-        let bytes = try await prefetched.task.value
+        let bytes = try Self.whole(try await prefetched.task.value, 0, size)
         self?.arrived(0, bytes)
         return bytes
       }
@@ -84,6 +100,12 @@ final class FileReader: Sendable {
       for spare in state.spares { budget.release(spare.grant) }
       state.spares = []
     }
+  }
+
+  /// Segments requested and not arrived yet, and the most this reader may
+  /// have (its streams now).
+  var inFlight: (segments: Int, streams: Int) {
+    state.withLock { state in (state.segments.count(where: { $0.bytes == nil }), state.streams) }
   }
 
   /// The bytes if every one of them has arrived already; never waits.
@@ -120,6 +142,15 @@ final class FileReader: Sendable {
       defer { state.lastEnd = end }
       if covered {
         state.streak += 1
+        // Waiting for bytes on their way with full-size segments: the window
+        // is short of the bandwidth-delay product. (While segments still grow
+        // with the streak, it is short because the reader is new.)
+        if let needed = state.segments.first(where: { $0.end > offset }), needed.bytes == nil,
+          needed.id > state.grownAfter, state.streams < maxStreams, rampDone(state.streak)
+        {
+          state.streams = min(state.streams * 2, maxStreams)
+          state.grownAfter = state.nextID - 1
+        }
       } else {
         drop(&state)
         // The kernel's own read-ahead may reorder neighbouring reads a little.
@@ -140,13 +171,7 @@ final class FileReader: Sendable {
     for segment in planned {
       let bytes: ByteBuffer
       do {
-        // An interrupted reader gives up its segment; a later read fetches it again.
-        let task = segment.task
-        bytes = try await withTaskCancellationHandler {
-          try await task.value
-        } onCancel: {
-          task.cancel()
-        }
+        bytes = try await arrival(of: segment)
       } catch is CancellationError where !Task.isCancelled {
         // Another read dropped this segment (a jump elsewhere): fetch directly.
         return [try await direct(offset, end)]
@@ -169,7 +194,6 @@ final class FileReader: Sendable {
         pieces.append(piece)
         at += UInt64(piece.readableBytes)
       }
-      if UInt64(bytes.readableBytes) < segment.end - segment.start { break }  // object shorter than expected
     }
     state.withLock { state in retire(&state, upTo: end) }
     // Segments stopped short of the request (the budget ran out): the rest directly.
@@ -177,6 +201,61 @@ final class FileReader: Sendable {
       pieces.append(try await direct(at, end))
     }
     return pieces
+  }
+
+  /// A segment's bytes once they arrive. A failed or short fetch is started
+  /// again once, alone (the segments around it keep going), if the error is
+  /// one a retry may cure and the read's deadline (``OperationDeadline``) has
+  /// time left; the store's own retries stay inside that deadline too.
+  private func arrival(of segment: Segment) async throws -> ByteBuffer {
+    var task = segment.task
+    var attempt = segment.attempt
+    while true {
+      do {
+        // An interrupted reader gives up its segment; a later read fetches it again.
+        let awaited = task
+        return try await withTaskCancellationHandler {
+          try await awaited.value
+        } onCancel: {
+          awaited.cancel()
+        }
+      } catch let error as StorageError where !Task.isCancelled && Self.mayRetry(error) {
+        let again = state.withLock { state -> (Task<ByteBuffer, any Error>, Int)? in
+          guard let index = state.segments.firstIndex(where: { $0.id == segment.id }) else { return nil }
+          let current = state.segments[index]
+          // Another read already started it again: wait for that.
+          if current.attempt > attempt { return (current.task, current.attempt) }
+          guard current.attempt == 0, Self.deadlineLeft() else { return nil }
+          let retry = fetch(segment.id, segment.start, segment.end, reusing: SpareBuffer(nil))
+          state.segments[index].task = retry
+          state.segments[index].attempt = 1
+          return (retry, 1)
+        }
+        guard let again else { throw error }
+        (task, attempt) = again
+      }
+    }
+  }
+
+  /// Errors a second fetch of the same bytes may not meet again: an outage
+  /// that outlived one request's retries, or a short or malformed answer.
+  private static func mayRetry(_ error: StorageError) -> Bool {
+    switch error {
+    case .unavailable, .invalidResponse: true
+    default: false
+    }
+  }
+
+  private static func deadlineLeft() -> Bool {
+    guard let bound = OperationDeadline.current else { return true }
+    return bound.retries && (bound.deadline.map { NIODeadline.now() < $0 } ?? true)
+  }
+
+  /// `bytes` if it holds all of [start, end), else a short part's error.
+  private static func whole(_ bytes: ByteBuffer, _ start: UInt64, _ end: UInt64) throws -> ByteBuffer {
+    if UInt64(bytes.readableBytes) >= end - start { return bytes }
+    throw StorageError.invalidResponse(
+      "short part: \(bytes.readableBytes) of \(end - start) bytes at \(start)")
   }
 
   /// Bytes [from, to) of a segment's buffer, as far as it reaches; nil if none.
@@ -192,22 +271,31 @@ final class FileReader: Sendable {
     return try await store.read(key, generation: generation, range: Int64(offset)..<Int64(end))
   }
 
-  /// Keeps a few segments in flight ahead of the reader, as far as the budget allows.
+  /// Keeps `streams` segments in flight ahead of the reader, as far as the
+  /// window and the budget allow.
   private func topUp(_ state: inout State, from offset: UInt64) {
-    while let last = state.segments.last, last.end < size,
-      last.end - offset < min(maxAhead, segmentSize(state.streak) * 4),
+    let window = min(maxAhead, segmentSize(state) * UInt64(state.streams))
+    while let last = state.segments.last, last.end < size, last.end - offset < window,
+      state.segments.count(where: { $0.bytes == nil }) < state.streams,
       append(&state, from: last.end)
     {}
   }
 
-  private func segmentSize(_ streak: Int) -> UInt64 {
-    min(maxSegment, firstSegment << UInt64(min(streak, 16)))
+  /// Doubles with the streak up to `maxSegment`, and is small enough for
+  /// `streams` segments to fit in `maxAhead`.
+  private func segmentSize(_ state: State) -> UInt64 {
+    let ramp = min(maxSegment, firstSegment << UInt64(min(state.streak, 16)))
+    return min(ramp, max(firstSegment, maxAhead / UInt64(state.streams)))
+  }
+
+  private func rampDone(_ streak: Int) -> Bool {
+    firstSegment << UInt64(min(streak, 16)) >= maxSegment
   }
 
   /// Starts fetching a segment from `start`, as large as the streak and the
   /// budget allow; false when the budget has too little left.
   private func append(_ state: inout State, from start: UInt64) -> Bool {
-    let wanted = Int(min(start + segmentSize(state.streak), size) - start)
+    let wanted = Int(min(start + segmentSize(state), size) - start)
     var grant = 0
     var reused: ByteBuffer?
     if let spare = state.spares.popLast() {
@@ -224,17 +312,24 @@ final class FileReader: Sendable {
     let end = start + UInt64(min(grant, wanted))
     let id = state.nextID
     state.nextID += 1
+    let task = fetch(id, start, end, reusing: SpareBuffer(reused))
+    state.segments.append(Segment(id: id, start: start, end: end, task: task, grant: grant))
+    return true
+  }
+
+  /// One ranged GET of segment `id`; a short answer fails it (``arrival(of:)``).
+  private func fetch(_ id: Int, _ start: UInt64, _ end: UInt64, reusing spare: SpareBuffer)
+    -> Task<ByteBuffer, any Error>
+  {
     let store = self.store
     let (key, generation) = target.withLock { $0 }
-    let spare = SpareBuffer(reused)
-    let task = Task { [weak self] in
-      let bytes = try await store.read(
+    return Task { [weak self] in
+      let read = try await store.read(
         key, generation: generation, range: Int64(start)..<Int64(end), reusing: spare)
+      let bytes = try Self.whole(read, start, end)
       self?.arrived(id, bytes)
       return bytes
     }
-    state.segments.append(Segment(id: id, start: start, end: end, task: task, grant: grant))
-    return true
   }
 
   private func arrived(_ id: Int, _ bytes: ByteBuffer) {

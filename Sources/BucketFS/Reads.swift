@@ -50,6 +50,7 @@ final class Reads: Sendable {
     let reader = FileReader(
       key: node.key, generation: facts.generation, size: facts.size, store: store,
       maxSegment: configuration.readAheadMaxChunk, maxAhead: configuration.readAheadMaxBytes,
+      maxStreams: configuration.readAheadMaxStreams,
       budget: budget, prefetched: prefetch.opened(node.key, generation: facts.generation))
     let keepCache = nodes.withLock { table in
       defer { table[inode]?.openedGeneration = facts.generation }
@@ -65,6 +66,7 @@ final class Reads: Sendable {
     let reader = FileReader(
       key: base.name, generation: base.generation, size: UInt64(base.size), store: store,
       maxSegment: configuration.readAheadMaxChunk, maxAhead: configuration.readAheadMaxBytes,
+      maxStreams: configuration.readAheadMaxStreams,
       budget: budget)
     state.withLock { $0.files[handle] = reader }
   }

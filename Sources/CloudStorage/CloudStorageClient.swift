@@ -47,6 +47,10 @@ public final class CloudStorageClient: ObjectStore {
 
   /// An HTTP client configured for this workload: many parallel connections
   /// (lookups and read-ahead), a stall timeout, no automatic decompression.
+  /// HTTP/1.1 only: with HTTP/2 (which TLS would negotiate) the parallel
+  /// ranged GETs of a reader would share one TCP connection and its one
+  /// congestion window, the limit they exist to get past (gcsfuse defaults
+  /// to HTTP/1.1 for the same reason).
   public static func makeHTTPClient(retry: RetryPolicy) -> HTTPClient {
     var configuration = HTTPClient.Configuration(
       timeout: .init(
@@ -55,6 +59,7 @@ public final class CloudStorageClient: ObjectStore {
       connectionPool: .init(idleTimeout: .seconds(60), concurrentHTTP1ConnectionsPerHostSoftLimit: 64))
     configuration.decompression = .disabled
     configuration.redirectConfiguration = .disallow
+    configuration.httpVersion = .http1Only
     return HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup, configuration: configuration)
   }
 

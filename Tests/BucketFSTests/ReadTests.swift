@@ -49,7 +49,7 @@ final class ReadTests: XCTestCase {
   /// timing.
   func testSequentialReadRecyclesSegmentMemory() async throws {
     let store = InMemoryObjectStore(bucket: "demo")
-    let data = randomBytes(6 << 20 + 777)
+    let data = randomBytes(12 << 20 + 777)
     store.put("big", data: data)
     let segment = 256 << 10
     let fs = makeFileSystem(store, readAheadMaxChunk: segment)
