@@ -80,8 +80,8 @@ public final class BucketFileSystem: FileSystem, Sendable {
     self.staging = staging
     self.entries = entries
     self.lookups = Lookups(
-      nodes: nodes, entries: entries, listings: listings, store: store, configuration: configuration,
-      diagnostics: diagnostics, clock: clock)
+      nodes: nodes, entries: entries, listings: listings, walks: walks, store: store,
+      configuration: configuration, diagnostics: diagnostics, clock: clock)
     self.directories = Directories(
       nodes: nodes, entries: entries, staging: staging, handles: handles, walks: walks, listings: listings,
       prefetch: prefetch,

@@ -3,8 +3,10 @@ import ObjectStore
 import Synchronization
 
 /// Lookups of names: from what the mount holds, from a complete listing's
-/// absence, from a list call a burst of lookups in one directory shares,
-/// or from the object and its prefix asked for at once.
+/// absence, from a tree walk's kept listing, from a list call a burst of
+/// lookups in one directory shares, or from the object and its subtree asked
+/// for at once (the subtree flat, one page, which ``SubtreeWalks`` keeps
+/// when it ends within it).
 final class Lookups: Sendable {
   struct Burst {
     var inFlight = 0
@@ -22,18 +24,21 @@ final class Lookups: Sendable {
   let nodes: NodeTable
   let entries: Entries
   let listings: SharedListings
+  /// Listings kept for walks: lookups under a listed subtree are answered from them.
+  let walks: SubtreeWalks
   let store: any ObjectStore
   let configuration: Configuration
   let diagnostics: Diagnostics
   let clock: @Sendable () -> Double
 
   init(
-    nodes: NodeTable, entries: Entries, listings: SharedListings, store: any ObjectStore,
+    nodes: NodeTable, entries: Entries, listings: SharedListings, walks: SubtreeWalks, store: any ObjectStore,
     configuration: Configuration, diagnostics: Diagnostics, clock: @escaping @Sendable () -> Double
   ) {
     self.nodes = nodes
     self.entries = entries
     self.listings = listings
+    self.walks = walks
     self.store = store
     self.configuration = configuration
     self.diagnostics = diagnostics
@@ -52,6 +57,9 @@ final class Lookups: Sendable {
       $0.knownAbsent(directory: parentKey, name: name, now: now, ttl: configuration.negativeTTL)
     }
     if absent { return .negative(timeout: configuration.negativeTTL) }
+    if let entry = fromWalk(name, in: parentKey, fileKey: fileKey, directoryKey: directoryKey, now: now) {
+      return entry
+    }
 
     let shared = join(parentKey)
     defer { leave(parentKey) }
@@ -61,13 +69,19 @@ final class Lookups: Sendable {
       return entry
     }
 
-    // Not known yet: ask for the object and for anything under the prefix at once.
+    // Not known yet: ask for the object and for what is under the prefix at
+    // once; that is a page of the subtree, flat, unless it was found larger.
+    let probe = walks.probe(directoryKey)
     async let object = nodes.optionalMetadata(fileKey)
-    async let children = store.list(prefix: directoryKey, delimiter: "/", pageSize: 1, pageToken: nil)
+    async let children = store.list(
+      prefix: directoryKey, delimiter: probe == nil ? "/" : nil, pageSize: probe?.size ?? 1, pageToken: nil)
     let isDirectory: Bool
     do {
       let page = try await children
       isDirectory = !page.items.isEmpty || !page.prefixes.isEmpty
+      if let probe, isDirectory {
+        walks.probed(directoryKey, page: page, answeredAt: clock(), epoch: probe.epoch)
+      }
     } catch {
       throw diagnostics.failure(error, operation: "list", key: directoryKey)
     }
@@ -79,6 +93,29 @@ final class Lookups: Sendable {
     }
     guard let metadata else { return .negative(timeout: configuration.negativeTTL) }
     return entries.object(fileKey, metadata, at: answeredAt)
+  }
+
+  /// The answer a walk's kept listing of the parent gives: the entry as
+  /// listed, or "absent" while the listing is younger than the negative TTL.
+  private func fromWalk(
+    _ name: String, in parentKey: String, fileKey: String, directoryKey: String, now: Double
+  )
+    -> Entry?
+  {
+    // A node the mount holds past its TTL, or found gone by a read, may know
+    // better than a listing answered before: ask the service.
+    if nodes.probe(fileKey: fileKey, directoryKey: directoryKey).inode != nil { return nil }
+    switch walks.known(name, in: parentKey) {
+    case .listed(let listed)?:
+      if listed.kind == .directory {
+        return entries.directory(nodes.rememberDirectory(directoryKey, at: listed.answeredAt))
+      }
+      return listed.metadata.map { entries.object(fileKey, $0, at: listed.answeredAt) }
+    case .absent(let since)? where now - since < configuration.negativeTTL:
+      return .negative(timeout: configuration.negativeTTL)
+    case .absent?, nil:
+      return nil
+    }
   }
 
   private func join(_ parentKey: String) -> Task<DatedPage, any Error>? {

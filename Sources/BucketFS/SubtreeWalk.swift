@@ -22,6 +22,13 @@ import Synchronization
 ///   subtrees of the next ``ahead`` sibling directories (the parent's
 ///   readdir named them), while fewer than half of ``capacity`` entries are
 ///   held.
+/// - Small trees: the lookup of a directory asks for its subtree flat, one
+///   page (``probe(_:)``, in place of a one-entry delimiter listing). A
+///   subtree that ends within it is listed whole: the walk's descents into
+///   it and lookups of names in it (``known(_:in:)``, "absent" too) need no
+///   request. The directory's own `opendir` (no descent) lists as any does.
+///   A subtree found over a page is probed with one entry again for
+///   ``largeMemory`` seconds.
 /// - Memory: kept listings are bounded by ``capacity`` entries (oldest
 ///   dropped first), fetches under way by their pages; a listing is given to
 ///   one `opendir` and dropped, and is not used once older than
@@ -30,6 +37,7 @@ final class SubtreeWalks: Sendable {
   let window: Double = 5
   let maxPages = 4
   let ahead = 2
+  let largeMemory: Double = 60
   let capacity: Int
   let freshness: Double
   let pageSize: Int
@@ -73,6 +81,8 @@ final class SubtreeWalks: Sendable {
     /// the keys in those lists: look-ahead needs only the few a walk is in.
     var siblingLists: [ObjectKey] = []
     var siblingKeys = 0
+    /// Directories a lookup's probe found over a page, and when.
+    var large: [ObjectKey: Double] = [:]
   }
   /// Not private: the tests of the bounds read it.
   let state = Mutex(State())
@@ -172,6 +182,54 @@ final class SubtreeWalks: Sendable {
       where key.utf8.starts(with: listed.name.utf8) || listed.name.utf8.starts(with: key.utf8) {
         drop(listed, &state)
       }
+    }
+  }
+
+  // MARK: - What lookups ask
+
+  /// What a lookup of directory `key` asks for besides the object: a flat
+  /// page of `size` entries, unless the subtree was found over a page lately
+  /// (nil: one entry by delimiter). `epoch` is handed back to ``probed``.
+  func probe(_ key: String) -> (size: Int, epoch: Int)? {
+    let now = clock()
+    return state.withLock { state in
+      if let at = state.large[ObjectKey(key)], now - at < largeMemory { return nil }
+      return (pageSize, state.epoch)
+    }
+  }
+
+  /// The answer to ``probe(_:)``: a subtree that ends within the page gives
+  /// the complete listings of `key` and of every directory under it.
+  func probed(_ key: String, page: ListPage, answeredAt: Double, epoch: Int) {
+    guard page.nextPageToken == nil else {
+      state.withLock { state in
+        if state.large.count >= 1024 { state.large.removeAll() }
+        state.large[ObjectKey(key)] = answeredAt
+      }
+      return
+    }
+    var tree = TreeListing(root: key, onConflict: onConflict)
+    var done: [TreeListing.Listing] = []
+    for item in page.items { done += tree.add(item, answeredAt: answeredAt) }
+    keep(done + tree.finish(), epoch: epoch)
+  }
+
+  enum Known {
+    case listed(ListedEntry)
+    /// Not in the complete listing of its directory, answered at this time.
+    case absent(since: Double)
+  }
+
+  /// What a kept listing of `directory` says of `name`, if one is held and
+  /// fresh; the listing stays for its `opendir`.
+  func known(_ name: String, in directory: String) -> Known? {
+    let now = clock()
+    return state.withLock { state in
+      guard let listing = state.listings[ObjectKey(directory)], now - listing.at < freshness else {
+        return nil
+      }
+      if let entry = listing.entries.first(where: { Names.same($0.name, name) }) { return .listed(entry) }
+      return .absent(since: listing.at)
     }
   }
 

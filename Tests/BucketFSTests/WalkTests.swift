@@ -198,11 +198,14 @@ func poll(_ condition: @Sendable () -> Bool) async -> Bool {
 extension BucketFileSystem {
   /// Walks the tree as `find` does: a directory is read whole, closed, then
   /// its subdirectories are walked in order; or, as `nftw` does, with the
-  /// parent still open. Returns each directory's names by key.
-  func walk(keepingParentsOpen: Bool = false, onOpen: () -> Void = {}) async throws -> [String: [String]] {
+  /// parent still open. Returns each directory's names by key (`key` is
+  /// the starting directory's).
+  func walk(
+    from inode: UInt64 = InodeTable.rootInode, key: String = "", keepingParentsOpen: Bool = false,
+    onOpen: () -> Void = {}
+  ) async throws -> [String: [String]] {
     var result: [String: [String]] = [:]
-    try await walk(
-      inode: InodeTable.rootInode, key: "", keepOpen: keepingParentsOpen, onOpen: onOpen, into: &result)
+    try await walk(inode: inode, key: key, keepOpen: keepingParentsOpen, onOpen: onOpen, into: &result)
     return result
   }
 
