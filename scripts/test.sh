@@ -6,7 +6,8 @@
 #      toolchain check (Tests/ToolchainCheck) in the same configuration;
 #   4. the end-to-end suite on real FUSE mounts against fake-gcs-server,
 #      with the release binary (what ships is what is tested);
-#   5. the write, namespace, xattr and rename-round tests again against
+#   5. the write, namespace, xattr, rename-round, backup, in-flight, symlink,
+#      metrics, composite-upload and read-cache tests again against
 #      storage-testbench, Google's faithful emulator (../shared/testbench.sh).
 # Extra arguments are passed to both pytest runs (e.g. scripts/test.sh -k xattr).
 # BUCKETFS_SKIP_TESTBENCH=1 skips step 5 (no storage-testbench on the machine).

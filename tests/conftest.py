@@ -46,6 +46,7 @@ LOG_LEVEL = os.environ.get("BUCKETFS_E2E_LOG_LEVEL", "info")
 
 # Everything this session mounts lives under one private temp dir.
 SESSION_TMP = tempfile.mkdtemp(prefix="bucketfs-e2e-")
+SESSION_CACHE = os.path.join(SESSION_TMP, "cache")
 LOG_DIR = os.path.join(SESSION_TMP, "logs")
 os.makedirs(LOG_DIR, exist_ok=True)
 
@@ -354,6 +355,9 @@ class Mounter:
         if anonymous:
             args += ["--anonymous"]
         args += ["--log-level", LOG_LEVEL, "--log-file", log_path, *extra]
+        if "--cache-dir" not in extra:
+            # Stages and the read cache in this session's temp dir, never the machine's /var/cache.
+            args += ["--cache-dir", SESSION_CACHE]
         return args
 
     def __call__(self, bucket: str, prefix: str = "", *extra: str, via_env: str | None = None,
