@@ -78,7 +78,7 @@ final class FreshnessTests: XCTestCase {
     let clock = ManualClock()
     let fs = makeFileSystem(store, clock: clock)
     let directory = try await fs.inode(at: "d")
-    let handle = try await fs.opendir(inode: directory)
+    let handle = try await fs.opendir(inode: directory).handle
     defer { fs.releasedir(inode: directory, handle: handle) }
     let first = CollectingBuffer(capacity: 3)
     try await fs.readdir(inode: directory, handle: handle, offset: 0, into: first)

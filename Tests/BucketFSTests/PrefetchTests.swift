@@ -93,7 +93,7 @@ final class PrefetchTests: XCTestCase {
 
   /// GNU cp: each directory read whole, then its entries in inode order.
   func copy(_ fs: BucketFileSystem, _ inode: UInt64) async throws {
-    let handle = try await fs.opendir(inode: inode)
+    let handle = try await fs.opendir(inode: inode).handle
     let entries = try await fs.names(of: inode, handle: handle, from: 0)
     fs.releasedir(inode: inode, handle: handle)
     var children: [FileAttributes] = []
