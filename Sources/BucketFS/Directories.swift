@@ -33,7 +33,8 @@ final class Directories: Sendable {
   init(
     nodes: NodeTable, entries: Entries, staging: Staging, handles: HandleNumbers, walks: SubtreeWalks,
     listings: SharedListings,
-    prefetch: SiblingPrefetch, kernelListings: KernelListings, store: any ObjectStore, configuration: Configuration, diagnostics: Diagnostics,
+    prefetch: SiblingPrefetch, kernelListings: KernelListings, store: any ObjectStore,
+    configuration: Configuration, diagnostics: Diagnostics,
     clock: @escaping @Sendable () -> Double
   ) {
     self.nodes = nodes
@@ -58,7 +59,8 @@ final class Directories: Sendable {
     // The kernel answers from what it kept: nothing to fetch for a walk.
     let walked = opening != .keep
     let listed =
-      walked ? await walks.opened(key, parent: SubtreeWalks.parent(of: key, root: configuration.rootPrefix)) : nil
+      walked
+      ? await walks.opened(key, parent: SubtreeWalks.parent(of: key, root: configuration.rootPrefix)) : nil
     let diagnostics = self.diagnostics
     let stream = DirectoryStream(
       prefix: key, store: store, pageSize: configuration.pageSize, clock: clock, listed: listed,

@@ -74,7 +74,9 @@ final class Lookups: Sendable {
       return entry
     }
 
-    if isCrowded(fileKey, now: now) { return try await askApart(fileKey: fileKey, directoryKey: directoryKey) }
+    if isCrowded(fileKey, now: now) {
+      return try await askApart(fileKey: fileKey, directoryKey: directoryKey)
+    }
     return try await ask(fileKey: fileKey, directoryKey: directoryKey)
   }
 
@@ -105,7 +107,8 @@ final class Lookups: Sendable {
     let page: ListPage
     do {
       page = try await store.list(
-        prefix: fileKey, delimiter: probe == nil ? "/" : nil, pageSize: configuration.pageSize, pageToken: nil,
+        prefix: fileKey, delimiter: probe == nil ? "/" : nil, pageSize: configuration.pageSize,
+        pageToken: nil,
         endOffset: fileKey + "0")
     } catch {
       throw diagnostics.failure(error, operation: "list", key: fileKey)
@@ -148,7 +151,8 @@ final class Lookups: Sendable {
 
   /// The directory wins over an object of the same name.
   private func answer(
-    fileKey: String, directoryKey: String, _ isDirectory: Bool, _ metadata: ObjectMetadata?, at answeredAt: Double
+    fileKey: String, directoryKey: String, _ isDirectory: Bool, _ metadata: ObjectMetadata?,
+    at answeredAt: Double
   ) -> Entry {
     if isDirectory {
       if metadata != nil { diagnostics.warnConflict(fileKey) }

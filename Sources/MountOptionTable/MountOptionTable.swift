@@ -199,7 +199,7 @@ public enum MountOptionTable {
   public static let rows: [MountOptionRow] = [
     foreground.row, endpoint.row, anonymous.row, credentials.row, accessTokenFile.row,
     allowInsecureHTTP.row, options.row, pageSize.row, metadataTTL.row, negativeTTL.row,
-    listCacheTTL.row,    requestTimeout.row, retryDeadline.row, uploadThreshold.row, uploadChunkSize.row,
+    listCacheTTL.row, requestTimeout.row, retryDeadline.row, uploadThreshold.row, uploadChunkSize.row,
     compositeUploadThreshold.row, compositePartSize.row, cacheDir.row, readCacheSize.row,
     firebaseDownloadTokens.row, refuseReadOnlyXattrs.row, renameDirLimit.row, readAheadBudget.row,
     logLevel.row, logFile.row, metricsAddr.row,

@@ -9,7 +9,9 @@ import XCTest
 /// TTL (FOPEN_CACHE_DIR, then FOPEN_KEEP_CACHE); this mount's own changes end
 /// it (docs/SEMANTICS.md#consistency-list-cache).
 final class KernelListingTests: XCTestCase {
-  func makeCachingFileSystem(_ store: InMemoryObjectStore, ttl: Double, clock: ManualClock) -> BucketFileSystem {
+  func makeCachingFileSystem(_ store: InMemoryObjectStore, ttl: Double, clock: ManualClock)
+    -> BucketFileSystem
+  {
     var configuration = Configuration()
     configuration.stageDirectory = makeStageDirectory()
     configuration.listCacheTTL = ttl

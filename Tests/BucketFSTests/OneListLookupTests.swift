@@ -27,7 +27,8 @@ final class OneListLookupTests: XCTestCase {
     XCTAssertEqual(attributes.size, 5)
     let owner = try await fs.getxattr(inode: attributes.inode, name: "user.custom.owner")
     XCTAssertEqual(String(decoding: owner, as: UTF8.self), "me")
-    XCTAssertEqual(store.calls, [.list(prefix: "d/report", pageToken: nil)], "no GET: the page showed the object")
+    XCTAssertEqual(
+      store.calls, [.list(prefix: "d/report", pageToken: nil)], "no GET: the page showed the object")
   }
 
   func testANameNeitherObjectNorPrefixIsAbsentAfterOneCall() async throws {
@@ -98,7 +99,8 @@ final class OneListLookupTests: XCTestCase {
     store.resetCalls()
     await XCTAssertEqualAsync(try await fs.kind(at: "big"), .directory)
     await XCTAssertEqualAsync(try await fs.kind(at: "big.txt"), .file)
-    XCTAssertEqual(store.calls, [.list(prefix: "big", pageToken: nil), .list(prefix: "big.txt", pageToken: nil)])
+    XCTAssertEqual(
+      store.calls, [.list(prefix: "big", pageToken: nil), .list(prefix: "big.txt", pageToken: nil)])
     XCTAssertEqual(store.flatLists, ["big.txt"], "the large one by delimiter")
   }
 }

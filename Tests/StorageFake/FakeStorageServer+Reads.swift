@@ -17,9 +17,11 @@ extension FakeStorageServer {
     let page =
       if let endOffset = query["endOffset"] {
         try await store.list(
-          prefix: prefix, delimiter: query["delimiter"], pageSize: pageSize, pageToken: token, endOffset: endOffset)
+          prefix: prefix, delimiter: query["delimiter"], pageSize: pageSize, pageToken: token,
+          endOffset: endOffset)
       } else {
-        try await store.list(prefix: prefix, delimiter: query["delimiter"], pageSize: pageSize, pageToken: token)
+        try await store.list(
+          prefix: prefix, delimiter: query["delimiter"], pageSize: pageSize, pageToken: token)
       }
     return .json(200, Resources.list(page, endpoint: endpoint))
   }

@@ -8,7 +8,8 @@ import Synchronization
 public final class RecordingStore: ObjectStore {
   /// One requirement of ``ObjectStore``.
   public enum Requirement: Sendable, Hashable, CaseIterable {
-    case bucket, list, listHandingToken, listEnding, metadata, read, readReusing, patch, upload, delete, copy, move
+    case bucket, list, listHandingToken, listEnding, metadata, read, readReusing, patch, upload, delete, copy,
+      move
   }
 
   public let base: InMemoryObjectStore
@@ -154,7 +155,8 @@ extension RecordingStore {
   public struct Exercise: Sendable, Equatable {
     /// What a store that changes none of the answers shows, in bucket "b".
     public static let unchanged = Exercise(
-      bucket: "b", listed: 1, handedToken: true, listedBefore: ["d/a"], metadata: "d/a", read: [1, 2, 3], readReusing: [2, 3],
+      bucket: "b", listed: 1, handedToken: true, listedBefore: ["d/a"], metadata: "d/a", read: [1, 2, 3],
+      readReusing: [2, 3],
       patchedCustom: ["k": "v"], names: ["d/a", "d/c", "d/f"])
 
     public var bucket = ""
