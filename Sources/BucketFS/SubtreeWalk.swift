@@ -215,18 +215,21 @@ final class SubtreeWalks: Sendable {
   }
 
   /// The answer to ``probe(_:)``: a subtree that ends within the page gives
-  /// the complete listings of `key` and of every directory under it.
+  /// the complete listings of `key` and of every directory under it; one
+  /// that does not, those of the directories the page ended (a walk's
+  /// descents into them need no request), and `key` is found large.
   func probed(_ key: String, page: ListPage, answeredAt: Double, epoch: Int) {
+    var tree = TreeListing(root: key, onConflict: onConflict)
+    var done: [TreeListing.Listing] = []
+    for item in page.items { done += tree.add(item, answeredAt: answeredAt) }
     guard page.nextPageToken == nil else {
+      keep(done, epoch: epoch)
       state.withLock { state in
         if state.large.count >= 1024 { state.large.removeAll() }
         state.large[ObjectKey(key)] = answeredAt
       }
       return
     }
-    var tree = TreeListing(root: key, onConflict: onConflict)
-    var done: [TreeListing.Listing] = []
-    for item in page.items { done += tree.add(item, answeredAt: answeredAt) }
     keep(done + tree.finish(), epoch: epoch)
     state.withLock { state in
       guard state.epoch == epoch, state.listings[ObjectKey(key)] != nil else { return }

@@ -144,6 +144,22 @@ final class SmallTreeTests: XCTestCase {
     XCTAssertEqual(store.flatLists, [])
   }
 
+  func testASubtreeOverAPageKeepsTheDirectoriesItsPageEnded() async throws {
+    let store = InMemoryObjectStore(bucket: "b")
+    for i in 0..<4 { store.put("big/a/f\(i)", data: []) }
+    for i in 0..<20 { store.put(String(format: "big/b/f%02d", i), data: []) }
+    let fs = makeFileSystem(store, pageSize: 10)
+    let big = try await fs.inode(at: "big")
+    // A walk: big lists itself (its subtree was over the page), then descends into a.
+    let handle = try await fs.opendir(inode: big).handle
+    await XCTAssertEqualAsync(try await fs.names(of: big, handle: handle, from: 0), [".", "..", "a", "b"])
+    store.resetCalls()
+    let a = try await fs.inode(at: "big/a")
+    await XCTAssertEqualAsync(try await fs.names(of: a), ["f0", "f1", "f2", "f3"])
+    fs.releasedir(inode: big, handle: handle)
+    XCTAssertEqual(store.calls, [], "the descent into a took the listing the lookup's page ended")
+  }
+
   func testADirectoryFoundLargeIsProbedWithOneEntryAfterwards() async throws {
     let store = InMemoryObjectStore(bucket: "b")
     for i in 0..<25 { store.put(String(format: "big/f%02d", i), data: []) }
