@@ -23,15 +23,15 @@ import Synchronization
 ///   readdir named them), while fewer than half of ``capacity`` entries are
 ///   held.
 /// - Small trees: the lookup of a directory asks for its subtree flat, one
-///   page (``probe(_:)``, in place of a one-entry delimiter listing). A
+///   page (``probe(_:)``; `Lookups` lists it from the name itself). A
 ///   subtree that ends within it is listed whole: the walk's descents into
 ///   it and lookups of names in it (``known(_:in:)``, "absent" too) need no
 ///   request. The directory's own `opendir` (no descent) uses it only within
 ///   ``followWindow`` seconds of its answer (`find DIR`, `ls DIR` right after
 ///   the lookup); later it lists as any does, so a lone `ls` shows another
 ///   client's change at once.
-///   A subtree found over a page is probed with one entry again for
-///   ``largeMemory`` seconds.
+///   A subtree found over a page keeps the listings of the directories the
+///   page ended, and is looked up by delimiter for ``largeMemory`` seconds.
 /// - Memory: kept listings are bounded by ``capacity`` entries (oldest
 ///   dropped first), fetches under way by their pages; a listing is given to
 ///   one `opendir` and dropped, and is not used once older than
@@ -203,9 +203,9 @@ final class SubtreeWalks: Sendable {
 
   // MARK: - What lookups ask
 
-  /// What a lookup of directory `key` asks for besides the object: a flat
-  /// page of `size` entries, unless the subtree was found over a page lately
-  /// (nil: one entry by delimiter). `epoch` is handed back to ``probed``.
+  /// How a lookup of directory `key` lists: a flat page of `size` entries,
+  /// unless the subtree was found over a page lately (nil: by delimiter).
+  /// `epoch` is handed back to ``probed``.
   func probe(_ key: String) -> (size: Int, epoch: Int)? {
     let now = clock()
     return state.withLock { state in
