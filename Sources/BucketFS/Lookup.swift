@@ -76,9 +76,12 @@ final class Lookups: Sendable {
     async let children = store.list(
       prefix: directoryKey, delimiter: probe == nil ? "/" : nil, pageSize: probe?.size ?? 1, pageToken: nil)
     let isDirectory: Bool
+    let placeholder: ObjectMetadata?
     do {
       let page = try await children
       isDirectory = !page.items.isEmpty || !page.prefixes.isEmpty
+      // The placeholder sorts first under its prefix: its stored mode and owner come free.
+      placeholder = page.items.first.flatMap { Names.same($0.name, directoryKey) ? $0 : nil }
       if let probe, isDirectory {
         walks.probed(directoryKey, page: page, answeredAt: clock(), epoch: probe.epoch)
       }
@@ -89,7 +92,8 @@ final class Lookups: Sendable {
     let answeredAt = clock()
     if isDirectory {
       if metadata != nil { diagnostics.warnConflict(fileKey) }
-      return entries.directory(nodes.rememberDirectory(directoryKey, at: answeredAt))
+      return entries.directory(
+        nodes.rememberDirectory(directoryKey, at: answeredAt, placeholder: placeholder))
     }
     guard let metadata else { return .negative(timeout: configuration.negativeTTL) }
     return entries.object(fileKey, metadata, at: answeredAt)
