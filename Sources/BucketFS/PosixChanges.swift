@@ -30,6 +30,7 @@ extension BucketFileSystem {
     if staging.carryKeys(inode: inode, values, modified: changes.modificationTime) { return }
     let updated = try await xattrs.storeKeys(
       values, key: node.key, from: try await nodes.currentMetadata(of: node), createIfMissing: false)
+    staging.notePatchedKeys(inode: inode, values)
     // Set by the user now: an atomic save no longer treats it as inferred.
     staging.noteSet(.custom(PosixKeys.mtime), key: node.key, generation: updated.generation)
     if let time = changes.modificationTime, values[PosixKeys.mtime] != nil {

@@ -52,6 +52,14 @@ extension Staging {
     }
   }
 
+  /// Keys were patched onto the object: a staged file of it that is not
+  /// dirty yet keeps them, so its later upload does not take them back.
+  func notePatchedKeys(inode: UInt64, _ values: [String: String]) {
+    file(inode: inode)?.state.withLock { s in
+      for (key, value) in values { s.attributes.custom[key] = value }
+    }
+  }
+
   /// The object's mtime was patched: a staged file of it shows and keeps it.
   func noteModified(inode: UInt64, to time: Timestamp) {
     file(inode: inode)?.state.withLock { s in
