@@ -111,6 +111,13 @@ final class PosixAttributeTests: XCTestCase {
     let again = makeFileSystem(store)
     let shown = try await attributes(again, "f")
     XCTAssertEqual([shown.permissions, shown.uid, shown.gid], [0o750, 4321, 5432])
+    // Back to the mount's defaults: the keys go, in one PATCH (a copy's metadata stays the original's).
+    store.resetCalls()
+    let (restored, _) = try await fs.setattr(
+      inode: inode, handle: nil, changes: AttributeChanges(mode: 0o644, uid: 1234, gid: 5678))
+    XCTAssertEqual([restored.permissions, restored.uid, restored.gid], [0o644, 1234, 5678])
+    XCTAssertEqual(store.calls(.patch), [.patch("f")])
+    XCTAssertEqual(store.object("f")?.custom, [:])
   }
 
   func testAConcurrentChangeIsReadAgainAndDecidedAgain() async throws {
