@@ -7,6 +7,8 @@ import ObjectStore
 struct Entries: Sendable {
   let nodes: NodeTable
   let staging: Staging
+  /// Kept flat listings show a directory's placeholder (or its absence).
+  let walks: SubtreeWalks
   let configuration: Configuration
   let mountTime: Timestamp
   let clock: @Sendable () -> Double
@@ -153,8 +155,31 @@ struct Entries: Sendable {
       let left = max(configuration.metadataTTL - max(clock() - node.fetchedAt, 0), 0)
       return (attributes(inode: inode, kind: .directory, facts: facts), left)
     }
-    let placeholder = try await nodes.optionalMetadata(node.key)
+    let placeholder: ObjectMetadata?
+    if let listed = listedPlaceholder(of: node.key) {
+      placeholder = listed.metadata.flatMap { $0.generation == 0 ? nil : $0 }
+    } else {
+      placeholder = try await nodes.optionalMetadata(node.key)
+    }
     let facts = nodes.notePlaceholder(inode: inode, placeholder, at: clock())
     return (attributes(inode: inode, kind: .directory, facts: facts), configuration.metadataTTL)
+  }
+
+  /// A walk's kept listing of the directory's parent, if it lists the
+  /// directory: its entry carries the placeholder, or one of generation 0
+  /// when it has none (TreeListing.swift).
+  private func listedPlaceholder(of key: String) -> ListedEntry? {
+    let trimmed = key.dropLast()
+    guard let slash = trimmed.lastIndex(of: "/") else {
+      return listed(String(trimmed), in: "")
+    }
+    return listed(String(trimmed[trimmed.index(after: slash)...]), in: String(trimmed[...slash]))
+  }
+
+  private func listed(_ name: String, in parent: String) -> ListedEntry? {
+    guard case .listed(let entry)? = walks.known(name, in: parent), entry.kind == .directory,
+      entry.metadata != nil
+    else { return nil }
+    return entry
   }
 }

@@ -173,6 +173,8 @@ struct InodeTable: Sendable {
       }
     } else if kind == .directory {
       node.fetchedAt = now
+      // A directory's facts are its placeholder's (a flat listing shows it, or its absence).
+      if let facts { node.facts = facts }
     }
     self[inode] = node
     return inode

@@ -81,7 +81,15 @@ final class Lookups: Sendable {
       let page = try await children
       isDirectory = !page.items.isEmpty || !page.prefixes.isEmpty
       // The placeholder sorts first under its prefix: its stored mode and owner come free.
-      placeholder = page.items.first.flatMap { Names.same($0.name, directoryKey) ? $0 : nil }
+      placeholder = page.items.first.flatMap { item -> ObjectMetadata? in
+        if Names.same(item.name, directoryKey) { return item }
+        // A flat page holds objects only, in order: one that does not start
+        // with the placeholder means it has none.
+        guard probe != nil else { return nil }
+        return ObjectMetadata(
+          bucket: item.bucket, name: directoryKey, size: 0, generation: 0, metageneration: 0, timeCreated: "",
+          updated: "")
+      }
       if let probe, isDirectory {
         walks.probed(directoryKey, page: page, answeredAt: clock(), epoch: probe.epoch)
       }
@@ -112,7 +120,8 @@ final class Lookups: Sendable {
     switch walks.known(name, in: parentKey) {
     case .listed(let listed)?:
       if listed.kind == .directory {
-        return entries.directory(nodes.rememberDirectory(directoryKey, at: listed.answeredAt))
+        return entries.directory(
+          nodes.rememberDirectory(directoryKey, at: listed.answeredAt, placeholder: listed.metadata))
       }
       return listed.metadata.map { entries.object(fileKey, $0, at: listed.answeredAt) }
     case .absent(let since)? where now - since < configuration.negativeTTL:
