@@ -205,6 +205,26 @@ final class PosixAttributeTests: XCTestCase {
     XCTAssertEqual(attributes.permissions, 0o711)
   }
 
+  func testAFlatListingTellsEachDirectorysPlaceholderOrItsAbsence() {
+    let store = InMemoryObjectStore(bucket: "demo")
+    let items = [
+      store.put("a/", data: [], custom: ["goog-reserved-posix-mode": "700"]),
+      store.put("a/f", data: bytes("x")),
+      store.put("b/g", data: bytes("x")),
+    ]
+    var tree = TreeListing(root: "")
+    var listings: [TreeListing.Listing] = []
+    for item in items { listings += tree.add(item, answeredAt: 0) }
+    listings += tree.finish()
+    let root = listings.first { $0.key == "" }?.entries ?? []
+    let a = root.first { $0.name == "a" }
+    let b = root.first { $0.name == "b" }
+    XCTAssertEqual(a?.metadata?.custom["goog-reserved-posix-mode"], "700")
+    // No placeholder sorts first under b/: it has none (generation 0, no keys).
+    XCTAssertEqual(b?.metadata?.generation, 0)
+    XCTAssertEqual(b?.metadata?.name, "b/")
+  }
+
   func testMknodOfAFifoStoresItsTypeInItsMode() async throws {
     let store = InMemoryObjectStore(bucket: "demo")
     let fs = makeWritingFileSystem(store)
