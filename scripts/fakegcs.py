@@ -637,9 +637,9 @@ class CountingProxy:
                 # A request under a retry test may be reset by the emulator on
                 # purpose: so is the client's.
                 injected = (ConnectionError, http.client.HTTPException) if rec.retry_test else ()
+                forward = proxy._forward if rec.retry_test is None else proxy._forward_once
                 try:
-                    resp, conn = proxy._forward(self.command, self.path, body, hdrs,
-                                                once=rec.retry_test is not None)
+                    resp, conn = forward(self.command, self.path, body, hdrs)
                 except injected:
                     rec.status = 0
                     self._reset()
@@ -757,18 +757,18 @@ class CountingProxy:
     def _drop_conn(self) -> None:
         self._local.conn = None
 
-    def _forward(self, method, path, body, hdrs, once: bool = False):
-        """Sends on this thread's kept connection, again on a fresh one if the
-        kept one turns out closed. ``once``: a fresh connection and one try,
-        so that a reset is the emulator's, never a stale keep-alive."""
-        if once:
-            old = getattr(self._local, "conn", None)
-            if old is not None:
-                old.close()
-                self._drop_conn()
-            conn = self._conn()
-            conn.request(method, path, body=body, headers=hdrs)
-            return conn.getresponse(), conn
+    def _forward_once(self, method, path, body, hdrs):
+        """One try on a fresh connection: a reset is then the emulator's
+        (an injected fault), never a kept connection found closed."""
+        old = getattr(self._local, "conn", None)
+        if old is not None:
+            old.close()
+            self._drop_conn()
+        conn = self._conn()
+        conn.request(method, path, body=body, headers=hdrs)
+        return conn.getresponse(), conn
+
+    def _forward(self, method, path, body, hdrs):
         for attempt in (0, 1):
             conn = self._conn()
             try:

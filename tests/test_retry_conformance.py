@@ -146,6 +146,9 @@ class Operation:
     stored: Callable
     unchanged: Callable = lambda client, bucket, state: None
     mount_args: tuple[str, ...] = ()
+    # The precondition each tagged request carries (scenario 2's premise); a
+    # session PUT has none of its own: its session was started under one.
+    precondition: str | None = None
 
 
 def _upload(client, bucket, name, size, **meta):
@@ -334,25 +337,27 @@ OPERATIONS = [
     Operation("stat", "storage.objects.get", ("metadata",), READS, stat_prepare, stat_act, stat_stored),
     Operation("read", "storage.objects.get", ("media",), READS + (8,), read_prepare, read_act, read_stored),
     Operation("small-upload", "storage.objects.insert", ("upload-multipart",), WRITES,
-              upload_prepare(100_000), upload_act, upload_stored, upload_unchanged),
+              upload_prepare(100_000), upload_act, upload_stored, upload_unchanged,
+              precondition="ifGenerationMatch"),
     Operation("resumable-start", "storage.objects.insert", ("upload-start",), WRITES,
-              upload_prepare(600_000), upload_act, upload_stored, upload_unchanged, RESUMABLE),
+              upload_prepare(600_000), upload_act, upload_stored, upload_unchanged, RESUMABLE,
+              precondition="ifGenerationMatch"),
     Operation("resumable-session", "storage.objects.insert", ("upload-session",), WRITES,
               upload_prepare(600_000), upload_act, upload_stored, upload_unchanged, RESUMABLE),
     # 8 MiB and a bit: the 8192K case needs more than 8 MiB, the 256K one a first chunk past it.
     Operation("resumable", "storage.objects.insert", ("upload-start", "upload-session"), (7,),
               upload_prepare((8 << 20) + 300_000), upload_act, upload_stored, upload_unchanged, RESUMABLE),
     Operation("setfattr", "storage.objects.patch", ("patch",), WRITES,
-              patch_prepare, patch_act, patch_stored, patch_unchanged),
+              patch_prepare, patch_act, patch_stored, patch_unchanged, precondition="ifMetagenerationMatch"),
     Operation("unlink", "storage.objects.delete", ("delete",), WRITES,
-              delete_prepare, delete_act, delete_stored, delete_unchanged),
+              delete_prepare, delete_act, delete_stored, delete_unchanged, precondition="ifGenerationMatch"),
     Operation("rename-move", "storage.objects.copy", ("move",), WRITES,
-              move_prepare, rename_act, move_stored, move_unchanged),
+              move_prepare, rename_act, move_stored, move_unchanged, precondition="ifGenerationMatch"),
     Operation("rename-rewrite", "storage.objects.rewrite", ("rewrite",), WRITES,
-              rewrite_prepare, rename_act, rewrite_stored, rewrite_unchanged),
+              rewrite_prepare, rename_act, rewrite_stored, rewrite_unchanged, precondition="ifGenerationMatch"),
     Operation("composite-upload", "storage.objects.compose", ("compose",), WRITES,
               upload_prepare((2 << 20) + 500_000), upload_act, composite_stored, composite_unchanged,
-              COMPOSITE),
+              COMPOSITE, precondition="ifGenerationMatch"),
 ]
 
 
@@ -386,7 +391,10 @@ def test_retry_conformance(gcs, client, bucket, mount, op, scenario, instruction
     assert left["completed"] and not any(left["instructions"].values()), (
         f"faults not met: {left}\n{context}")
     tagged = [r for r in m.proxy.records() if r.retry_test == test_id]
-    assert len(tagged) >= len(instructions), context
+    # Each instruction is met by one request; a success needs one more that got through.
+    assert len(tagged) >= len(instructions) + success, context
+    if op.precondition:
+        assert all(op.precondition in r.params for r in tagged), context
 
     if success:
         assert failure is None, f"{failure}\n{context}"
