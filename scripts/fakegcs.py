@@ -60,7 +60,7 @@ import urllib.parse
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Callable, Iterable
 
 # ---------------------------------------------------------------------------
 # The emulator binary
@@ -531,7 +531,7 @@ class CountingProxy:
         self._records: list[Record] = []
         self._fault: tuple[str, frozenset[str], threading.Event] | None = None
         self._random: tuple[random.Random, float, tuple[float, float], frozenset[str]] | None = None
-        self._retry_test: tuple[str, frozenset[str]] | None = None
+        self._retry_test: tuple[str, frozenset[str], Callable[[Record], bool] | None] | None = None
         self.fault_counts: dict[str, int] = dict.fromkeys(self.RANDOM_FAULTS, 0)
         proxy = self
 
@@ -591,7 +591,7 @@ class CountingProxy:
                              body if self.command not in ("GET", "HEAD") else None)
                 rec.operation = operation(self.command, rec.path, query)
                 tagged = proxy._retry_test
-                if tagged is not None and rec.operation in tagged[1]:
+                if tagged is not None and rec.operation in tagged[1] and (tagged[2] is None or tagged[2](rec)):
                     rec.retry_test = tagged[0]
                 proxy._add(rec)
                 if proxy.latency > 0:
@@ -808,14 +808,16 @@ class CountingProxy:
         if mode is not None:
             self._fault = (mode, frozenset(kinds), threading.Event())
 
-    def set_retry_test(self, test_id: str | None, operations: Iterable[str] = ()) -> None:
+    def set_retry_test(self, test_id: str | None, operations: Iterable[str] = (),
+                       where: Callable[[Record], bool] | None = None) -> None:
         """Send ``x-retry-test-id: test_id`` with each request whose ``operation``
-        is in ``operations``, so that storage-testbench applies that retry
-        test's instructions to it (and to nothing else); None stops. Records
-        carry the id they were sent with (``Record.retry_test``)."""
+        is in ``operations`` (and for which ``where(record)`` holds, if given),
+        so that storage-testbench applies that retry test's instructions to it
+        and to nothing else; None stops. Records carry the id they were sent
+        with (``Record.retry_test``)."""
         unknown = set(operations) - set(OPERATIONS)
         assert not unknown, unknown
-        self._retry_test = None if test_id is None else (test_id, frozenset(operations))
+        self._retry_test = None if test_id is None else (test_id, frozenset(operations), where)
 
     RANDOM_FAULTS = ("503", "reset", "lost-answer", "stall")
 

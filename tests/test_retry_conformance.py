@@ -26,8 +26,10 @@ Scenario 1 applies to the mount's reads (list, stat, read), scenario 2 to
 its mutations, 5 and 6 to both, 7 to resumable uploads, 8 to reads.
 
 Each case checks that every instruction was met (the retry test has none
-left). Where the scenario says success, the operation succeeds and the
-bucket, read through the JSON API (not the mount), holds exactly what was
+left) and seen by the mount as injected (the proxy recorded that status, or
+a reset or cut answer, for as many requests). Where the scenario says
+success, the operation succeeds, the mount logged no error answered to the
+kernel meanwhile, and the bucket, read through the JSON API (not the mount), holds exactly what was
 written; where it says failure, the operation fails at once (the 400 or 401
 is not retried) with EINVAL (400) or EACCES (401), the bucket is unchanged,
 and the same operation then succeeds on the same mount. Reads use O_DIRECT:
@@ -43,7 +45,9 @@ How the mount's calls map onto the emulator's method names:
 
 - list: ``readdir`` (objects.list); stat: a cold lookup's object GET
   (objects.get, metadata) and, as a case of its own, its list of NAME/
-  (objects.list); read: the media GETs of a read (objects.get);
+  (objects.list); read: the media GETs of an O_DIRECT read (objects.get),
+  and for scenario 8 those of a sequential read that are longer than
+  256 KiB (a break after 256 KiB of a 256 KiB answer is no break);
 - small upload: one multipart POST; resumable upload: its start POST and its
   session PUTs (chunks and status queries) are all objects.insert; for
   scenarios 2, 5 and 6 the faults go to the start or to the session PUTs
@@ -74,9 +78,11 @@ import errno
 import json
 import mmap
 import os
+import re
 import tempfile
 import time
 import urllib.request
+from collections import Counter
 from dataclasses import dataclass
 from typing import Callable
 
@@ -113,6 +119,17 @@ DEADLINE = ("--retry-deadline", "20")
 RESUMABLE = ("--upload-threshold", "262144", "--upload-chunk-size", str(2 << 20),
              "--composite-upload-threshold", "0")
 COMPOSITE = ("--composite-upload-threshold", "1", "--composite-part-size", "1")
+
+
+def client_sees(instruction: str) -> int:
+    """The status the proxy records for a request that meets ``instruction``:
+    the injected HTTP status, or 0 for a reset or a cut answer."""
+    m = re.fullmatch(r"return-(\d+)(-after-\d+K)?", instruction)
+    if m:
+        return int(m.group(1))
+    assert instruction in ("return-reset-connection", "return-broken-stream") or instruction.startswith(
+        "return-broken-stream-after-"), instruction
+    return 0
 
 
 # ---------------------------------------------------------------------------
@@ -157,6 +174,8 @@ class Operation:
     # The precondition each tagged request carries (scenario 2's premise); a
     # session PUT has none of its own: its session was started under one.
     precondition: str | None = None
+    # Only requests of the operation for which this holds are tagged.
+    where: Callable | None = None
 
 
 def _upload(client, bucket, name, size, **meta):
@@ -228,6 +247,26 @@ def read_act(m, state):
 
 def read_stored(client, bucket, m, state):
     assert state["read"] == state["data"] == client.download(bucket, "r")
+
+
+# download (scenario 8): a buffered sequential read, whose segments grow past
+# the 256 KiB of O_DIRECT's; faults go to GETs of more than 256 KiB, which a
+# break after 256 KiB really cuts. A failed read the kernel would hide by
+# reading again shows in the mount's log (checked for every success).
+def download_prepare(client, bucket, m):
+    data = _upload(client, bucket, "r", (8 << 20) + 17)
+    os.stat(m.p("r"))
+    return {"data": data}
+
+
+def download_act(m, state):
+    with open(m.p("r"), "rb") as f:
+        state["read"] = f.read()
+
+
+def longer_than_256k(record) -> bool:
+    first, _, last = record.headers.get("Range", "").removeprefix("bytes=").partition("-")
+    return bool(first and last) and int(last) - int(first) + 1 > 256 << 10
 
 
 # uploads: a new file written and closed.
@@ -345,7 +384,9 @@ OPERATIONS = [
     Operation("stat", "storage.objects.get", ("metadata",), READS, stat_prepare, stat_act, stat_stored),
     # The same cold lookup's other request: the list of NAME/ (is it a directory?).
     Operation("stat-list", "storage.objects.list", ("list",), READS, stat_prepare, stat_act, stat_stored),
-    Operation("read", "storage.objects.get", ("media",), READS + (8,), read_prepare, read_act, read_stored),
+    Operation("read", "storage.objects.get", ("media",), READS, read_prepare, read_act, read_stored),
+    Operation("download", "storage.objects.get", ("media",), (8,), download_prepare, download_act, read_stored,
+              where=longer_than_256k),
     Operation("small-upload", "storage.objects.insert", ("upload-multipart",), WRITES,
               upload_prepare(100_000), upload_act, upload_stored, upload_unchanged,
               precondition="ifGenerationMatch"),
@@ -385,7 +426,8 @@ def test_retry_conformance(gcs, client, bucket, mount, op, scenario, instruction
     m = mount(bucket, "", "--cache-dir", cache, *DEADLINE, *op.mount_args)
     state = op.prepare(client, bucket, m)
     test_id = create_retry_test(gcs.url, op.method, instructions)
-    m.proxy.set_retry_test(test_id, op.tagged)
+    m.proxy.set_retry_test(test_id, op.tagged, op.where)
+    logged = os.path.getsize(m.log_path)
     failure: OSError | None = None
     start = time.monotonic()
     try:
@@ -401,13 +443,21 @@ def test_retry_conformance(gcs, client, bucket, mount, op, scenario, instruction
     assert left["completed"] and not any(left["instructions"].values()), (
         f"faults not met: {left}\n{context}")
     tagged = [r for r in m.proxy.records() if r.retry_test == test_id]
-    # Each instruction is met by one request; a success needs one more that got through.
+    # Each instruction is met by one request, which the client saw fail as it says;
+    # a success needs one more that got through.
     assert len(tagged) >= len(instructions) + success, context
+    seen = [r.status for r in tagged]
+    for status, n in Counter(map(client_sees, instructions)).items():
+        assert seen.count(status) >= n, f"{instructions}: the client saw {seen}\n{context}"
     if op.precondition:
         assert all(op.precondition in r.params for r in tagged), context
 
     if success:
         assert failure is None, f"{failure}\n{context}"
+        with open(m.log_path, errors="replace") as f:
+            f.seek(logged)
+            answered = [line for line in f if "(answered " in line]
+        assert not answered, f"the mount answered an error: {answered}\n{context}"
         op.stored(client, bucket, m, state)
         return
     expected = ERRNO[instructions[-1]]
