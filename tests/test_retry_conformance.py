@@ -113,7 +113,7 @@ SCENARIOS: dict[int, tuple[tuple[tuple[str, ...], ...], bool]] = {
 ERRNO = {"return-400": errno.EINVAL, "return-401": errno.EACCES}
 # A failure must not wait out retries: 400 and 401 are final.
 PROMPT = 8.0
-# Bounds a case that wrongly retries (an emulator with no instruction left answers at once).
+# Bounds a case whose requests keep failing: a wrong retry loop cannot hang the suite.
 DEADLINE = ("--retry-deadline", "20")
 
 RESUMABLE = ("--upload-threshold", "262144", "--upload-chunk-size", str(2 << 20),
