@@ -125,7 +125,9 @@ final class Lookups: Sendable {
       walks.probed(directoryKey, page: subtree, answeredAt: answeredAt, epoch: probe.epoch)
     }
     let metadata = page.items.first { Names.same($0.name, fileKey) }
-    return answer(fileKey: fileKey, directoryKey: directoryKey, isDirectory, metadata, at: answeredAt)
+    return answer(
+      fileKey: fileKey, directoryKey: directoryKey, isDirectory, metadata,
+      placeholder: Self.placeholder(of: directoryKey, first: under.first, flat: probe != nil), at: answeredAt)
   }
 
   /// The object and what is under its prefix, asked for at once: a page of
@@ -136,9 +138,11 @@ final class Lookups: Sendable {
     async let children = store.list(
       prefix: directoryKey, delimiter: probe == nil ? "/" : nil, pageSize: probe?.size ?? 1, pageToken: nil)
     let isDirectory: Bool
+    let placeholder: ObjectMetadata?
     do {
       let page = try await children
       isDirectory = !page.items.isEmpty || !page.prefixes.isEmpty
+      placeholder = Self.placeholder(of: directoryKey, first: page.items.first, flat: probe != nil)
       if let probe, isDirectory {
         walks.probed(directoryKey, page: page, answeredAt: clock(), epoch: probe.epoch)
       }
@@ -146,17 +150,35 @@ final class Lookups: Sendable {
       throw diagnostics.failure(error, operation: "list", key: directoryKey)
     }
     let metadata = try await object
-    return answer(fileKey: fileKey, directoryKey: directoryKey, isDirectory, metadata, at: clock())
+    return answer(
+      fileKey: fileKey, directoryKey: directoryKey, isDirectory, metadata, placeholder: placeholder,
+      at: clock())
+  }
+
+  /// The placeholder sorts first under its prefix: its stored mode and owner
+  /// come free. A flat page holds objects only, in order: a first object
+  /// under the prefix that is not the placeholder means it has none (told by
+  /// generation 0); a delimiter page does not tell.
+  private static func placeholder(of directoryKey: String, first item: ObjectMetadata?, flat: Bool)
+    -> ObjectMetadata?
+  {
+    guard let item else { return nil }
+    if Names.same(item.name, directoryKey) { return item }
+    guard flat else { return nil }
+    return ObjectMetadata(
+      bucket: item.bucket, name: directoryKey, size: 0, generation: 0, metageneration: 0, timeCreated: "",
+      updated: "")
   }
 
   /// The directory wins over an object of the same name.
   private func answer(
     fileKey: String, directoryKey: String, _ isDirectory: Bool, _ metadata: ObjectMetadata?,
-    at answeredAt: Double
+    placeholder: ObjectMetadata?, at answeredAt: Double
   ) -> Entry {
     if isDirectory {
       if metadata != nil { diagnostics.warnConflict(fileKey) }
-      return entries.directory(nodes.rememberDirectory(directoryKey, at: answeredAt))
+      return entries.directory(
+        nodes.rememberDirectory(directoryKey, at: answeredAt, placeholder: placeholder))
     }
     guard let metadata else { return .negative(timeout: configuration.negativeTTL) }
     return entries.object(fileKey, metadata, at: answeredAt)
@@ -175,7 +197,8 @@ final class Lookups: Sendable {
     switch walks.known(name, in: parentKey) {
     case .listed(let listed)?:
       if listed.kind == .directory {
-        return entries.directory(nodes.rememberDirectory(directoryKey, at: listed.answeredAt))
+        return entries.directory(
+          nodes.rememberDirectory(directoryKey, at: listed.answeredAt, placeholder: listed.metadata))
       }
       return listed.metadata.map { entries.object(fileKey, $0, at: listed.answeredAt) }
     case .absent(let since)? where now - since < configuration.negativeTTL:

@@ -224,6 +224,7 @@ struct Mount: ParsableCommand {
     configuration.fileMode = mountOptions.fileMode ?? configuration.fileMode
     configuration.directoryMode = mountOptions.directoryMode ?? configuration.directoryMode
     configuration.readOnly = mountOptions.readOnly
+    configuration.posixAttributes = mountOptions.posixAttributes
     configuration.firebaseDownloadTokens = firebaseDownloadTokens
     configuration.refuseReadOnlyXattrs = refuseReadOnlyXattrs
     if let directory = stageDirectory() {
