@@ -195,8 +195,12 @@ final class PosixAttributeTests: XCTestCase {
     let store = InMemoryObjectStore(bucket: "demo")
     store.put("top/sub/", data: [], custom: ["goog-reserved-posix-mode": "711"])
     store.put("top/sub/f", data: bytes("x"))
-    let fs = makeFileSystem(store)
+    let clock = ManualClock()
+    let fs = makeFileSystem(store, clock: clock)
     let top = try await fs.inode(at: "top")
+    // Past the second in which top's opendir would take its lookup's flat page (which
+    // shows the placeholder): a delimiter listing, as any later `ls`.
+    clock.advance(fs.walks.followWindow)
     let listed = try await fs.entries(of: top)
     let sub = try XCTUnwrap(listed.first { $0.0 == "sub" }?.1)
     // Not known from the parent's listing: no attribute timeout, so stat asks.
