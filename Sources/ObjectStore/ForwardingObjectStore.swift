@@ -99,4 +99,8 @@ extension ForwardingObjectStore {
     try await inner.move(
       source, sourceGeneration: sourceGeneration, to: destination, ifGenerationMatch: ifGenerationMatch)
   }
+
+  public var partPlan: PartPlan? { inner.partPlan }
+
+  public func partedUpload() -> (any PartedUpload)? { inner.partedUpload() }
 }

@@ -22,6 +22,8 @@ final class Staging: Sendable {
   /// Entries of `registry` (staged files and readers of stages): at 0 the
   /// lookups of handles and inodes skip its lock.
   let count = Atomic<Int>(0)
+  /// Numbers the files' streams (``WriteStream``).
+  let streamIDs = Atomic<UInt64>(0)
   private let stages = Mutex<StageDirectory?>(nil)
   /// The calls that write the stages' bytes.
   let stageFiles: any StageFiles
