@@ -81,8 +81,7 @@ extension CloudStorageClient {
 
   /// Composes groups of 32 into intermediate composites under the prefix
   /// until one compose can take them all.
-  func composeTree(_ parts: [Component], under prefix: String, made: Made) async throws -> [Component]
-  {
+  func composeTree(_ parts: [Component], under prefix: String, made: Made) async throws -> [Component] {
     var level = parts
     var round = 0
     let limit = UploadPolicy.composeLimit

@@ -79,7 +79,11 @@ final class ClientPartedUpload: PartedUpload {
 
   func removeParts(all: Bool) async {
     let stored = CloudStorageClient.Made()
-    stored.objects.withLock { $0 = made.objects.withLock { taken in defer { taken = [:] }; return taken } }
+    stored.objects.withLock {
+      $0 = made.objects.withLock { taken in
+        defer { taken = [:] }; return taken
+      }
+    }
     await client.deleteParts(under: prefix, made: stored, listing: all)
   }
 }

@@ -47,7 +47,9 @@ public protocol PartedUpload: Sendable {
 
   /// Makes `name` the concatenation of `parts`, in order, with `attributes`,
   /// only if `ifGenerationMatch` holds (as ``ObjectStore/upload(_:from:attributes:ifGenerationMatch:)``).
-  func compose(_ parts: [StoredPart], into name: String, attributes: ObjectAttributes, ifGenerationMatch: Int64?)
+  func compose(
+    _ parts: [StoredPart], into name: String, attributes: ObjectAttributes, ifGenerationMatch: Int64?
+  )
     async throws -> ObjectMetadata
 
   /// Deletes the parts stored so far; `all` also lists the folder for parts

@@ -60,7 +60,8 @@ public enum Recovery {
       let size = stat(path, &info) == 0 ? Int64(info.st_size) : 0
       found.append(
         LeftoverStage(
-          path: path, key: record.key, baseGeneration: record.baseGeneration, size: size, parts: record.parts))
+          path: path, key: record.key, baseGeneration: record.baseGeneration, size: size, parts: record.parts)
+      )
     }
     for name in names where name.hasSuffix(".json.tmp") && !isLive(name) { unlink(directory + "/" + name) }
     return found

@@ -106,7 +106,6 @@ final class Staging: Sendable {
     }
   }
 
-
   /// Metadata of an object that exists only in a stage, for stat's facts.
   static func placeholder(key: String, bucket: String) -> ObjectMetadata {
     ObjectMetadata(

@@ -105,7 +105,9 @@ extension Staging {
     return max(min(Self.defaultStreamBound, (free + holding) / 2), floor)
   }
 
-  private func startStream(_ staged: StagedFile, upload: any PartedUpload, plan: PartPlan, bound: Int64) throws {
+  private func startStream(_ staged: StagedFile, upload: any PartedUpload, plan: PartPlan, bound: Int64)
+    throws
+  {
     let id = streamIDs.wrappingAdd(1, ordering: .relaxed).newValue
     let record = staged.state.withLock { s -> StageRecord in
       s.stream = WriteStream(id: id, upload: upload, plan: plan, bound: bound)
@@ -142,7 +144,9 @@ extension Staging {
 
   /// One part: stored, then punched out of the stage (reads of it from then
   /// on bring the stream's bytes back first).
-  private func uploadPart(_ staged: StagedFile, stream id: UInt64, range: Range<Int64>, via upload: any PartedUpload)
+  private func uploadPart(
+    _ staged: StagedFile, stream id: UInt64, range: Range<Int64>, via upload: any PartedUpload
+  )
     async
   {
     do {
@@ -160,14 +164,16 @@ extension Staging {
         staged.state.withLock { s in if s.stream?.id == id { s.stream?.gone += Int64(range.count) } }
       } else if diagnostics.firstWarning("punch:" + staged.stage.path) {
         logger.warning(
-          "cannot free the stage's uploaded bytes (fallocate PUNCH_HOLE: \(Errno(code))): this file's stage keeps them")
+          "cannot free the stage's uploaded bytes (fallocate PUNCH_HOLE: \(Errno(code))): this file's stage keeps them"
+        )
       }
     } catch {
       let key = staged.state.withLock { s in
         if s.stream?.id == id { s.stream?.failed = true }
         return s.key
       }
-      logger.warning("\(key): a part of bytes \(range) could not be stored (\(error)); the file is staged whole")
+      logger.warning(
+        "\(key): a part of bytes \(range) could not be stored (\(error)); the file is staged whole")
     }
   }
 
@@ -231,7 +237,9 @@ extension Staging {
 
   /// Awaits every part upload under way.
   func settleParts(_ staged: StagedFile) async {
-    let tasks = staged.state.withLock { s in s.stream?.parts.compactMap { $0.stored == nil ? $0.task : nil } ?? [] }
+    let tasks = staged.state.withLock { s in
+      s.stream?.parts.compactMap { $0.stored == nil ? $0.task : nil } ?? []
+    }
     for task in tasks { await task.value }
   }
 
@@ -250,7 +258,8 @@ extension Staging {
       }
       guard bytes.readableBytes == range.count else {
         throw diagnostics.failure(
-          StorageError.invalidResponse("short read of \(piece.name)"), operation: "read back streamed bytes", key: key,
+          StorageError.invalidResponse("short read of \(piece.name)"), operation: "read back streamed bytes",
+          key: key,
           context: .read)
       }
       let code = bytes.withUnsafeReadableBytes { staged.stage.write($0, at: UInt64(start + at)) }
@@ -289,7 +298,8 @@ extension Staging {
     do {
       if stream.end < Int64(size) {
         sources.append(
-          try await stream.upload.store(StageRangeSource(stage: staged.stage, range: stream.end..<Int64(size))))
+          try await stream.upload.store(
+            StageRangeSource(stage: staged.stage, range: stream.end..<Int64(size))))
       }
       uploaded = try await stream.upload.compose(
         sources, into: key, attributes: attributes, ifGenerationMatch: generation)
@@ -314,7 +324,8 @@ extension Staging {
     staged.state.withLock { s in
       guard s.stream?.id == stream.id else { return }
       s.stream?.committed = Int64(size)
-      s.stream?.committedComponents = sources.count + stream.committedComponents - (stream.committed > 0 ? 1 : 0)
+      s.stream?.committedComponents =
+        sources.count + stream.committedComponents - (stream.committed > 0 ? 1 : 0)
       s.stream?.parts = []
       s.stream?.end = Int64(size)
     }

@@ -96,7 +96,8 @@ extension Staging {
         key: node.key, baseGeneration: base.generation, base: base, attributes: ObjectAttributes(of: base),
         inferred: inferred, size: emptied ? 0 : UInt64(base.size), loaded: emptied,
         dirty: truncated, handles: 1,
-        modified: truncated ? .wholeSecondsNow() : FileFacts(base).modified ?? RFC3339.parse(base.timeCreated),
+        modified: truncated
+          ? .wholeSecondsNow() : FileFacts(base).modified ?? RFC3339.parse(base.timeCreated),
         sequential: emptied))
     if truncated {
       let failure = stage.writeRecord(staged.record)
