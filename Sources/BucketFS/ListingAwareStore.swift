@@ -85,5 +85,9 @@ struct ListedPartedUpload: PartedUpload {
     return stored
   }
 
+  func combine(_ parts: [StoredPart]) async throws -> StoredPart { try await inner.combine(parts) }
+
+  func remove(_ parts: [StoredPart]) async { await inner.remove(parts) }
+
   func removeParts(all: Bool) async { await inner.removeParts(all: all) }
 }

@@ -103,7 +103,7 @@ extension CloudStorageClient {
 
   /// An intermediate composite: a new name under this upload's prefix, so a
   /// repeat's 412 can only mean that the first attempt made it.
-  private func composeIntermediate(_ sources: [Component], into name: String) async throws -> ObjectMetadata {
+  func composeIntermediate(_ sources: [Component], into name: String) async throws -> ObjectMetadata {
     let status: Int
     let answer: ByteBuffer
     do {

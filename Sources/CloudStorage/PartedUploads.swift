@@ -77,6 +77,30 @@ final class ClientPartedUpload: PartedUpload {
     }
   }
 
+  func combine(_ parts: [StoredPart]) async throws -> StoredPart {
+    let name = prefix + "g" + CloudStorageClient.numbered(counter.wrappingAdd(1, ordering: .relaxed).oldValue)
+    let stored = try await client.composeIntermediate(
+      parts.map { CloudStorageClient.Component(name: $0.name, generation: $0.generation) }, into: name)
+    made.add(stored)
+    var crc: UInt32? = 0
+    for part in parts {
+      crc = part.crc32c.flatMap { piece in crc.map { CRC32C.combine($0, piece, lengthB: part.size) } }
+    }
+    return StoredPart(
+      name: name, generation: stored.generation, size: parts.reduce(Int64(0)) { $0 + $1.size }, crc32c: crc)
+  }
+
+  func remove(_ parts: [StoredPart]) async {
+    made.objects.withLock { objects in for part in parts { objects[part.name] = nil } }
+    let failed = await client.deleteAll(
+      parts.map { CloudStorageClient.Component(name: $0.name, generation: $0.generation) })
+    if failed > 0 {
+      client.logger.warning(
+        "\(failed) parts under gs://\(client.bucket)/\(prefix) could not be deleted; `\(client.cleanCommand) --older-than 0` removes them"
+      )
+    }
+  }
+
   func removeParts(all: Bool) async {
     let stored = CloudStorageClient.Made()
     stored.objects.withLock {

@@ -52,6 +52,13 @@ public protocol PartedUpload: Sendable {
   )
     async throws -> ObjectMetadata
 
+  /// One part made of `parts` in order (a compose under the folder), so a
+  /// long stream's final compose takes few sources; they stay until removed.
+  func combine(_ parts: [StoredPart]) async throws -> StoredPart
+
+  /// Deletes these parts (ones combined into another).
+  func remove(_ parts: [StoredPart]) async
+
   /// Deletes the parts stored so far; `all` also lists the folder for parts
   /// whose answer was lost. Failures are logged, never thrown.
   func removeParts(all: Bool) async

@@ -7,6 +7,11 @@ import ServiceAccess
 import StorageFake
 import XCTest
 
+#if canImport(FoundationEssentials)
+  import FoundationEssentials
+#endif
+import Foundation
+
 @testable import BucketFS
 
 #if canImport(Glibc)
@@ -96,6 +101,22 @@ final class StreamingWriteTests: XCTestCase {
     XCTAssertEqual(server.store.data("big.bin"), data)
     XCTAssertEqual(server.requests(.compose).count, 1, "24 parts: one compose")
     XCTAssertEqual(server.requests(.compose).first?.query["ifGenerationMatch"], "0")
+    XCTAssertEqual(parts, [])
+  }
+
+  func testEach32StoredPartsAreCombinedSoTheCloseComposesOnce() async throws {
+    let data = pattern(10 << 20)  // 40 parts
+    let (inode, handle) = try await fs.createFile("long.bin")
+    try await write(inode, handle, data, at: 0)
+    try await fs.close(inode, handle)
+    XCTAssertEqual(server.store.data("long.bin"), data)
+    let composes = server.requests(.compose)
+    XCTAssertEqual(composes.count, 2, "32 parts combined while written, then the close's one compose")
+    let final = try XCTUnwrap(composes.last)
+    XCTAssertEqual(final.objectName, "long.bin")
+    let body = try JSONSerialization.jsonObject(with: Data(final.body)) as? [String: Any]
+    XCTAssertEqual((body?["sourceObjects"] as? [Any])?.count, 9, "the combined part and 8 more")
+    XCTAssertEqual(server.store.componentCount("long.bin"), 40)
     XCTAssertEqual(parts, [])
   }
 

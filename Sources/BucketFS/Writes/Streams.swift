@@ -14,6 +14,8 @@ struct WriteStream: Sendable {
     var stored: StoredPart?
     /// The upload under way; awaited before the parts are composed or dropped.
     var task: Task<Void, Never>?
+    /// Parts of the file this one is made of (more than 1: combined).
+    var components = 1
   }
 
   /// Tells this stream's part uploads from those of a stream the file had before.
@@ -37,6 +39,14 @@ struct WriteStream: Sendable {
   var gone: Int64 = 0
   /// A part failed (after the client's retries): the stream ends at the next write or commit.
   var failed = false
+  /// The compose of 32 stored parts into one, under way.
+  var combining: Task<Void, Never>?
+
+  /// Parts combined at a time (a compose takes at most 32 sources).
+  static let group = 32
+
+  /// The components of the parts so far.
+  var components: Int { parts.reduce(0) { $0 + $1.components } }
 
   /// The size of the next part: the plan's, doubling every 128 parts (the
   /// service composes at most 1024 components), at most half the bound.
@@ -128,7 +138,7 @@ extension Staging {
       guard var stream = s.stream, !stream.failed else { return }
       let (id, upload) = (stream.id, stream.upload)
       while stream.inFlight < stream.plan.parallel,
-        stream.committedComponents + stream.parts.count + 2 < 1024
+        stream.committedComponents + stream.components + 2 < 1024
       {
         let range = stream.end..<(stream.end + stream.nextPartSize)
         guard range.upperBound <= Int64(s.size) else { break }
@@ -159,6 +169,7 @@ extension Staging {
         return true
       }
       guard current else { return }
+      combineIfReady(staged, stream: id)
       let code = staged.stage.punch(range)
       if code == 0 {
         staged.state.withLock { s in if s.stream?.id == id { s.stream?.gone += Int64(range.count) } }
@@ -167,6 +178,8 @@ extension Staging {
           "cannot free the stage's uploaded bytes (fallocate PUNCH_HOLE: \(Errno(code))): this file's stage keeps them"
         )
       }
+      // The next complete part goes up whether or not the writer writes again.
+      launchParts(staged)
     } catch {
       let key = staged.state.withLock { s in
         if s.stream?.id == id { s.stream?.failed = true }
@@ -175,6 +188,54 @@ extension Staging {
       logger.warning(
         "\(key): a part of bytes \(range) could not be stored (\(error)); the file is staged whole")
     }
+  }
+
+  /// Once 32 parts in a row are stored, composes them into one apart from
+  /// the writer, so that the close composes few sources (no tree) and
+  /// deletes few parts.
+  private func combineIfReady(_ staged: StagedFile, stream id: UInt64) {
+    staged.state.withLock { s in
+      guard var stream = s.stream, stream.id == id, stream.combining == nil, !stream.failed else { return }
+      let start = stream.parts.prefix { $0.components > 1 }.count
+      guard stream.parts.count >= start + WriteStream.group else { return }
+      let slice = stream.parts[start..<start + WriteStream.group]
+      let pieces = slice.compactMap(\.stored)
+      guard pieces.count == slice.count, let first = slice.first, let last = slice.last else { return }
+      let range = first.range.lowerBound..<last.range.upperBound
+      let upload = stream.upload
+      stream.combining = Task { await self.combine(staged, stream: id, pieces, range: range, via: upload) }
+      s.stream = stream
+    }
+  }
+
+  private func combine(
+    _ staged: StagedFile, stream id: UInt64, _ pieces: [StoredPart], range: Range<Int64>,
+    via upload: any PartedUpload
+  ) async {
+    do {
+      let combined = try await upload.combine(pieces)
+      let replaced = staged.state.withLock { s -> Bool in
+        guard var stream = s.stream, stream.id == id else { return false }
+        stream.combining = nil
+        defer { s.stream = stream }
+        guard let first = stream.parts.firstIndex(where: { $0.range.lowerBound == range.lowerBound }),
+          first + pieces.count <= stream.parts.count,
+          stream.parts[first + pieces.count - 1].range.upperBound == range.upperBound
+        else { return false }
+        var part = WriteStream.Part(range: range)
+        part.stored = combined
+        part.components = pieces.count
+        stream.parts.replaceSubrange(first..<first + pieces.count, with: [part])
+        return true
+      }
+      await upload.remove(replaced ? pieces : [combined])
+    } catch {
+      staged.state.withLock { s in if s.stream?.id == id { s.stream?.combining = nil } }
+      logger.debug(
+        "combining \(pieces.count) parts under \(upload.prefix) failed (\(error)); the close composes them")
+      return
+    }
+    combineIfReady(staged, stream: id)
   }
 
   /// Waits for parts to be stored until the stage can take `count` more
@@ -235,12 +296,17 @@ extension Staging {
     Task.detached(priority: .utility) { await upload.removeParts(all: true) }
   }
 
-  /// Awaits every part upload under way.
+  /// Awaits every part upload and combine under way (a stored part may start a combine).
   func settleParts(_ staged: StagedFile) async {
-    let tasks = staged.state.withLock { s in
-      s.stream?.parts.compactMap { $0.stored == nil ? $0.task : nil } ?? []
+    while true {
+      let tasks = staged.state.withLock { s -> [Task<Void, Never>] in
+        guard let stream = s.stream else { return [] }
+        return stream.parts.compactMap { $0.stored == nil ? $0.task : nil }
+          + (stream.combining.map { [$0] } ?? [])
+      }
+      if tasks.isEmpty { return }
+      for task in tasks { await task.value }
     }
-    for task in tasks { await task.value }
   }
 
   private func copyBack(
@@ -325,7 +391,7 @@ extension Staging {
       guard s.stream?.id == stream.id else { return }
       s.stream?.committed = Int64(size)
       s.stream?.committedComponents =
-        sources.count + stream.committedComponents - (stream.committed > 0 ? 1 : 0)
+        stream.committedComponents + stream.components + (stream.end < Int64(size) ? 1 : 0)
       s.stream?.parts = []
       s.stream?.end = Int64(size)
     }
