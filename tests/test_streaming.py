@@ -134,7 +134,7 @@ def test_dd_of_a_large_file_with_the_stage_on_a_small_tmpfs(mount, client, bucke
     meta = client.get(bucket, "big.bin")
     assert int(meta["size"]) == STREAM_MIB << 20
     assert object_md5(client, bucket, "big.bin", STREAM_MIB << 20) == pattern_md5(STREAM_MIB)
-    assert parts_left(client, bucket) == [], "every part deleted"
+    assert wait_for(lambda: parts_left(client, bucket) == [], 30), "every part deleted"
     calls = composes(m)
     assert calls and calls[-1].path.endswith("/big.bin/compose"), m.describe()
     # dd's open may store the empty file first: then its generation is the precondition.
@@ -195,7 +195,7 @@ def test_parts_go_up_before_close(mount, client, bucket):
         assert not client.exists(bucket, "early.bin")
     assert client.download(bucket, "early.bin") == pattern(8)
     assert len(composes(m)) == 1
-    assert parts_left(client, bucket) == []
+    assert wait_for(lambda: parts_left(client, bucket) == [], 10), "parts deleted after the close"
 
 
 def test_kill_mid_stream_leaves_no_object_and_clean_parts_removes_the_parts(mount, client, bucket, gcs,
@@ -255,7 +255,7 @@ def test_fsync_then_more_writes_compose_onto_the_synced_generation(mount, client
         f.write(second)
     assert client.download(bucket, "grown.bin") == first + second
     assert composes(m)[-1].params.get("ifGenerationMatch") == [synced["generation"]]
-    assert parts_left(client, bucket) == []
+    assert wait_for(lambda: parts_left(client, bucket) == [], 10)
 
 
 @deviates("fake-gcs-server", "compose ignores ifGenerationMatch on the destination")

@@ -272,6 +272,7 @@ struct Mount: ParsableCommand {
     logger.info("mounted \(where_) at \(mountpoint) (endpoint \(endpoint))")
     session.run()
     session.shutdown(grace: 5)
+    fileSystem.settleBackgroundWork(within: 30)
     metricsServer?.stop()
     logger.info("unmounted \(mountpoint)")
   }

@@ -228,7 +228,8 @@ extension Staging {
         stream.parts.replaceSubrange(first..<first + pieces.count, with: [part])
         return true
       }
-      await upload.remove(replaced ? pieces : [combined])
+      let unused = replaced ? pieces : [combined]
+      inBackground { await upload.remove(unused) }
     } catch {
       staged.state.withLock { s in if s.stream?.id == id { s.stream?.combining = nil } }
       logger.debug(
@@ -293,7 +294,7 @@ extension Staging {
     }
     staged.state.withLock { s in if s.stream?.id == stream.id { s.stream = nil } }
     let upload = stream.upload
-    Task.detached(priority: .utility) { await upload.removeParts(all: true) }
+    inBackground { await upload.removeParts(all: true) }
   }
 
   /// Awaits every part upload and combine under way (a stored part may start a combine).
@@ -386,7 +387,9 @@ extension Staging {
     } catch {
       throw diagnostics.failure(error, operation: "upload", key: key)
     }
-    await stream.upload.removeParts(all: false)
+    // The object holds their bytes: the close need not wait for the deletes.
+    let upload = stream.upload
+    inBackground { await upload.removeParts(all: false) }
     staged.state.withLock { s in
       guard s.stream?.id == stream.id else { return }
       s.stream?.committed = Int64(size)
@@ -396,6 +399,30 @@ extension Staging {
       s.stream?.end = Int64(size)
     }
     return uploaded
+  }
+
+  // MARK: - Background work
+
+  /// Runs `body` apart from the caller (the deletes of parts no longer
+  /// needed); an unmount waits for what is under way (``settleBackground()``).
+  func inBackground(_ body: @escaping @Sendable () async -> Void) {
+    let id = streamIDs.wrappingAdd(1, ordering: .relaxed).newValue
+    // Registered under the lock the task takes to leave: never left behind.
+    background.withLock { tasks in
+      tasks[id] = Task.detached(priority: .utility) {
+        await body()
+        _ = self.background.withLock { $0.removeValue(forKey: id) }
+      }
+    }
+  }
+
+  /// Awaits the background work under way, and any it starts.
+  func settleBackground() async {
+    while true {
+      let tasks = background.withLock { Array($0.values) }
+      if tasks.isEmpty { return }
+      for task in tasks { await task.value }
+    }
   }
 
   // MARK: - Reads and release
@@ -416,7 +443,7 @@ extension Staging {
   /// file unlinked or failed): its parts are deleted once its uploads end.
   func dropStream(_ staged: StagedFile) {
     guard let upload = staged.state.withLock({ $0.stream?.upload }) else { return }
-    Task.detached(priority: .utility) {
+    inBackground {
       await self.settleParts(staged)
       staged.state.withLock { $0.stream = nil }
       await upload.removeParts(all: true)
