@@ -68,7 +68,8 @@ public final class BucketFileSystem: FileSystem, Sendable {
       stageFiles: stageFiles, nodes: nodes, reads: reads, handles: handles, listings: listings, store: store,
       configuration: configuration, diagnostics: diagnostics, clock: clock, metrics: metrics)
     let entries = Entries(
-      nodes: nodes, staging: staging, configuration: configuration, mountTime: Timestamp.now(), clock: clock)
+      nodes: nodes, staging: staging, walks: walks, configuration: configuration, mountTime: Timestamp.now(),
+      clock: clock)
     self.configuration = configuration
     self.diagnostics = diagnostics
     self.onMounted = onMounted

@@ -18,6 +18,10 @@ public struct Configuration: Sendable {
   public var fileMode: UInt32 = 0o644
   public var directoryMode: UInt32 = 0o755
   public var readOnly = false
+  /// Modes, owners and special files stored in the objects' metadata
+  /// (docs/SEMANTICS.md#attributes-modes); off: every entry shows the
+  /// defaults above and chmod and chown change nothing.
+  public var posixAttributes = true
   /// Largest single read-ahead request for sequential reads.
   public var readAheadMaxChunk: Int = 8 << 20
   /// Bytes of read-ahead kept in flight per open file at most: 16 streams

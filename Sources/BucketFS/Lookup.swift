@@ -76,9 +76,20 @@ final class Lookups: Sendable {
     async let children = store.list(
       prefix: directoryKey, delimiter: probe == nil ? "/" : nil, pageSize: probe?.size ?? 1, pageToken: nil)
     let isDirectory: Bool
+    let placeholder: ObjectMetadata?
     do {
       let page = try await children
       isDirectory = !page.items.isEmpty || !page.prefixes.isEmpty
+      // The placeholder sorts first under its prefix: its stored mode and owner come free.
+      placeholder = page.items.first.flatMap { item -> ObjectMetadata? in
+        if Names.same(item.name, directoryKey) { return item }
+        // A flat page holds objects only, in order: one that does not start
+        // with the placeholder means it has none.
+        guard probe != nil else { return nil }
+        return ObjectMetadata(
+          bucket: item.bucket, name: directoryKey, size: 0, generation: 0, metageneration: 0, timeCreated: "",
+          updated: "")
+      }
       if let probe, isDirectory {
         walks.probed(directoryKey, page: page, answeredAt: clock(), epoch: probe.epoch)
       }
@@ -89,7 +100,8 @@ final class Lookups: Sendable {
     let answeredAt = clock()
     if isDirectory {
       if metadata != nil { diagnostics.warnConflict(fileKey) }
-      return entries.directory(nodes.rememberDirectory(directoryKey, at: answeredAt))
+      return entries.directory(
+        nodes.rememberDirectory(directoryKey, at: answeredAt, placeholder: placeholder))
     }
     guard let metadata else { return .negative(timeout: configuration.negativeTTL) }
     return entries.object(fileKey, metadata, at: answeredAt)
@@ -108,7 +120,8 @@ final class Lookups: Sendable {
     switch walks.known(name, in: parentKey) {
     case .listed(let listed)?:
       if listed.kind == .directory {
-        return entries.directory(nodes.rememberDirectory(directoryKey, at: listed.answeredAt))
+        return entries.directory(
+          nodes.rememberDirectory(directoryKey, at: listed.answeredAt, placeholder: listed.metadata))
       }
       return listed.metadata.map { entries.object(fileKey, $0, at: listed.answeredAt) }
     case .absent(let since)? where now - since < configuration.negativeTTL:

@@ -321,15 +321,17 @@ extension FUSESession {
         UnsafeRawBufferPointer(start: target, count: strlen(target)).bindMemory(to: UInt8.self))
       serveEntry(req, arrival) { try await $0.symlink(parent: parent, name: name, target: bytes) }
     }
-    // Objects have no hard links and no special files (docs/SEMANTICS.md): say
+    // Objects have no hard links (docs/SEMANTICS.md): say
     // so plainly rather than ENOSYS, which some kernels remember for the mount.
     ops.link = { req, _, _, _ in answer(req, Arrival(.link), error: EPERM) }
-    // Only regular files: a store of objects has no devices, FIFOs or sockets.
-    ops.mknod = { req, parent, name, mode, _ in
+    // Regular files, FIFOs, sockets and (as root, the kernel checks) devices;
+    // the filesystem decides which it stores.
+    ops.mknod = { req, parent, name, mode, device in
       let arrival = Arrival(.mknod)
-      guard mode & S_IFMT == S_IFREG else { return answer(req, arrival, error: EPERM) }
       guard let name = utf8Name(req, name) else { return answer(req, arrival, error: EINVAL) }
-      serveEntry(req, arrival) { try await $0.mknod(parent: parent, name: name, mode: UInt32(mode)) }
+      serveEntry(req, arrival) {
+        try await $0.mknod(parent: parent, name: name, mode: UInt32(mode), device: UInt64(device))
+      }
     }
     return ops
   }

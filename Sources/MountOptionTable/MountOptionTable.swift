@@ -125,7 +125,7 @@ public enum MountOptionTable {
     "plain `http://` is only accepted for loopback hosts unless this is given")
   public static let options = MountOption<[String]>(
     "o", short: true, value: "OPTIONS", default: nil,
-    "comma-separated: `ro`, `allow_other`, `uid=N`, `gid=N`, `file_mode=0644`, `dir_mode=0755`; mount(8) options (`_netdev`, `nofail`, `x-systemd.*`, …) are accepted and ignored"
+    "comma-separated: `ro`, `allow_other`, `uid=N`, `gid=N`, `file_mode=0644`, `dir_mode=0755` (the owner and modes of objects that store none), `posix_attributes=off` (store no modes, owners or special files); always `nosuid,nodev`; mount(8) options (`_netdev`, `nofail`, `x-systemd.*`, …) are accepted and ignored"
   )
   public static let pageSize = MountOption<Int>(
     "page-size", value: "N", default: 1000, unit: .count,

@@ -223,6 +223,7 @@ struct Mount: ParsableCommand {
     configuration.fileMode = mountOptions.fileMode ?? configuration.fileMode
     configuration.directoryMode = mountOptions.directoryMode ?? configuration.directoryMode
     configuration.readOnly = mountOptions.readOnly
+    configuration.posixAttributes = mountOptions.posixAttributes
     configuration.firebaseDownloadTokens = firebaseDownloadTokens
     configuration.refuseReadOnlyXattrs = refuseReadOnlyXattrs
     configuration.streamDiskLimit = streamDiskLimit.map { Int64($0) << 20 }
