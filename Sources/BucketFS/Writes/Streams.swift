@@ -39,11 +39,13 @@ struct WriteStream: Sendable {
   var gone: Int64 = 0
   /// A part failed (after the client's retries): the stream ends at the next write or commit.
   var failed = false
-  /// The compose of 32 stored parts into one, under way.
+  /// The compose of stored parts into one, under way.
   var combining: Task<Void, Never>?
 
-  /// Parts combined at a time (a compose takes at most 32 sources).
-  static let group = 32
+  /// Parts combined at a time: small, so the combine a close may wait for
+  /// is short; the close composes up to 32 of them without a tree (2 GiB
+  /// in 8 MiB parts).
+  static let group = 8
 
   /// The components of the parts so far.
   var components: Int { parts.reduce(0) { $0 + $1.components } }
@@ -190,7 +192,7 @@ extension Staging {
     }
   }
 
-  /// Once 32 parts in a row are stored, composes them into one apart from
+  /// Once 8 parts in a row are stored, composes them into one apart from
   /// the writer, so that the close composes few sources (no tree) and
   /// deletes few parts.
   private func combineIfReady(_ staged: StagedFile, stream id: UInt64) {
