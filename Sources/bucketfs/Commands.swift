@@ -79,6 +79,8 @@ struct Mount: ParsableCommand {
   var compositeUploadThreshold = T.compositeUploadThreshold.value
   @Option(name: .customLong(T.compositePartSize.name), help: help(T.compositePartSize))
   var compositePartSize = T.compositePartSize.value
+  @Option(name: .customLong(T.streamDiskLimit.name), help: help(T.streamDiskLimit))
+  var streamDiskLimit: Int?
   @Option(name: .customLong(T.readAheadBudget.name), help: help(T.readAheadBudget))
   var readAheadBudget = T.readAheadBudget.value
   @Option(name: .customLong(T.logLevel.name), help: help(T.logLevel))
@@ -117,6 +119,9 @@ struct Mount: ParsableCommand {
     }
     guard (1...(1 << 20)).contains(readAheadBudget) else {
       throw ValidationError("--read-ahead-budget must be 1 to 1048576 MiB")
+    }
+    if let streamDiskLimit, !(1...(1 << 30)).contains(streamDiskLimit) {
+      throw ValidationError("--stream-disk-limit must be 1 to 1073741824 MiB")
     }
     if let readCacheSize, !(0...(1 << 30)).contains(readCacheSize) {
       throw ValidationError("--read-cache-size must be 0 to 1073741824 MiB")
@@ -227,6 +232,7 @@ struct Mount: ParsableCommand {
     configuration.posixAttributes = mountOptions.posixAttributes
     configuration.firebaseDownloadTokens = firebaseDownloadTokens
     configuration.refuseReadOnlyXattrs = refuseReadOnlyXattrs
+    configuration.streamDiskLimit = streamDiskLimit.map { Int64($0) << 20 }
     if let directory = stageDirectory() {
       configuration.stageDirectory = directory
       let others = Recovery.leftovers(
@@ -273,6 +279,7 @@ struct Mount: ParsableCommand {
     logger.info("mounted \(where_) at \(mountpoint) (endpoint \(endpoint))")
     session.run()
     session.shutdown(grace: 5)
+    fileSystem.settleBackgroundWork(within: 30)
     metricsServer?.stop()
     logger.info("unmounted \(mountpoint)")
   }
