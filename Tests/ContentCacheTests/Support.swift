@@ -120,3 +120,20 @@ func corrupt(_ path: String, at offset: Int64) {
 func fileNames(in directory: String) -> [String] {
   LocalDisk().list(directory).map(\.name).sorted()
 }
+
+extension CachingStore {
+  /// A read, then the disk work it queued: what the next read finds.
+  func readSettled(_ name: String, generation: Int64, range: Range<Int64>) async throws -> ByteBuffer {
+    let bytes = try await read(name, generation: generation, range: range)
+    await settled()
+    return bytes
+  }
+
+  func readSettled(_ name: String, generation: Int64, range: Range<Int64>, reusing spare: SpareBuffer)
+    async throws -> ByteBuffer
+  {
+    let bytes = try await read(name, generation: generation, range: range, reusing: spare)
+    await settled()
+    return bytes
+  }
+}
