@@ -142,6 +142,24 @@ def test_a_file_written_through_the_mount_is_read_back_after_a_remount_with_no_d
     assert again.proxy.count("media") == 0, again.describe()
 
 
+def test_a_file_rewritten_after_an_fsync_is_never_read_back_stale(client, bucket, mount, bucketfs_bin):
+    first, second = os.urandom(MiB), os.urandom(MiB)
+    cache = new_cache()
+    m = cached_mount(mount, bucket, cache)
+    fd = os.open(m.p("rewritten.bin"), os.O_WRONLY | os.O_CREAT)
+    try:
+        os.write(fd, first)
+        os.fsync(fd)  # stored: its stage becomes the cache's entry of that generation
+        os.pwrite(fd, second, 0)  # the same stage, written again
+    finally:
+        os.close(fd)
+    assert client.download(bucket, "rewritten.bin") == second
+    again = remount(mount, m, cache, bucketfs_bin)
+    assert read(again.p("rewritten.bin")) == second
+    again.proxy.settle()
+    assert again.proxy.count("media") == 0, again.describe()
+
+
 def test_a_corrupted_cache_file_is_detected_and_never_served(client, bucket, mount, bucketfs_bin):
     data = os.urandom(MiB)
     client.upload(bucket, F.Obj("f.bin", data))
@@ -174,8 +192,11 @@ def test_the_series_appear_and_move(client, bucket, mount, bucketfs_bin):
     assert read(m.p("f.bin")) == data
     samples = scrape(port)
     assert total(samples, "bucketfs_read_cache_misses_total") >= 1
-    kept = total(samples, "bucketfs_read_cache_bytes")
+    # The bytes are written to the cache after the read is answered.
+    assert wait_for(lambda: total(scrape(port), "bucketfs_read_cache_bytes") >= 2 * MiB, 10)
+    kept = total(scrape(port), "bucketfs_read_cache_bytes")
     assert 2 * MiB <= kept <= 2 * MiB + 64 * 1024  # the blocks, and the entry's files' overhead
+    assert total(scrape(port), "bucketfs_read_cache_fills_dropped_total") == 0
     port = free_port()
     again = remount(mount, m, cache, bucketfs_bin, "--metrics-addr", f"127.0.0.1:{port}")
     assert total(scrape(port), "bucketfs_read_cache_bytes") == kept

@@ -146,7 +146,14 @@ public final class CachingStore: ForwardingObjectStore {
         guard object.generation == key.generation,
           let crc = object.crc32c.flatMap({ CRC32C.value(base64: $0) })
         else { return }
-        pool.submit(holding: 0) { [cache] in cache.verify(entry, crc: crc) }
+        // Ended only once the check has run (or was refused), so `settled()` covers it.
+        await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
+          let queued = pool.submit(holding: 0) { [cache] in
+            cache.verify(entry, crc: crc)
+            done.resume()
+          }
+          if !queued { done.resume() }
+        }
       }
     }
   }

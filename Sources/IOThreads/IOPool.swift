@@ -118,13 +118,13 @@ public final class IOPool: Sendable {
     let done = await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
       let answer = Answer(continuation)
       let timer = Task {
-        try? await Task.sleep(for: patience)
+        guard (try? await Task.sleep(for: patience)) != nil else { return }  // cancelled: idle came first
         answer.give(false)
       }
       Task {
         await idle()
-        timer.cancel()
         answer.give(true)
+        timer.cancel()
       }
     }
     if done { try? await threads.shutdownGracefully() }

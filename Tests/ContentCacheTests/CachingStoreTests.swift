@@ -3,6 +3,7 @@ import MetricsTestKit
 import NIOCore
 import ObjectStore
 import StorageFake
+import Synchronization
 import XCTest
 
 @testable import ContentCache
@@ -352,5 +353,85 @@ final class CachingStoreTests: XCTestCase {
     XCTAssertEqual(try metrics.expectCounter("bucketfs_read_cache_misses_total").totalValue, 1)
     XCTAssertEqual(try metrics.expectCounter("bucketfs_read_cache_hits_total").totalValue, 2)
     XCTAssertEqual(try metrics.expectMeter("bucketfs_read_cache_bytes").lastValue, Double(100_000 + overhead))
+  }
+
+  func testAReadReturnsBeforeItsBytesAreWritten() async throws {
+    let data = pattern(300_000)
+    let object = bucket.put("f", data: data)
+    let disk = HeldDisk()
+    let store = try open(disk: disk)
+    _ = try await store.metadata(of: "f")
+    disk.holdingWrites.store(true, ordering: .releasing)
+    let bytes = try await store.read("f", generation: object.generation, range: 0..<object.size)
+    XCTAssertEqual(bytes.bytes, data, "answered while the disk still holds the write")
+    let writing = await eventually { disk.writesStarted.load(ordering: .relaxed) > 0 }
+    XCTAssertTrue(writing)
+    // Nothing is listed before it is written: a read meanwhile goes to the bucket.
+    _ = try await store.read("f", generation: object.generation, range: 0..<65536)
+    XCTAssertEqual(bucketReads, 2)
+    disk.holdingWrites.store(false, ordering: .releasing)
+    await store.settled()
+    let again = try await store.readSettled("f", generation: object.generation, range: 0..<object.size)
+    XCTAssertEqual(again.bytes, data)
+    XCTAssertEqual(bucketReads, 2, "served from disk once written")
+  }
+
+  func testAFillTheQueueCannotHoldIsDroppedAndALaterMiss() async throws {
+    let metrics = TestMetrics()
+    let data = pattern(300_000)
+    let object = bucket.put("f", data: data)
+    let small = IOPool(threadCount: 2, byteLimit: 200_000)
+    let store = try XCTUnwrap(
+      CachingStore.open(
+        wrapping: bucket, cacheDirectory: directory, limit: 64 << 20, pool: small, logger: quiet,
+        metrics: metrics))
+    _ = try await readAll(store, "f")
+    XCTAssertEqual(try metrics.expectCounter("bucketfs_read_cache_fills_dropped_total").totalValue, 1)
+    XCTAssertEqual(store.bytesInUse, 0)
+    let again = try await store.readSettled("f", generation: object.generation, range: 0..<131_072)
+    XCTAssertEqual(again.bytes, Array(data[0..<131_072]))
+    XCTAssertEqual(bucketReads, 2, "a miss again")
+    // Within the limit, the same read is kept.
+    _ = try await store.readSettled("f", generation: object.generation, range: 0..<131_072)
+    XCTAssertEqual(bucketReads, 2)
+    let stopped = await small.shutdown(patience: .seconds(10))
+    XCTAssertTrue(stopped)
+  }
+
+  func testAnUploadFromAFileBecomesTheEntryWithoutACopy() async throws {
+    let data = pattern(700_000)
+    let disk = HeldDisk()
+    let store = try open(disk: disk)
+    let source = FileSource(path: directory + "/staged", bytes: data)
+    let object = try await store.upload(
+      "new", from: source, attributes: ObjectAttributes(), ifGenerationMatch: 0)
+    await store.settled()
+    let entry = store.cache.directory.entryPath(name: "new", generation: object.generation)
+    XCTAssertEqual(inode(entry + ".data"), inode(source.path), "the uploaded file itself")
+    XCTAssertEqual(disk.writesStarted.load(ordering: .relaxed), 0, "no byte copied")
+    XCTAssertEqual(store.bytesInUse, 700_000 + overhead)
+    unlink(source.path)  // the stage goes when the file is closed
+    let bytes = try await store.readSettled("new", generation: object.generation, range: 0..<object.size)
+    XCTAssertEqual(bytes.bytes, data)
+    XCTAssertEqual(bucketReads, 0)
+  }
+
+  func testAnUploadWhoseFileChangesBeforeItIsSummedIsNotKept() async throws {
+    let data = pattern(300_000)
+    let disk = HeldDisk()
+    let store = try open(disk: disk)
+    let source = FileSource(path: directory + "/staged", bytes: data)
+    disk.holdingReads.store(true, ordering: .releasing)
+    let object = try await store.upload(
+      "new", from: source, attributes: ObjectAttributes(), ifGenerationMatch: 0)
+    let summing = await eventually { disk.readsStarted.load(ordering: .relaxed) > 0 }
+    XCTAssertTrue(summing)
+    corrupt(source.path, at: 1000)  // a write to the file the stage would never let through linked
+    disk.holdingReads.store(false, ordering: .releasing)
+    await store.settled()
+    XCTAssertEqual(store.bytesInUse, 0, "not what was stored: dropped")
+    let bytes = try await store.readSettled("new", generation: object.generation, range: 0..<object.size)
+    XCTAssertEqual(bytes.bytes, data)
+    XCTAssertEqual(bucketReads, 1)
   }
 }
