@@ -1,6 +1,10 @@
 import NIOPosix
 import Synchronization
 
+#if canImport(Glibc)
+  import Glibc
+#endif
+
 /// Threads for blocking file work (pread, pwrite, a whole-file CRC-32C), so
 /// that none of it runs on Swift's concurrency pool, which has one thread
 /// per core and also runs every request of the mount.
@@ -12,7 +16,11 @@ import Synchronization
 ///   just read into the cache). Queued only while the background work queued
 ///   or running holds less than `byteLimit` bytes of memory; else refused, so
 ///   a disk slower than the network costs the work, never memory or a reader's time.
-///   One thread is always left to awaited work.
+///
+/// Each kind has threads of its own, half of them each. Background threads
+/// run at the lowest priority (nice 19): on a machine short of CPU, the
+/// cache's file work waits for the requests (and, its queue full, is dropped)
+/// instead of taking their time.
 public final class IOPool: Sendable {
   private struct Job: Sendable {
     let id: UInt64
@@ -25,9 +33,9 @@ public final class IOPool: Sendable {
     var background: [Job] = []
     /// Bytes held by background work queued or running.
     var heldBytes = 0
-    var runningBackground = 0
-    /// Worker loops submitted to the threads and not yet finished.
-    var loops = 0
+    /// Worker loops submitted to each kind's threads and not yet finished.
+    var awaitedLoops = 0
+    var backgroundLoops = 0
     var running = 0
     var accepting = true
     var nextID: UInt64 = 0
@@ -45,19 +53,26 @@ public final class IOPool: Sendable {
 
   public let threadCount: Int
   public let byteLimit: Int
-  private let threads: NIOThreadPool
+  private let awaitedThreads: NIOThreadPool
+  private let backgroundThreads: NIOThreadPool
+  private let awaitedCount: Int
+  private let backgroundCount: Int
   private let state = Mutex(State())
 
   /// Thrown by ``run(_:)`` once ``shutdown()`` has begun.
   public struct Stopped: Error {}
 
-  /// `threadCount` threads (at least 2: one stays free for awaited work);
+  /// `threadCount` threads (at least 2), half for each kind of work;
   /// background work may hold `byteLimit` bytes at once.
   public init(threadCount: Int, byteLimit: Int) {
     self.threadCount = max(threadCount, 2)
     self.byteLimit = max(byteLimit, 0)
-    threads = NIOThreadPool(numberOfThreads: self.threadCount)
-    threads.start()
+    awaitedCount = self.threadCount / 2
+    backgroundCount = self.threadCount - awaitedCount
+    awaitedThreads = NIOThreadPool(numberOfThreads: awaitedCount)
+    backgroundThreads = NIOThreadPool(numberOfThreads: backgroundCount)
+    awaitedThreads.start()
+    backgroundThreads.start()
   }
 
   /// Runs `body` on a pool thread, ahead of any background work, and
@@ -127,7 +142,10 @@ public final class IOPool: Sendable {
         timer.cancel()
       }
     }
-    if done { try? await threads.shutdownGracefully() }
+    if done {
+      try? await awaitedThreads.shutdownGracefully()
+      try? await backgroundThreads.shutdownGracefully()
+    }
     return done
   }
 
@@ -141,38 +159,48 @@ public final class IOPool: Sendable {
         state.heldBytes += job.bytes
         state.background.append(job)
       }
-      guard state.loops < threadCount else { return false }
-      state.loops += 1
+      if awaited {
+        guard state.awaitedLoops < awaitedCount else { return false }
+        state.awaitedLoops += 1
+      } else {
+        guard state.backgroundLoops < backgroundCount else { return false }
+        state.backgroundLoops += 1
+      }
       return true
     }
     guard let startLoop else { return false }
-    if startLoop { threads.submit { [self] _ in work() } }
+    if startLoop {
+      if awaited {
+        awaitedThreads.submit { [self] _ in work(awaited: true) }
+      } else {
+        backgroundThreads.submit { [self] _ in
+          // The calling thread only (on Linux nice is per thread, and 0 names the caller); raising it needs no privilege.
+          setpriority(__priority_which_t(PRIO_PROCESS.rawValue), 0, 19)
+          work(awaited: false)
+        }
+      }
+    }
     return true
   }
 
-  /// One thread's loop: takes awaited work first, and background work while
-  /// another thread is left for awaited work; ends when it can take nothing.
-  private func work() {
+  /// One thread's loop over one kind of work; ends when there is none.
+  private func work(awaited: Bool) {
     // What the last job held, once it has ended (the job itself let go first).
-    var finished: (background: Bool, bytes: Int)?
+    var finished: Int?
     while true {
       let (job, waiters) = state.withLock { state -> (Job?, [CheckedContinuation<Void, Never>]) in
-        if let done = finished {
+        if let bytes = finished {
           state.running -= 1
-          if done.background {
-            state.runningBackground -= 1
-            state.heldBytes -= done.bytes
-          }
+          state.heldBytes -= bytes
         }
         var next: Job?
-        if !state.awaited.isEmpty {
-          next = state.awaited.removeFirst()
-        } else if !state.background.isEmpty, state.runningBackground < threadCount - 1 {
+        if awaited {
+          if !state.awaited.isEmpty { next = state.awaited.removeFirst() }
+        } else if !state.background.isEmpty {
           next = state.background.removeFirst()
-          state.runningBackground += 1
         }
         guard let next else {
-          state.loops -= 1
+          if awaited { state.awaitedLoops -= 1 } else { state.backgroundLoops -= 1 }
           return (nil, state.takeIdleWaiters())
         }
         state.running += 1
@@ -180,7 +208,7 @@ public final class IOPool: Sendable {
       }
       for waiter in waiters { waiter.resume() }
       guard let job else { return }
-      finished = (job.id == 0, job.bytes)
+      finished = job.bytes
       job.body(true)
     }
   }
