@@ -36,7 +36,7 @@ extension BucketFileSystem {
       if configuration.readOnly { throw Errno.readOnly }
       let parentKey = try nodes.node(parent, kind: .directory).key
       let key = try Names.key(name, under: parentKey, for: .newFile)
-      let (inode, handle) = try await staging.create(key: key, name: name, flags: flags)
+      let (inode, handle) = try await staging.create(key: key, name: name, flags: flags, mode: mode)
       return (entries.staged(inode), OpenResult(handle: handle, keepCache: false))
     }
   }

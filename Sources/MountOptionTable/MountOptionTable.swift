@@ -125,7 +125,7 @@ public enum MountOptionTable {
     "plain `http://` is only accepted for loopback hosts unless this is given")
   public static let options = MountOption<[String]>(
     "o", short: true, value: "OPTIONS", default: nil,
-    "comma-separated: `ro`, `allow_other`, `uid=N`, `gid=N`, `file_mode=0644`, `dir_mode=0755`; mount(8) options (`_netdev`, `nofail`, `x-systemd.*`, …) are accepted and ignored"
+    "comma-separated: `ro`, `allow_other`, `uid=N`, `gid=N`, `file_mode=0644`, `dir_mode=0755` (the owner and modes of objects that store none), `posix_attributes=off` (store no modes, owners or special files); always `nosuid,nodev`; mount(8) options (`_netdev`, `nofail`, `x-systemd.*`, …) are accepted and ignored"
   )
   public static let pageSize = MountOption<Int>(
     "page-size", value: "N", default: 1000, unit: .count,
@@ -136,6 +136,10 @@ public enum MountOptionTable {
   public static let negativeTTL = MountOption<Double>(
     "negative-ttl", value: "S", default: 5, unit: .seconds,
     "seconds a missing name is remembered, by the kernel and by a complete listing of its directory")
+  public static let listCacheTTL = MountOption<Double>(
+    "list-cache-ttl", value: "S", default: 0, unit: .seconds,
+    "seconds the kernel may keep a directory's listing and answer `ls` and walks from it; 0 (off): "
+      + "every `opendir` lists. A change through the mount shows at once, another client's within S")
   public static let requestTimeout = MountOption<Double>(
     "request-timeout", value: "S", default: 30, unit: .seconds,
     "seconds without a byte from the service before an attempt is abandoned")
@@ -195,7 +199,7 @@ public enum MountOptionTable {
   public static let rows: [MountOptionRow] = [
     foreground.row, endpoint.row, anonymous.row, credentials.row, accessTokenFile.row,
     allowInsecureHTTP.row, options.row, pageSize.row, metadataTTL.row, negativeTTL.row,
-    requestTimeout.row, retryDeadline.row, uploadThreshold.row, uploadChunkSize.row,
+    listCacheTTL.row, requestTimeout.row, retryDeadline.row, uploadThreshold.row, uploadChunkSize.row,
     compositeUploadThreshold.row, compositePartSize.row, cacheDir.row, readCacheSize.row,
     firebaseDownloadTokens.row, refuseReadOnlyXattrs.row, renameDirLimit.row, readAheadBudget.row,
     logLevel.row, logFile.row, metricsAddr.row,

@@ -117,9 +117,12 @@ extension Staging {
 
   // MARK: - Attributes
 
-  /// What stat shows of a staged inode: its staged size and mtime.
-  func view(_ inode: UInt64) -> (size: UInt64, modified: Timestamp?)? {
-    file(inode: inode)?.state.withLock { ($0.size, $0.modified) }
+  /// What stat shows of a staged inode: its staged size and mtime, and the
+  /// mode and owner its upload will store (nil when it only reads).
+  func view(_ inode: UInt64) -> (size: UInt64, modified: Timestamp?, posix: StoredPosix?)? {
+    file(inode: inode)?.state.withLock { s in
+      (s.size, s.modified, s.dirty || s.base == nil ? StoredPosix(s.attributes.custom) : nil)
+    }
   }
 
   // MARK: - Release

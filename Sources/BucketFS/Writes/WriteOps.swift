@@ -16,8 +16,11 @@ import ObjectStore
 /// and write of a stage's bytes and sidecar runs under the file's gate,
 /// never under its state lock (docs/ARCHITECTURE.md#locks).
 extension Staging {
-  /// Creates `key` as a new staged file: its inode and write handle.
-  func create(key: String, name: String, flags: Int32) async throws -> (inode: UInt64, handle: UInt64) {
+  /// Creates `key` as a new staged file: its inode and write handle. `mode`
+  /// (after the umask) is stored with it, as is the caller's owner.
+  func create(key: String, name: String, flags: Int32, mode: UInt32) async throws -> (
+    inode: UInt64, handle: UInt64
+  ) {
     let existing = nodes.withLock { $0.inode(of: key) }.flatMap { shared(inode: $0) }
     if let existing {
       // Created here and not yet uploaded: the kernel lost its entry.
@@ -30,7 +33,7 @@ extension Staging {
     }
 
     let stage = try makeStage()
-    let (attributes, inferred) = newFileAttributes(name: name)
+    let (attributes, inferred) = newFileAttributes(name: name, mode: mode & 0o7777)
     let now = clock()
     let bucket = store.bucket
     let inode = nodes.withLock { table in
@@ -62,8 +65,9 @@ extension Staging {
 
   /// What a new file is stored with, and which of it bucketfs chose: a
   /// content type from the name, and a download token when the mount gives them.
-  func newFileAttributes(name: String) -> (ObjectAttributes, Set<XattrName>) {
+  func newFileAttributes(name: String, mode: UInt32) -> (ObjectAttributes, Set<XattrName>) {
     var attributes = ObjectAttributes()
+    attributes.custom = configuration.newObjectPosix(mode: mode)
     attributes.contentType = contentTypes.type(for: name)
     var inferred: Set<XattrName> = [.writable(.contentType)]
     if configuration.firebaseDownloadTokens {
