@@ -5,8 +5,8 @@ import ObjectStore
 enum ErrorMapping {
   enum Context {
     case metadata, read
-    /// An open of an inode the kernel holds an entry for.
-    case open
+    /// An open or getattr of an inode the kernel found by a name it still holds.
+    case inode
   }
 
   static func errno(for error: any Error, context: Context = .metadata) -> Errno {
@@ -22,9 +22,9 @@ enum ErrorMapping {
   static func errno(for error: StorageError, context: Context) -> Errno {
     switch error {
     // A read names the generation pinned at open: gone means replaced. An
-    // open names an inode the kernel found by a name: gone means that entry
-    // is stale, and ESTALE makes the kernel look the name up again, once
-    // (then open(O_CREAT) creates it, a plain open gets ENOENT).
+    // open or getattr names an inode the kernel found by a name: gone means
+    // that entry is stale, and ESTALE makes the kernel look the name up
+    // again, once (then open(O_CREAT) creates it, open and stat get ENOENT).
     case .notFound: context == .metadata ? .noEntry : .stale
     case .accessDenied: .accessDenied
     case .preconditionFailed: context == .read ? .stale : .io

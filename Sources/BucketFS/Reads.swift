@@ -46,7 +46,7 @@ final class Reads: Sendable {
     if let known = node.facts, nodes.isFresh(node) {
       facts = known
     } else {
-      facts = FileFacts(try await nodes.fetchMetadata(node.key, context: .open))
+      facts = FileFacts(try await nodes.fetchMetadata(node.key, context: .inode))
     }
     let reader = FileReader(
       key: node.key, generation: facts.generation, size: facts.size, store: store,

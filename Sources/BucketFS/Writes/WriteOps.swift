@@ -83,7 +83,7 @@ extension Staging {
     if let existing = shared(inode: inode), let handle = try await attach(existing, truncate: truncate) {
       return OpenResult(handle: handle, keepCache: false)
     }
-    let base = try await nodes.currentMetadata(of: node, context: .open)
+    let base = try await nodes.currentMetadata(of: node, context: .inode)
     let stage = try makeStage()
     let emptied = truncate || base.size == 0
     // Truncating bytes away is a change: it moves the mtime, as a write does.
