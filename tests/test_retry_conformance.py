@@ -36,10 +36,10 @@ and the same operation then succeeds on the same mount. Reads use O_DIRECT:
 through the page cache the kernel reads a page again after its read-ahead
 failed, and that request would hide what the first one got.
 
-Known defect (xfail, at that last step only): after the last close of a new
-file whose upload failed, creating the name again gives ENOENT until the
-kernel's entry for it expires (--metadata-ttl); the 16 failing upload cases
-check that another name works and end there.
+After a failed upload of a new file, that last step creates the same name
+again at once, although the kernel still holds its entry for the name: the
+open that reaches the old inode answers ESTALE and the kernel looks the name
+up again (docs/SEMANTICS.md#errors-table).
 
 How the mount's calls map onto the emulator's method names:
 
@@ -468,17 +468,5 @@ def test_retry_conformance(gcs, client, bucket, mount, op, scenario, instruction
     assert took < PROMPT, f"took {took:.1f} s\n{context}"
     op.unchanged(client, bucket, state)
     # The mount still works: the same operation, without faults, succeeds.
-    try:
-        op.act(m, state)
-    except FileNotFoundError:
-        if op.act is not upload_act:
-            raise
-        # A known defect of the mount, not of its client: the last close of a new
-        # file whose upload failed leaves the kernel's entry for the name pointing
-        # at an inode the mount no longer has, so creating the name again gives
-        # ENOENT until that entry expires (--metadata-ttl). Other names work.
-        _write(m.p("other"), b"other")
-        assert client.download(bucket, "other") == b"other"
-        pytest.xfail("bucketfs: a new file whose upload failed cannot be created again "
-                     "until --metadata-ttl passes (ENOENT)")
+    op.act(m, state)
     op.stored(client, bucket, m, state)

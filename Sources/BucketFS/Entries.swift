@@ -134,7 +134,9 @@ struct Entries: Sendable {
         ? max(configuration.metadataTTL - max(clock() - node.fetchedAt, 0), 0) : configuration.metadataTTL
       return (attributes(inode: inode, kind: node.kind, facts: facts), left)
     }
-    let metadata = try await nodes.fetchMetadata(node.key)
+    // Gone: ESTALE, so stat, and an open whose permission check asks for the
+    // attributes, look the name up again (docs/SEMANTICS.md#errors-table).
+    let metadata = try await nodes.fetchMetadata(node.key, context: .inode)
     // A file became a link or a link a file: this inode shows what it was
     // until the kernel looks the name up again (and gets a new inode).
     let facts =

@@ -3,7 +3,11 @@ import ObjectStore
 
 /// What an error means to the caller (docs/SEMANTICS.md#errors-table). One table, used everywhere.
 enum ErrorMapping {
-  enum Context { case metadata, read }
+  enum Context {
+    case metadata, read
+    /// An open or getattr of an inode the kernel found by a name it still holds.
+    case inode
+  }
 
   static func errno(for error: any Error, context: Context = .metadata) -> Errno {
     switch error {
@@ -17,8 +21,11 @@ enum ErrorMapping {
 
   static func errno(for error: StorageError, context: Context) -> Errno {
     switch error {
-    // A read names the generation pinned at open: gone means replaced.
-    case .notFound: context == .read ? .stale : .noEntry
+    // A read names the generation pinned at open: gone means replaced. An
+    // open or getattr names an inode the kernel found by a name: gone means
+    // that entry is stale, and ESTALE makes the kernel look the name up
+    // again, once (then open(O_CREAT) creates it, open and stat get ENOENT).
+    case .notFound: context == .metadata ? .noEntry : .stale
     case .accessDenied: .accessDenied
     case .preconditionFailed: context == .read ? .stale : .io
     case .tooLarge: .tooBig

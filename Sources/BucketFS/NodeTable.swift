@@ -42,18 +42,21 @@ final class NodeTable: Sendable {
   }
 
   /// The node's metadata if fetched within the TTL, else fetched now.
-  func currentMetadata(of node: Node) async throws -> ObjectMetadata {
+  func currentMetadata(of node: Node, context: ErrorMapping.Context = .metadata) async throws
+    -> ObjectMetadata
+  {
     if isFresh(node), let metadata = withLock({ $0.metadata[node.key] }) { return metadata }
-    return try await fetchMetadata(node.key)
+    return try await fetchMetadata(node.key, context: context)
   }
 
-  func fetchMetadata(_ key: String) async throws -> ObjectMetadata {
+  func fetchMetadata(_ key: String, context: ErrorMapping.Context = .metadata) async throws -> ObjectMetadata
+  {
     do {
       let metadata = try await store.metadata(of: key)
       // A PATCH may have answered with newer metadata while this GET was under way.
       return remember(metadata)
     } catch {
-      throw diagnostics.failure(error, operation: "get metadata", key: key)
+      throw diagnostics.failure(error, operation: "get metadata", key: key, context: context)
     }
   }
 

@@ -39,13 +39,14 @@ final class Reads: Sendable {
     self.prefetch = prefetch
   }
 
-  /// Opens the object's generation the node shows (fetched again past the TTL).
+  /// Opens the object's generation the node shows (fetched again past the
+  /// TTL; ESTALE if the object is gone: the kernel then looks the name up again).
   func open(inode: UInt64, node: Node, handle: UInt64) async throws -> OpenResult {
     let facts: FileFacts
     if let known = node.facts, nodes.isFresh(node) {
       facts = known
     } else {
-      facts = FileFacts(try await nodes.fetchMetadata(node.key))
+      facts = FileFacts(try await nodes.fetchMetadata(node.key, context: .inode))
     }
     let reader = FileReader(
       key: node.key, generation: facts.generation, size: facts.size, store: store,

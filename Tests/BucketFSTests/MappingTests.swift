@@ -54,6 +54,9 @@ final class ErrnoMappingTests: XCTestCase {
     let table: [(StorageError, ErrorMapping.Context, Int32)] = [
       (.notFound, .metadata, ENOENT),
       (.notFound, .read, ESTALE),  // the pinned generation is gone
+      (.notFound, .inode, ESTALE),  // the kernel's entry for the name is stale
+      (.accessDenied("no"), .inode, EACCES),
+      (.preconditionFailed, .inode, EIO),
       (.accessDenied("no"), .metadata, EACCES),
       (.preconditionFailed, .read, ESTALE),
       (.tooLarge("metadata too large"), .metadata, E2BIG),

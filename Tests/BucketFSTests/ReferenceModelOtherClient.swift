@@ -27,8 +27,9 @@ import XCTest
 /// 3. At once (no TTL has run out):
 ///    - a handle opened before the change reads ESTALE (`[]` if the old
 ///      version was empty: nothing to fetch), never the new bytes; after that
-///      ESTALE the next open of the inode reads the new bytes (ENOENT if
-///      deleted), stat shows the new size, and keepCache is off. The control
+///      ESTALE the next open of the inode reads the new bytes (if deleted:
+///      ESTALE, and the kernel's second lookup of the name finds it absent),
+///      stat shows the new size, and keepCache is off. The control
 ///      reads its bytes.
 ///    - a lookup and a stat of each changed name show the old state or the
 ///      new one, nothing else; getfattr shows one version whole; an open of a
@@ -439,13 +440,19 @@ struct OtherClientRound {
   }
 
   /// After a read found its generation gone, the next open pins the new
-  /// version (ENOENT if deleted), and stat shows its size.
+  /// version, and stat shows its size. If deleted, the open is ESTALE and
+  /// the lookup the kernel then makes finds the name absent (so `cat` gets
+  /// ENOENT, and O_CREAT creates it).
   private mutating func openAgain(_ path: String, _ inode: UInt64) async throws {
     guard let file = after.files[path] else {
       do {
         let handle = try await fs.open(inode: inode, flags: O_RDONLY).handle
         fs.release(inode: inode, handle: handle)
-      } catch let errno as Errno where errno == .noEntry {
+      } catch let errno as Errno where errno == .stale {
+        let kind = try await fs.kind(at: path)
+        guard kind == nil else {
+          throw RoundMismatch("\(path) was deleted, but a lookup after an open's ESTALE shows a \(kind!)")
+        }
         return
       }
       throw RoundMismatch("\(path) was deleted, but an open after a read failed with ESTALE succeeded")

@@ -78,7 +78,8 @@ extension Staging {
   }
 
   /// Opens an inode for writing (or with O_TRUNC): shares its staged file,
-  /// or stages it now over the generation it has.
+  /// or stages it now over the generation it has (ESTALE if its object is
+  /// gone: the kernel looks the name up again, and O_CREAT then creates it).
   func openForWriting(inode: UInt64, node: Node, flags: Int32) async throws -> OpenResult {
     if configuration.readOnly { throw Errno.readOnly }
     guard node.kind == .file else { throw Errno.isDirectory }
@@ -86,7 +87,7 @@ extension Staging {
     if let existing = shared(inode: inode), let handle = try await attach(existing, truncate: truncate) {
       return OpenResult(handle: handle, keepCache: false)
     }
-    let base = try await nodes.currentMetadata(of: node)
+    let base = try await nodes.currentMetadata(of: node, context: .inode)
     let stage = try makeStage()
     let emptied = truncate || base.size == 0
     // Truncating bytes away is a change: it moves the mtime, as a write does.
