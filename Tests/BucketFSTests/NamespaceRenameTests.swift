@@ -83,6 +83,17 @@ final class NamespaceRenameTests: XCTestCase {
     XCTAssertEqual(store.names, ["b", "d"])
   }
 
+  func testASourceTheMountDoesNotHoldIsAskedForOnce() async throws {
+    store.put("a", data: bytes("1"))
+    store.resetCalls()
+    try await rename("a", "b")
+    XCTAssertEqual(store.calls(.metadata).filter { $0 == .metadata("a") }.count, 1)
+    XCTAssertEqual(store.calls(.list).filter { $0 == .list(prefix: "a/", pageToken: nil) }.count, 1)
+    XCTAssertEqual(store.calls(.move), [.move("a", to: "b", ifGenerationMatch: 0)])
+    XCTAssertEqual(store.data("b"), bytes("1"))
+    XCTAssertEqual(store.names, ["b"])
+  }
+
   func testReplacingAFileNamesItsGeneration() async throws {
     store.put("new", data: bytes("new bytes"))
     let old = store.put("old", data: bytes("old bytes"))

@@ -31,7 +31,6 @@ extension Staging {
     return staged.state.withLock { s -> Bool in
       guard s.dirty, !s.unlinked else { return false }
       s.modified = time
-      s.mtimeSet = true
       s.attributes.custom[Self.mtimeKey] = String(time.seconds)
       return true
     }

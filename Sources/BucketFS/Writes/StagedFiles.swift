@@ -33,9 +33,8 @@ final class StagedFile: Sendable {
     var poisoned: Errno?
     var unlinked = false
     var handles = 0
-    /// The mtime stat shows; `mtimeSet` when utimens chose it.
+    /// The mtime stat shows.
     var modified: Timestamp?
-    var mtimeSet = false
     /// Whether the sidecar says "uploaded", to flip it once on the next change.
     var recordUploaded = false
     /// Read-only handles reading the loaded stage: it stays until they close.

@@ -91,10 +91,7 @@ extension Staging {
         custom[key] = text
         guard MetadataLimits.fits(custom) else { throw Errno.tooBig }
         s.attributes.custom = custom
-        if key == Self.mtimeKey {
-          s.mtimeSet = text != nil
-          if let text, let time = RFC3339.parseMtime(text) { s.modified = time }
-        }
+        if key == Self.mtimeKey, let text, let time = RFC3339.parseMtime(text) { s.modified = time }
       }
       s.inferred.remove(property)
       return true

@@ -183,7 +183,6 @@ extension Staging {
         s.loaded = true
         s.size = max(s.size, offset + UInt64(data.count))
         s.modified = .wholeSecondsNow()
-        s.mtimeSet = false
       }
       return data.count
     }
@@ -271,7 +270,6 @@ extension Staging {
         s.loaded = true
         s.size = size
         s.modified = .wholeSecondsNow()
-        s.mtimeSet = false
       }
     }
   }
