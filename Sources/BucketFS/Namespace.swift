@@ -1,7 +1,6 @@
 import FUSE
 import Logging
 import ObjectStore
-import Synchronization
 
 #if canImport(Glibc)
   import Glibc
@@ -11,8 +10,6 @@ import Synchronization
 /// (Renames.swift) and of directories (DirectoryRenames.swift), each with
 /// preconditions on the names it changes (docs/SEMANTICS.md#tree).
 final class Namespace: Sendable {
-  /// The bucket answered that it cannot move objects: renames copy and delete.
-  let moveUnsupported = Atomic<Bool>(false)
   let nodes: NodeTable
   let entries: Entries
   let staging: Staging

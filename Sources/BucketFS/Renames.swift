@@ -145,19 +145,18 @@ extension Namespace {
   /// it and the metadata comes along unchanged, else a copy (rewrite) with
   /// `attributes` and then a delete of the source generation. The
   /// destination must be at generation `ifGenerationMatch` (0: absent); the
-  /// source is never deleted before its copy exists.
+  /// source is never deleted before its copy exists. The store remembers a
+  /// bucket that cannot move (its later moves answer `unsupported` at once).
   func relocate(
     _ source: ObjectMetadata, to destination: String, attributes: ObjectAttributes?, ifGenerationMatch: Int64
   ) async throws -> ObjectMetadata {
-    if attributes == nil, !moveUnsupported.load(ordering: .relaxed) {
+    if attributes == nil {
       do {
         return try await store.move(
           source.name, sourceGeneration: source.generation, to: destination,
           ifGenerationMatch: ifGenerationMatch)
-      } catch StorageError.unsupported(let message) {
-        if !moveUnsupported.exchange(true, ordering: .relaxed) {
-          logger.notice("the bucket cannot move objects (\(message)); renames copy and delete")
-        }
+      } catch StorageError.unsupported {
+        // Copied and deleted below.
       } catch StorageError.preconditionFailed {
         // Either name may have failed its precondition: the source tells which.
         let current = try? await store.metadata(of: source.name)

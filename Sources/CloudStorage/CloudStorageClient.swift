@@ -134,10 +134,12 @@ public final class CloudStorageClient: ObjectStore {
       "\(objectsPath)/\(name.percentEncoded)"
       + queryString([("alt", "media"), ("generation", String(generation))])
     let (status, headers, body) = try await exchange(
-      .GET, .download, url: url, headers: [("Range", "bytes=\(range.lowerBound)-\(range.upperBound - 1)")],
-      operation: "read \(name) \(range)", maxBody: Int(range.count) + (64 << 10), idempotent: true,
-      validate: { status, headers, body in Self.shortRead(status, headers, body, asked: range) },
-      window: range, spare: spare)
+      StorageRequest(
+        method: .GET, kind: .download, url: url,
+        headers: [("Range", "bytes=\(range.lowerBound)-\(range.upperBound - 1)")],
+        operation: "read \(name) \(range)", maxBody: Int(range.count) + (64 << 10), idempotent: true,
+        validate: { status, headers, body in Self.shortRead(status, headers, body, asked: range) },
+        window: range, spare: spare))
     var bytes = body
     if status == 206 {
       // Without a usable Content-Range a short answer could not be told from the object's end.
@@ -181,12 +183,13 @@ public final class CloudStorageClient: ObjectStore {
       throw StorageError.badRequest("could not encode patch: \(error)")
     }
     let (_, _, body) = try await exchange(
-      .PATCH, .patch, url: "\(objectsPath)/\(name.percentEncoded)" + queryString(query),
-      headers: [("Content-Type", "application/json")], body: ByteBuffer(bytes: json),
-      operation: "patch \(name)",
-      maxBody: 4 << 20,
-      // Safe to repeat only when the precondition makes a repeat a no-op.
-      idempotent: ifMetagenerationMatch != nil)
+      StorageRequest(
+        method: .PATCH, kind: .patch, url: "\(objectsPath)/\(name.percentEncoded)" + queryString(query),
+        headers: [("Content-Type", "application/json")], body: .bytes(ByteBuffer(bytes: json)),
+        operation: "patch \(name)",
+        maxBody: 4 << 20,
+        // Safe to repeat only when the precondition makes a repeat a no-op.
+        idempotent: ifMetagenerationMatch != nil))
     let resource = try read(body, what: "patched metadata of \(name)", as: ObjectResource.init(reading:))
     guard resource.isComplete else {
       logger.debug("patch \(name): incomplete answer; reading the metadata back")

@@ -54,10 +54,11 @@ extension CloudStorageClient {
     if let ifGenerationMatch { query.append(("ifGenerationMatch", String(ifGenerationMatch))) }
     query.append(("fields", Fields.object))
     let (status, _, answer) = try await exchange(
-      .POST, .upload, url: uploadPath + queryString(query),
-      headers: [("Content-Type", "multipart/related; boundary=\(boundary)")], body: body,
-      operation: "upload \(name)", maxBody: 4 << 20, idempotent: ifGenerationMatch != nil,
-      sending: body.readableBytes, settledAfterRetry: [412])
+      StorageRequest(
+        method: .POST, kind: .upload, url: uploadPath + queryString(query),
+        headers: [("Content-Type", "multipart/related; boundary=\(boundary)")], body: .bytes(body),
+        operation: "upload \(name)", maxBody: 4 << 20, idempotent: ifGenerationMatch != nil,
+        sending: body.readableBytes, settledAfterRetry: [412]))
     if status == 412 {
       return try await ownObject(name, from: source, attributes: attributes, contentType: contentType)
     }

@@ -42,6 +42,14 @@ final class StagedFile: Sendable {
     /// Every write handle closed while readers remained: the last reader's
     /// close removes the stage.
     var removeWhenUnread = false
+
+    /// What the sidecar says of this file.
+    func record(uploaded: Bool) -> StageRecord {
+      StageRecord(
+        key: key, baseGeneration: baseGeneration, uploaded: uploaded,
+        fields: Dictionary(uniqueKeysWithValues: attributes.fields.map { ($0.key.rawValue, $0.value) }),
+        custom: attributes.custom)
+    }
   }
   let state: Mutex<State>
   /// Orders the work on the stage's bytes and sidecar (writes, resizes,
@@ -55,12 +63,7 @@ final class StagedFile: Sendable {
   }
 
   var record: StageRecord {
-    state.withLock { s in
-      StageRecord(
-        key: s.key, baseGeneration: s.baseGeneration, uploaded: s.recordUploaded,
-        fields: Dictionary(uniqueKeysWithValues: s.attributes.fields.map { ($0.key.rawValue, $0.value) }),
-        custom: s.attributes.custom)
-    }
+    state.withLock { $0.record(uploaded: $0.recordUploaded) }
   }
 }
 

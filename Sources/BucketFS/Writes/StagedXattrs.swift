@@ -80,13 +80,11 @@ extension Staging {
         throw Errno.notPermitted
       case .writable(let field):
         let exists = s.attributes.fields[field] != nil
-        if flags.contains(.create) && exists { throw Errno.exists }
-        if (flags.contains(.replace) || text == nil) && !exists { throw Errno.noData }
+        if let refused = flags.refusal(exists: exists, removing: text == nil) { throw refused }
         s.attributes.fields[field] = text
       case .custom(let key):
         let exists = s.attributes.custom[key] != nil
-        if flags.contains(.create) && exists { throw Errno.exists }
-        if (flags.contains(.replace) || text == nil) && !exists { throw Errno.noData }
+        if let refused = flags.refusal(exists: exists, removing: text == nil) { throw refused }
         var custom = s.attributes.custom
         custom[key] = text
         guard MetadataLimits.fits(custom) else { throw Errno.tooBig }

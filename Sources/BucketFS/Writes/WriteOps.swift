@@ -208,10 +208,7 @@ extension Staging {
   func markDirty(_ staged: StagedFile) throws {
     let record = staged.state.withLock { s -> StageRecord? in
       guard !s.dirty || s.recordUploaded else { return nil }
-      return StageRecord(
-        key: s.key, baseGeneration: s.baseGeneration, uploaded: false,
-        fields: Dictionary(uniqueKeysWithValues: s.attributes.fields.map { ($0.key.rawValue, $0.value) }),
-        custom: s.attributes.custom)
+      return s.record(uploaded: false)
     }
     guard let record else { return }
     let code = staged.stage.writeRecord(record)
