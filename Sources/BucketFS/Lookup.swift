@@ -63,7 +63,7 @@ final class Lookups: Sendable {
 
     let shared = join(parentKey)
     defer { leave(parentKey) }
-    if let shared, let page = try? await shared.value,
+    if let shared, let page = try? await shared.valueUnlessCancelled(),
       let entry = resolve(fileKey: fileKey, directoryKey: directoryKey, from: page)
     {
       return entry
