@@ -3,8 +3,10 @@ import ObjectStore
 /// The store as the filesystem uses it: every name stored through it joins
 /// its directory's complete listing, whichever operation stored it (an
 /// upload, a copy, a move), and a directory placeholder created where no
-/// object was (`ifGenerationMatch=0`) starts as a complete, empty listing.
-/// Reads, listings and patches go to `inner` unchanged.
+/// object was (`ifGenerationMatch=0`) starts as a complete, empty listing;
+/// every file deleted or moved away leaves it. Each change also drops the
+/// walks' kept listings it could make wrong. Reads, listings and patches go
+/// to `inner` unchanged.
 struct ListingAwareStore: ForwardingObjectStore {
   let inner: any ObjectStore
   let listings: SharedListings
@@ -31,6 +33,7 @@ struct ListingAwareStore: ForwardingObjectStore {
   func delete(_ name: String, ifGenerationMatch: Int64?) async throws {
     try await inner.delete(name, ifGenerationMatch: ifGenerationMatch)
     walks.invalidateListings(under: name)
+    listings.withLock { $0.remove(key: name) }
   }
 
   func copy(
@@ -52,7 +55,10 @@ struct ListingAwareStore: ForwardingObjectStore {
       source, sourceGeneration: sourceGeneration, to: destination, ifGenerationMatch: ifGenerationMatch)
     walks.invalidateListings(under: source)
     walks.invalidateListings(under: destination)
-    listings.withLock { $0.add(key: destination) }
+    listings.withLock { listings in
+      listings.remove(key: source)
+      listings.add(key: destination)
+    }
     return stored
   }
 }
