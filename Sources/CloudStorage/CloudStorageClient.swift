@@ -64,7 +64,14 @@ public final class CloudStorageClient: ObjectStore {
   }
 
   var objectsPath: String { "\(endpoint)/storage/v1/b/\(bucket.percentEncoded)/o" }
-  var uploadPath: String { "\(endpoint)/upload/storage/v1/b/\(bucket.percentEncoded)/o" }
+
+  /// Where an upload of `type` (multipart, resumable) starts, answering with the object's fields.
+  func uploadURL(_ type: String, ifGenerationMatch: Int64?) -> String {
+    var query = [("uploadType", type)]
+    if let ifGenerationMatch { query.append(("ifGenerationMatch", String(ifGenerationMatch))) }
+    query.append(("fields", Fields.object))
+    return "\(endpoint)/upload/storage/v1/b/\(bucket.percentEncoded)/o" + queryString(query)
+  }
 
   // MARK: - ObjectStore
 

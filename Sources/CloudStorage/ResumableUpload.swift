@@ -41,12 +41,9 @@ extension CloudStorageClient {
   ) async throws -> String {
     let contentType = Self.contentType(attributes)
     let metadata = try Self.objectBody(name: name, attributes: attributes, contentType: contentType)
-    var query = [("uploadType", "resumable")]
-    if let ifGenerationMatch { query.append(("ifGenerationMatch", String(ifGenerationMatch))) }
-    query.append(("fields", Fields.object))
     let (_, headers, _) = try await exchange(
       StorageRequest(
-        method: .POST, kind: .upload, url: uploadPath + queryString(query),
+        method: .POST, kind: .upload, url: uploadURL("resumable", ifGenerationMatch: ifGenerationMatch),
         headers: [
           ("Content-Type", "application/json; charset=UTF-8"), ("X-Upload-Content-Type", contentType),
           ("X-Upload-Content-Length", String(size)),

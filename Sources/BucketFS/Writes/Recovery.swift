@@ -84,18 +84,7 @@ public enum Recovery {
   }
 
   static func readRecord(_ path: String) -> StageRecord? {
-    let fd = open(path, O_RDONLY | O_CLOEXEC)
-    guard fd >= 0 else { return nil }
-    defer { close(fd) }
-    var bytes: [UInt8] = []
-    var chunk = [UInt8](repeating: 0, count: 16384)
-    while true {
-      let n = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-      if n < 0 && errno == EINTR { continue }
-      if n <= 0 { break }
-      bytes += chunk[0..<n]
-      if bytes.count > 1 << 20 { return nil }
-    }
+    guard let bytes = LocalFile.contents(of: path, limit: 1 << 20) else { return nil }
     return try? JSONDecoder().decode(StageRecord.self, from: Data(bytes))
   }
 
