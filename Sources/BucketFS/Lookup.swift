@@ -104,7 +104,7 @@ final class Lookups: Sendable {
   {
     // A node the mount holds past its TTL, or found gone by a read, may know
     // better than a listing answered before: ask the service.
-    if nodes.probe(fileKey: fileKey, directoryKey: directoryKey).inode != nil { return nil }
+    if nodes.held(fileKey: fileKey, directoryKey: directoryKey).inode != nil { return nil }
     switch walks.known(name, in: parentKey) {
     case .listed(let listed)?:
       if listed.kind == .directory {

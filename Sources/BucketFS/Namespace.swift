@@ -119,7 +119,7 @@ final class Namespace: Sendable {
     let fileKey = try Names.key(name, under: parentKey, for: .existing)
     let directoryKey = fileKey + "/"
     defer { walks.invalidateListings(under: directoryKey) }
-    let held = nodes.probe(fileKey: fileKey, directoryKey: directoryKey)
+    let held = nodes.held(fileKey: fileKey, directoryKey: directoryKey)
     if let kind = held.kind, kind != .directory { throw Errno.notDirectory }
     // A file created in it and not stored yet is in it (docs/SEMANTICS.md#writes-in-flight).
     if !staging.inFlight(in: directoryKey, deep: true).isEmpty { throw Errno(ENOTEMPTY) }
@@ -161,7 +161,7 @@ final class Namespace: Sendable {
   /// lookup or listing, whatever its age: a delete or rename must act on
   /// that version and no other), else as the bucket has it now.
   func existingFile(_ key: String) async throws -> (inode: UInt64?, metadata: ObjectMetadata) {
-    let held = nodes.probe(fileKey: key, directoryKey: key + "/")
+    let held = nodes.held(fileKey: key, directoryKey: key + "/")
     if held.kind == .directory { throw Errno.isDirectory }
     if let inode = held.inode {
       let (known, cached) = nodes.withLock { ($0[inode]?.facts?.generation, $0.metadata[key]) }

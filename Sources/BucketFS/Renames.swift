@@ -23,7 +23,7 @@ extension Namespace {
       walks.invalidateListings(under: to)
     }
 
-    let held = nodes.probe(fileKey: from, directoryKey: from + "/")
+    let held = nodes.held(fileKey: from, directoryKey: from + "/")
     var kind = held.kind
     // A source the mount does not hold is asked for once, here.
     var unheldFile: ObjectMetadata?
@@ -65,7 +65,7 @@ extension Namespace {
     if let unheld {
       (inode, source) = (nil, unheld)
     } else {
-      if let held = nodes.probe(fileKey: from, directoryKey: from + "/").inode {
+      if let held = nodes.held(fileKey: from, directoryKey: from + "/").inode {
         try await staging.commit(inode: held)
       }
       (inode, source) = try await existingFile(from)

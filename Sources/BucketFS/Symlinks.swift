@@ -40,7 +40,7 @@ final class Symlinks: Sendable {
     }
     guard target.count <= SymlinkEncoding.maxTargetBytes else { throw Errno.nameTooLong }
     // A directory of that name hides any object of it.
-    if nodes.probe(fileKey: key, directoryKey: key + "/").kind == .directory { throw Errno.exists }
+    if nodes.held(fileKey: key, directoryKey: key + "/").kind == .directory { throw Errno.exists }
     let stored: ObjectMetadata
     do {
       stored = try await store.upload(
