@@ -27,6 +27,10 @@ What is in here:
   bucketfs is pointed at the proxy's URL so tests can count what it asks for.
   It can also fail requests: all of some kinds (``set_fault``), or a seeded
   random few (``set_random_faults``: 503s, resets, lost answers, stalls).
+  For storage-testbench's retry conformance tests it sends the header
+  ``x-retry-test-id`` on requests of chosen operations (``set_retry_test``;
+  see ``operation``), and passes the emulator's injected resets and broken
+  streams on to the client as resets.
   With ``latency`` and ``stream_bps`` it models a WAN: each request waits one
   round trip, and each request's body and each response's body move at most
   ``stream_bps`` bytes a second, as one TCP stream would (``Pace``).
@@ -56,7 +60,7 @@ import urllib.parse
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Callable, Iterable
 
 # ---------------------------------------------------------------------------
 # The emulator binary
@@ -421,6 +425,37 @@ def classify(method: str, path: str, query: str) -> str:
     return "other"
 
 
+OPERATIONS = ("list", "metadata", "media", "patch", "delete", "upload-multipart", "upload-start",
+              "upload-session", "rewrite", "move", "compose", "copy", "other")
+
+
+def operation(method: str, path: str, query: str) -> str:
+    """The JSON API call a request makes, finer than ``classify``: list,
+    metadata, media, patch, delete, upload-multipart (and uploadType=media),
+    upload-start (a resumable session's POST), upload-session (a PUT to a
+    session: a chunk or a status query), rewrite, move, compose, copy, other."""
+    kind = classify(method, path, query)
+    if kind != "other":
+        return kind
+    params = urllib.parse.parse_qs(query, keep_blank_values=True)
+    if path.startswith("/upload/"):
+        if method == "PUT" or "upload_id" in params:
+            return "upload-session"
+        if method == "POST":
+            return "upload-start" if params.get("uploadType", [""])[-1] == "resumable" else "upload-multipart"
+    if path.startswith("/storage/v1/b/"):
+        rest = path.split("/", 6)[-1] if path.count("/") >= 6 else ""
+        if method == "POST":
+            for marker, name in (("/rewriteTo/b/", "rewrite"), ("/moveTo/o/", "move"), ("/copyTo/b/", "copy")):
+                if marker in rest:
+                    return name
+            if rest.endswith("/compose"):
+                return "compose"
+        if method == "DELETE" and rest:
+            return "delete"
+    return "other"
+
+
 @dataclass
 class Record:
     method: str
@@ -431,6 +466,8 @@ class Record:
     headers: dict[str, str]
     body: bytes | None = None  # kept for PATCH (and other non-GET) requests
     status: int | None = None
+    operation: str = "other"
+    retry_test: str | None = None  # the x-retry-test-id the proxy added
 
     @property
     def params(self) -> dict[str, list[str]]:
@@ -494,6 +531,7 @@ class CountingProxy:
         self._records: list[Record] = []
         self._fault: tuple[str, frozenset[str], threading.Event] | None = None
         self._random: tuple[random.Random, float, tuple[float, float], frozenset[str]] | None = None
+        self._retry_test: tuple[str, frozenset[str], Callable[[Record], bool] | None] | None = None
         self.fault_counts: dict[str, int] = dict.fromkeys(self.RANDOM_FAULTS, 0)
         proxy = self
 
@@ -551,6 +589,10 @@ class CountingProxy:
                              classify(self.command, urllib.parse.unquote(raw_path), query),
                              {k: v for k, v in self.headers.items()},
                              body if self.command not in ("GET", "HEAD") else None)
+                rec.operation = operation(self.command, rec.path, query)
+                tagged = proxy._retry_test
+                if tagged is not None and rec.operation in tagged[1] and (tagged[2] is None or tagged[2](rec)):
+                    rec.retry_test = tagged[0]
                 proxy._add(rec)
                 if proxy.latency > 0:
                     time.sleep(proxy.latency)
@@ -590,8 +632,18 @@ class CountingProxy:
                 hdrs["Host"] = f"{proxy.upstream_host}:{proxy.upstream_port}"
                 if body is not None:
                     hdrs["Content-Length"] = str(len(body))
+                if rec.retry_test is not None:
+                    hdrs["x-retry-test-id"] = rec.retry_test
+                # A request under a retry test may be reset by the emulator on
+                # purpose: so is the client's.
+                injected = (ConnectionError, http.client.HTTPException) if rec.retry_test else ()
+                forward = proxy._forward if rec.retry_test is None else proxy._forward_once
                 try:
-                    resp, conn = proxy._forward(self.command, self.path, body, hdrs)
+                    resp, conn = forward(self.command, self.path, body, hdrs)
+                except injected:
+                    rec.status = 0
+                    self._reset()
+                    return
                 except Exception as e:  # noqa: BLE001
                     rec.status = 502
                     msg = f"proxy: upstream failed: {e}".encode()
@@ -614,6 +666,14 @@ class CountingProxy:
                     return
                 try:
                     self._relay(resp)
+                except (ConnectionError, http.client.HTTPException):
+                    # The answer broke off upstream (an injected broken stream), or
+                    # the client left: either way the client must see it cut.
+                    conn.close()
+                    proxy._drop_conn()
+                    rec.status = 0
+                    self._reset()
+                    return
                 finally:
                     if resp.will_close:
                         conn.close()
@@ -657,12 +717,16 @@ class CountingProxy:
                 if length is not None:
                     self.send_header("Content-Length", length)
                     self.end_headers()
+                    sent = 0
                     while True:
                         chunk = resp.read(piece)
                         if not chunk:
                             break
                         pace(len(chunk))
                         self.wfile.write(chunk)
+                        sent += len(chunk)
+                    if sent < int(length):  # read(n) ends quietly where the upstream broke off
+                        raise http.client.IncompleteRead(b"", int(length) - sent)
                 else:
                     self.send_header("Transfer-Encoding", "chunked")
                     self.end_headers()
@@ -693,6 +757,17 @@ class CountingProxy:
     def _drop_conn(self) -> None:
         self._local.conn = None
 
+    def _forward_once(self, method, path, body, hdrs):
+        """One try on a fresh connection: a reset is then the emulator's
+        (an injected fault), never a kept connection found closed."""
+        old = getattr(self._local, "conn", None)
+        if old is not None:
+            old.close()
+            self._drop_conn()
+        conn = self._conn()
+        conn.request(method, path, body=body, headers=hdrs)
+        return conn.getresponse(), conn
+
     def _forward(self, method, path, body, hdrs):
         for attempt in (0, 1):
             conn = self._conn()
@@ -718,6 +793,7 @@ class CountingProxy:
     def stop(self) -> None:
         self.set_fault(None)
         self.set_random_faults(0)
+        self.set_retry_test(None)
         self.server.shutdown()
         self.server.server_close()
 
@@ -731,6 +807,17 @@ class CountingProxy:
             old[2].set()
         if mode is not None:
             self._fault = (mode, frozenset(kinds), threading.Event())
+
+    def set_retry_test(self, test_id: str | None, operations: Iterable[str] = (),
+                       where: Callable[[Record], bool] | None = None) -> None:
+        """Send ``x-retry-test-id: test_id`` with each request whose ``operation``
+        is in ``operations`` (and for which ``where(record)`` holds, if given),
+        so that storage-testbench applies that retry test's instructions to it
+        and to nothing else; None stops. Records carry the id they were sent
+        with (``Record.retry_test``)."""
+        unknown = set(operations) - set(OPERATIONS)
+        assert not unknown, unknown
+        self._retry_test = None if test_id is None else (test_id, frozenset(operations), where)
 
     RANDOM_FAULTS = ("503", "reset", "lost-answer", "stall")
 

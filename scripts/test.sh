@@ -8,7 +8,8 @@
 #      with the release binary (what ships is what is tested);
 #   5. the write, namespace, xattr, rename-round, backup, in-flight, symlink,
 #      metrics, composite-upload and read-cache tests again against
-#      storage-testbench, Google's faithful emulator (../shared/testbench.sh).
+#      storage-testbench, Google's faithful emulator (../shared/testbench.sh),
+#      and Google's retry conformance scenarios, which only it can inject.
 # Extra arguments are passed to both pytest runs (e.g. scripts/test.sh -k xattr).
 # BUCKETFS_SKIP_TESTBENCH=1 skips step 5 (no storage-testbench on the machine).
 set -euo pipefail
@@ -56,7 +57,7 @@ if [ "${BUCKETFS_SKIP_TESTBENCH:-0}" != 1 ]; then
   BUCKETFS_E2E_EMULATOR=storage-testbench e2e \
     tests/test_writes.py tests/test_namespace.py tests/test_xattr.py tests/test_rename_rounds.py \
     tests/test_backup.py tests/test_in_flight.py tests/test_symlinks.py tests/test_metrics.py \
-    tests/test_composite.py tests/test_read_cache.py "$@" ||
+    tests/test_composite.py tests/test_read_cache.py tests/test_retry_conformance.py "$@" ||
     failed+=("e2e on storage-testbench")
 fi
 
