@@ -28,7 +28,7 @@ public final class BucketFileSystem: FileSystem, Sendable {
   let prefetch: SiblingPrefetch
   let reads: Reads
   let staging: Staging
-  let entries: Entries
+  let entries: AttributeBuilder
   let lookups: Lookups
   let directories: Directories
   let namespace: Namespace
@@ -66,7 +66,7 @@ public final class BucketFileSystem: FileSystem, Sendable {
     let staging = Staging(
       stageFiles: stageFiles, nodes: nodes, reads: reads, handles: handles, listings: listings, store: store,
       configuration: configuration, diagnostics: diagnostics, clock: clock, metrics: metrics)
-    let entries = Entries(
+    let entries = AttributeBuilder(
       nodes: nodes, staging: staging, configuration: configuration, mountTime: Timestamp.now(), clock: clock)
     self.configuration = configuration
     self.diagnostics = diagnostics

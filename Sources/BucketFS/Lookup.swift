@@ -22,7 +22,7 @@ final class Lookups: Sendable {
   /// Lookups under way per directory key, and the listing a burst of them shares.
   private let bursts = Mutex<[ObjectKey: Burst]>([:])
   let nodes: NodeTable
-  let entries: Entries
+  let entries: AttributeBuilder
   let listings: SharedListings
   /// Listings kept for walks: lookups under a listed subtree are answered from them.
   let walks: SubtreeWalks
@@ -32,7 +32,8 @@ final class Lookups: Sendable {
   let clock: @Sendable () -> Double
 
   init(
-    nodes: NodeTable, entries: Entries, listings: SharedListings, walks: SubtreeWalks, store: any ObjectStore,
+    nodes: NodeTable, entries: AttributeBuilder, listings: SharedListings, walks: SubtreeWalks,
+    store: any ObjectStore,
     configuration: Configuration, diagnostics: Diagnostics, clock: @escaping @Sendable () -> Double
   ) {
     self.nodes = nodes

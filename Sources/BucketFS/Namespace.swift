@@ -11,7 +11,7 @@ import ObjectStore
 /// preconditions on the names it changes (docs/SEMANTICS.md#tree).
 final class Namespace: Sendable {
   let nodes: NodeTable
-  let entries: Entries
+  let entries: AttributeBuilder
   let staging: Staging
   let reads: Reads
   let walks: SubtreeWalks
@@ -23,7 +23,7 @@ final class Namespace: Sendable {
   var logger: Logger { diagnostics.logger }
 
   init(
-    nodes: NodeTable, entries: Entries, staging: Staging, reads: Reads, walks: SubtreeWalks,
+    nodes: NodeTable, entries: AttributeBuilder, staging: Staging, reads: Reads, walks: SubtreeWalks,
     listings: SharedListings, store: any ObjectStore, configuration: Configuration, diagnostics: Diagnostics,
     clock: @escaping @Sendable () -> Double
   ) {

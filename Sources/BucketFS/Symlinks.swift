@@ -10,14 +10,14 @@ final class Symlinks: Sendable {
   /// Targets read from links' bodies, by object version.
   private let targets = Mutex(LinkTargets(capacity: 4096))
   let nodes: NodeTable
-  let entries: Entries
+  let entries: AttributeBuilder
   let store: any ObjectStore
   let configuration: Configuration
   let diagnostics: Diagnostics
   let clock: @Sendable () -> Double
 
   init(
-    nodes: NodeTable, entries: Entries, store: any ObjectStore, configuration: Configuration,
+    nodes: NodeTable, entries: AttributeBuilder, store: any ObjectStore, configuration: Configuration,
     diagnostics: Diagnostics, clock: @escaping @Sendable () -> Double
   ) {
     self.nodes = nodes
