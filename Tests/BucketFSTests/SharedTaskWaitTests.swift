@@ -1,3 +1,4 @@
+import StorageFake
 import Synchronization
 import XCTest
 
@@ -25,16 +26,27 @@ final class SharedTaskWaitTests: XCTestCase {
   func testACancelledWaiterStopsAtOnceAndTheTaskRunsOnForTheOthers() async throws {
     let held = Held()
     let shared = held.task(returning: 42)
-    let cancelled = Task { try await shared.valueUnlessCancelled() }
+    let started = Locked(false)
+    let ended = Locked(false)
+    let cancelled = Task {
+      defer { ended.withLock { $0 = true } }
+      started.withLock { $0 = true }
+      return try await shared.valueUnlessCancelled()
+    }
     let other = Task { try await shared.valueUnlessCancelled() }
+    let waiting = await eventually { started.current }
+    XCTAssertTrue(waiting)
     cancelled.cancel()
+    let stopped = await eventually(5) { ended.current }
+    XCTAssertTrue(stopped, "the cancelled waiter still waits")
+    XCTAssertFalse(held.finished.load(ordering: .sequentiallyConsistent), "the shared task is not cancelled")
+    if !stopped { held.release() }
     do {
       _ = try await cancelled.value
       XCTFail("a cancelled waiter got the value")
     } catch {
       XCTAssertTrue(error is CancellationError, "\(error)")
     }
-    XCTAssertFalse(held.finished.load(ordering: .sequentiallyConsistent), "the shared task is not cancelled")
     XCTAssertFalse(shared.isCancelled)
     held.release()
     let value = try await other.value
@@ -47,8 +59,15 @@ final class SharedTaskWaitTests: XCTestCase {
       for await _ in stream { break }
       return 7
     }
-    let waiter = Task { await shared.valueUnlessCancelled() }
+    let ended = Locked(false)
+    let waiter = Task {
+      defer { ended.withLock { $0 = true } }
+      return await shared.valueUnlessCancelled()
+    }
     waiter.cancel()
+    let stopped = await eventually(5) { ended.current }
+    XCTAssertTrue(stopped, "the cancelled waiter still waits")
+    if !stopped { continuation.yield() }
     let answer = await waiter.value
     XCTAssertNil(answer)
     continuation.yield()
