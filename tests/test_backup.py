@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 
 import fakegcs as F
-from conftest import run
+from conftest import EMULATOR, run
 
 TOKEN = "firebaseStorageDownloadTokens"
 MTIME = "goog-reserved-file-mtime"
@@ -39,6 +39,17 @@ def writes(m) -> list:
     return [r for r in m.proxy.records() if r.method not in ("GET", "HEAD")]
 
 
+def stored_keys(meta: dict) -> dict:
+    """Custom metadata as the real service would have it. rsync makes its
+    temp file 0600 (stored as goog-reserved-posix-mode) and then chmods it
+    to the default 0644, which removes the key with a JSON null; on
+    fake-gcs-server a null leaves "" (tests/EMULATOR-NOTES.md, PATCH)."""
+    keys = meta.get("metadata", {})
+    if EMULATOR == "fake-gcs-server":
+        keys = {k: v for k, v in keys.items() if not (k.startswith("goog-reserved-posix-") and v == "")}
+    return keys
+
+
 def assert_restored(client, bucket, prefix: str) -> None:
     for o in TREE:
         name = prefix + o.name[len("src/"):]
@@ -47,7 +58,7 @@ def assert_restored(client, bucket, prefix: str) -> None:
         assert client.download(bucket, name) == o.data, name
         for field in WRITABLE:
             assert got.get(field) == src.get(field), (name, field, got.get(field), src.get(field))
-        assert got.get("metadata", {}) == src.get("metadata", {}), (name, got.get("metadata"))
+        assert stored_keys(got) == src.get("metadata", {}), (name, got.get("metadata"))
 
 
 def test_rsync_ax_twice_both_ways(client, bucket, mount, tmp_path):

@@ -17,13 +17,18 @@ import ObjectStore
 ///
 /// `goog-reserved-file-mtime` is never taken from the replaced file: the
 /// result holds new bytes, so its mtime is the source's (else `rsync -a`
-/// would see the old mtime and skip the edit).
+/// would see the old mtime and skip the edit). Nor are the other keys stat
+/// shows (mode, owner): a rename keeps the renamed file's, as on a disk,
+/// and a key absent from it means the mount's default there.
 enum AtomicSave {
   static func attributes(
     source: ObjectAttributes, inferred: Set<XattrName>, replaced: ObjectAttributes
   ) -> ObjectAttributes {
     var result = replaced
     result.custom[Staging.mtimeKey] = nil
+    for key in replaced.custom.keys where PosixKeys.isStatKey(key, in: replaced.custom) {
+      result.custom[key] = nil
+    }
     for (field, value) in source.fields {
       if !inferred.contains(.writable(field)) || result.fields[field] == nil { result.fields[field] = value }
     }

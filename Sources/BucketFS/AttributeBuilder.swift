@@ -7,6 +7,8 @@ import ObjectStore
 struct AttributeBuilder: Sendable {
   let nodes: NodeTable
   let staging: Staging
+  /// Kept flat listings show a directory's placeholder (or its absence).
+  let walks: SubtreeWalks
   let configuration: Configuration
   let mountTime: Timestamp
   let clock: @Sendable () -> Double
@@ -15,13 +17,25 @@ struct AttributeBuilder: Sendable {
   func entry(inode: UInt64, kind: Node.Kind, facts: FileFacts?, answeredAt: Double? = nil) -> Entry {
     let age = answeredAt.map { max(clock() - $0, 0) } ?? 0
     let timeout = max(configuration.metadataTTL - age, 0)
+    // A directory whose placeholder is not known yet: the kernel's next stat
+    // asks getattr, which reads it.
+    let unknown =
+      kind == .directory && facts == nil && configuration.posixAttributes && !isRootOfBucket(inode)
     return Entry(
       attributes: attributes(inode: inode, kind: kind, facts: facts), entryTimeout: timeout,
-      attributeTimeout: timeout)
+      attributeTimeout: unknown ? 0 : timeout)
   }
 
+  /// A directory's entry: its placeholder's stored attributes when known;
+  /// when not, the defaults with no attribute timeout, so the kernel's
+  /// next stat asks ``getattr(inode:)``, which reads the placeholder.
   func directory(_ inode: UInt64) -> Entry {
-    entry(inode: inode, kind: .directory, facts: nil)
+    entry(inode: inode, kind: .directory, facts: nodes.withLock { $0[inode]?.facts })
+  }
+
+  /// The bucket's root has no placeholder to store attributes on.
+  func isRootOfBucket(_ inode: UInt64) -> Bool {
+    inode == InodeTable.rootInode && configuration.rootPrefix.isEmpty
   }
 
   /// Counts a lookup of an object (a file or a link) and answers with the
@@ -32,25 +46,36 @@ struct AttributeBuilder: Sendable {
       inode: remembered.inode, kind: remembered.kind, facts: remembered.facts, answeredAt: answeredAt)
   }
 
+  /// `facts` of a directory are its placeholder's, if known.
   func attributes(inode: UInt64, kind: Node.Kind, facts: FileFacts?) -> FileAttributes {
     if kind == .symlink, let facts { return link(inode: inode, facts: facts) }
+    let posix = configuration.posixAttributes ? facts : nil
     guard kind == .file, let facts else {
+      // A placeholder's times are the directory's when it stores some.
+      let modified = posix.flatMap { $0.modified } ?? mountTime
       return FileAttributes(
-        inode: inode, kind: .directory, size: 0, permissions: configuration.directoryMode,
-        uid: configuration.uid, gid: configuration.gid, accessTime: mountTime, modificationTime: mountTime,
-        changeTime: mountTime)
+        inode: inode, kind: .directory, size: 0,
+        permissions: posix?.mode.map { $0 & 0o7777 } ?? configuration.directoryMode,
+        uid: posix?.uid ?? configuration.uid, gid: posix?.gid ?? configuration.gid,
+        accessTime: posix?.accessed ?? modified, modificationTime: modified,
+        changeTime: max(posix?.changed ?? modified, modified))
     }
     var modified = facts.modified ?? facts.created ?? mountTime
     var size = facts.size
+    var stored = posix.map { StoredPosix(mode: $0.mode, uid: $0.uid, gid: $0.gid) }
     if let staged = staging.view(inode) {
       size = staged.size
       modified = staged.modified ?? modified
+      if configuration.posixAttributes, let pending = staged.posix { stored = pending }
     }
     let changed = max(facts.changed ?? modified, modified)
+    let special = stored?.mode.flatMap(FileAttributes.Kind.init(special:))
     return FileAttributes(
-      inode: inode, kind: .file, size: size, permissions: configuration.fileMode,
-      uid: configuration.uid, gid: configuration.gid, accessTime: modified, modificationTime: modified,
-      changeTime: changed)
+      inode: inode, kind: special ?? .file, size: special == nil ? size : 0,
+      permissions: stored?.mode.map { $0 & 0o7777 } ?? configuration.fileMode,
+      uid: stored?.uid ?? configuration.uid, gid: stored?.gid ?? configuration.gid,
+      accessTime: posix?.accessed ?? modified, modificationTime: modified, changeTime: changed,
+      device: special == .characterDevice || special == .blockDevice ? facts.device : 0)
   }
 
   /// A link shows its target's length as its size and mode 0777, as links
@@ -58,8 +83,10 @@ struct AttributeBuilder: Sendable {
   private func link(inode: UInt64, facts: FileFacts) -> FileAttributes {
     let modified = facts.modified ?? facts.created ?? mountTime
     return FileAttributes(
-      inode: inode, kind: .symlink, size: facts.size, permissions: 0o777, uid: configuration.uid,
-      gid: configuration.gid, accessTime: modified, modificationTime: modified,
+      inode: inode, kind: .symlink, size: facts.size, permissions: 0o777,
+      uid: (configuration.posixAttributes ? facts.uid : nil) ?? configuration.uid,
+      gid: (configuration.posixAttributes ? facts.gid : nil) ?? configuration.gid,
+      accessTime: modified, modificationTime: modified,
       changeTime: max(facts.changed ?? modified, modified))
   }
 
@@ -97,9 +124,7 @@ struct AttributeBuilder: Sendable {
 
   func getattr(inode: UInt64) async throws -> (FileAttributes, timeout: Double) {
     let node = try nodes.node(inode)
-    if node.kind == .directory {
-      return (attributes(inode: inode, kind: .directory, facts: nil), configuration.metadataTTL)
-    }
+    if node.kind == .directory { return try await directoryAttributes(inode: inode, node: node) }
     // An unlinked or replaced file held open: its name now means something else.
     let staged = staging.view(inode) != nil
     if let facts = node.facts, nodes.isFresh(node) || node.isDetached || staged {
@@ -115,5 +140,46 @@ struct AttributeBuilder: Sendable {
     let facts =
       Node.Kind(object: metadata) == node.kind ? FileFacts(metadata) : node.facts ?? FileFacts(metadata)
     return (attributes(inode: inode, kind: node.kind, facts: facts), configuration.metadataTTL)
+  }
+
+  /// A directory shows its placeholder's stored mode and owner: known from
+  /// mkdir, a chmod or a lookup's listing, else read now (one GET, answered
+  /// 404 when it has none), then kept for the TTL.
+  private func directoryAttributes(inode: UInt64, node: Node) async throws -> (
+    FileAttributes, timeout: Double
+  ) {
+    guard configuration.posixAttributes, !isRootOfBucket(inode) else {
+      return (attributes(inode: inode, kind: .directory, facts: nil), configuration.metadataTTL)
+    }
+    if let facts = node.facts, nodes.isFresh(node) {
+      let left = max(configuration.metadataTTL - max(clock() - node.fetchedAt, 0), 0)
+      return (attributes(inode: inode, kind: .directory, facts: facts), left)
+    }
+    let placeholder: ObjectMetadata?
+    if let listed = listedPlaceholder(of: node.key) {
+      placeholder = listed.metadata.flatMap { $0.generation == 0 ? nil : $0 }
+    } else {
+      placeholder = try await nodes.optionalMetadata(node.key)
+    }
+    let facts = nodes.notePlaceholder(inode: inode, placeholder, at: clock())
+    return (attributes(inode: inode, kind: .directory, facts: facts), configuration.metadataTTL)
+  }
+
+  /// A walk's kept listing of the directory's parent, if it lists the
+  /// directory: its entry carries the placeholder, or one of generation 0
+  /// when it has none (TreeListing.swift).
+  private func listedPlaceholder(of key: String) -> ListedEntry? {
+    let trimmed = key.dropLast()
+    guard let slash = trimmed.lastIndex(of: "/") else {
+      return listed(String(trimmed), in: "")
+    }
+    return listed(String(trimmed[trimmed.index(after: slash)...]), in: String(trimmed[...slash]))
+  }
+
+  private func listed(_ name: String, in parent: String) -> ListedEntry? {
+    guard case .listed(let entry)? = walks.known(name, in: parent), entry.kind == .directory,
+      entry.metadata != nil
+    else { return nil }
+    return entry
   }
 }

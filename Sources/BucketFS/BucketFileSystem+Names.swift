@@ -18,29 +18,22 @@ extension BucketFileSystem {
     }
   }
 
-  /// Size goes to the stage, mtime to a pending upload or one PATCH; mode,
-  /// owner and atime are accepted unchanged, as gcsfuse does
-  /// (docs/SEMANTICS.md#writes).
+  /// Size goes to the stage; mtime, mode and owner to a pending upload or
+  /// one PATCH (a directory's to its placeholder); atime is accepted and not
+  /// stored (docs/SEMANTICS.md#writes-setattr).
   public func setattr(inode: UInt64, handle: UInt64?, changes: AttributeChanges) async throws
     -> (FileAttributes, timeout: Double)
   {
     try await boundary("setattr") {
       if configuration.readOnly { throw Errno.readOnly }
       let node = try nodes.node(inode)
-      if node.kind == .directory {
-        if changes.size != nil { throw Errno.isDirectory }
-        return (entries.attributes(inode: inode, kind: .directory, facts: nil), configuration.metadataTTL)
-      }
+      if node.kind == .directory, changes.size != nil { throw Errno.isDirectory }
       // truncate follows links: a size for the link itself comes from no tool.
       if node.kind == .symlink, changes.size != nil { throw Errno.invalid }
       if let size = changes.size {
         try await staging.setSize(inode: inode, handle: handle, node: node, to: size)
       }
-      if let time = changes.modificationTime, !staging.carryModified(inode: inode, to: time) {
-        try await xattrs.update(
-          .custom(Staging.mtimeKey), to: String(time.seconds), flags: [], inode: inode, node: node)
-        staging.noteModified(inode: inode, to: time)
-      }
+      try await changeStatFields(inode: inode, node: node, changes: changes)
       return try await getattr(inode: inode)
     }
   }
@@ -49,7 +42,7 @@ extension BucketFileSystem {
     try await boundary("readlink") { try await links.readlink(inode: inode) }
   }
 
-  public func opendir(inode: UInt64) async throws -> UInt64 {
+  public func opendir(inode: UInt64) async throws -> OpenResult {
     try await boundary("opendir") {
       try await directories.opendir(inode: inode)
     }
@@ -73,9 +66,9 @@ extension BucketFileSystem {
     }
   }
 
-  public func mknod(parent: UInt64, name: String, mode: UInt32) async throws -> Entry {
+  public func mknod(parent: UInt64, name: String, mode: UInt32, device: UInt64) async throws -> Entry {
     try await boundary("mknod") {
-      try await namespace.mknod(parent: parent, name: name)
+      try await namespace.mknod(parent: parent, name: name, mode: mode, device: device)
     }
   }
 

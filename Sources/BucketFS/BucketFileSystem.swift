@@ -1,4 +1,5 @@
 import CoreMetrics
+import Dispatch
 import FUSE
 import Logging
 import ObjectStore
@@ -31,6 +32,8 @@ public final class BucketFileSystem: FileSystem, Sendable {
   let entries: AttributeBuilder
   let lookups: Lookups
   let directories: Directories
+  /// When the kernel may keep directories' listings (KernelListings.swift).
+  let kernelListings: KernelListings
   let namespace: Namespace
   let links: Symlinks
   let xattrs: Xattrs
@@ -56,8 +59,11 @@ public final class BucketFileSystem: FileSystem, Sendable {
     let walks = SubtreeWalks(
       store: inner, pageSize: configuration.pageSize, freshness: configuration.metadataTTL, logger: logger,
       clock: clock, onConflict: { diagnostics.warnConflict($0) })
-    let store = ListingAwareStore(inner: inner, listings: listings, walks: walks, clock: clock)
+    let kernelListings = KernelListings(ttl: configuration.listCacheTTL, clock: clock)
+    let store = ListingAwareStore(
+      inner: inner, listings: listings, walks: walks, kernelListings: kernelListings, clock: clock)
     let nodes = NodeTable(configuration: configuration, store: store, diagnostics: diagnostics, clock: clock)
+    kernelListings.nodes.withLock { $0 = nodes }
     let readAhead = ReadAheadBudget(capacity: configuration.readAheadBudget, metrics: metrics)
     let prefetch = SiblingPrefetch(store: inner, budget: readAhead, clock: clock)
     let reads = Reads(
@@ -67,7 +73,8 @@ public final class BucketFileSystem: FileSystem, Sendable {
       stageFiles: stageFiles, nodes: nodes, reads: reads, handles: handles, listings: listings, store: store,
       configuration: configuration, diagnostics: diagnostics, clock: clock, metrics: metrics)
     let entries = AttributeBuilder(
-      nodes: nodes, staging: staging, configuration: configuration, mountTime: Timestamp.now(), clock: clock)
+      nodes: nodes, staging: staging, walks: walks, configuration: configuration, mountTime: Timestamp.now(),
+      clock: clock)
     self.configuration = configuration
     self.diagnostics = diagnostics
     self.onMounted = onMounted
@@ -82,9 +89,10 @@ public final class BucketFileSystem: FileSystem, Sendable {
     self.lookups = Lookups(
       nodes: nodes, entries: entries, listings: listings, walks: walks, store: store,
       configuration: configuration, diagnostics: diagnostics, clock: clock)
+    self.kernelListings = kernelListings
     self.directories = Directories(
       nodes: nodes, entries: entries, staging: staging, handles: handles, walks: walks, listings: listings,
-      prefetch: prefetch,
+      prefetch: prefetch, kernelListings: kernelListings,
       store: store, configuration: configuration, diagnostics: diagnostics, clock: clock)
     self.namespace = Namespace(
       nodes: nodes, entries: entries, staging: staging, reads: reads, walks: walks, listings: listings,
@@ -105,6 +113,7 @@ public final class BucketFileSystem: FileSystem, Sendable {
 
   public func mounted(kernel: KernelCache) {
     reads.kernel.withLock { $0 = kernel }
+    kernelListings.kernel.withLock { $0 = kernel }
     onMounted()
   }
 
@@ -129,6 +138,22 @@ public final class BucketFileSystem: FileSystem, Sendable {
     case .create(let inode, let handle):
       release(inode: inode, handle: handle)
       forget(inode: inode, count: 1)
+    }
+  }
+
+  /// Waits, at most `seconds`, for work the mount started apart from any
+  /// request (the deletes of streamed parts after a close): called once
+  /// the session has ended, so an unmount leaves no parts behind.
+  public func settleBackgroundWork(within seconds: Double) {
+    let done = DispatchSemaphore(value: 0)
+    let staging = self.staging
+    Task.detached {
+      await staging.settleBackground()
+      done.signal()
+    }
+    if done.wait(timeout: .now() + seconds) == .timedOut {
+      staging.logger.warning(
+        "unmounting with part deletes still under way; `bucketfs clean-parts` removes what they leave")
     }
   }
 }

@@ -10,6 +10,9 @@ public struct Configuration: Sendable {
   public var metadataTTL: Double = 60
   /// How long the kernel may remember that a name does not exist.
   public var negativeTTL: Double = 5
+  /// How long the kernel may answer readdir of a directory from what it
+  /// cached of an earlier one (FOPEN_CACHE_DIR); 0: never, every opendir lists.
+  public var listCacheTTL: Double = 0
   /// Files whose full metadata (for xattrs) is kept; stat needs only a few
   /// fields, which every inode the kernel holds keeps anyway.
   public var metadataCacheEntries: Int = 8192
@@ -18,6 +21,10 @@ public struct Configuration: Sendable {
   public var fileMode: UInt32 = 0o644
   public var directoryMode: UInt32 = 0o755
   public var readOnly = false
+  /// Modes, owners and special files stored in the objects' metadata
+  /// (docs/SEMANTICS.md#attributes-modes); off: every entry shows the
+  /// defaults above and chmod and chown change nothing.
+  public var posixAttributes = true
   /// Largest single read-ahead request for sequential reads.
   public var readAheadMaxChunk: Int = 8 << 20
   /// Bytes of read-ahead kept in flight per open file at most: 16 streams
@@ -45,6 +52,10 @@ public struct Configuration: Sendable {
   public var retryDeadline: Double = 60
   /// Bytes of read-ahead all open files together may hold (``ReadAheadBudget``).
   public var readAheadBudget: Int = 256 << 20
+
+  /// Bytes of its stage a streaming writer may hold on disk; nil: 64 MiB,
+  /// or half the staging disk's room if less (docs/SEMANTICS.md#writes-streaming).
+  public var streamDiskLimit: Int64?
 
   public init() {}
 }

@@ -42,7 +42,8 @@ final class Xattrs: Sendable {
     if let answer = listxattrInline(inode: inode) { return try answer.get() }
     let node = try nodes.node(inode)
     guard node.kind == .file else { return [] }
-    return XattrName.names(of: try await nodes.currentMetadata(of: node))
+    return XattrName.names(
+      of: try await nodes.currentMetadata(of: node), hidingStatKeys: configuration.posixAttributes)
   }
 
   func getxattrInline(inode: UInt64, name: String) -> Result<[UInt8], Errno>? {
@@ -59,10 +60,12 @@ final class Xattrs: Sendable {
   }
 
   func listxattrInline(inode: UInt64) -> Result<[String], Errno>? {
-    if let pending = staging.pendingMetadata(inode) { return .success(Staging.stagedNames(of: pending)) }
+    if let pending = staging.pendingMetadata(inode) {
+      return .success(Staging.stagedNames(of: pending, hidingStatKeys: configuration.posixAttributes))
+    }
     guard let (node, metadata) = nodes.metadataInline(inode) else { return nil }
     guard node.kind == .file else { return .success([]) }
-    return metadata.map { .success(XattrName.names(of: $0)) }
+    return metadata.map { .success(XattrName.names(of: $0, hidingStatKeys: configuration.posixAttributes)) }
   }
 
   func setxattr(inode: UInt64, name: String, value: [UInt8], flags: XattrFlags) async throws {
@@ -90,6 +93,13 @@ final class Xattrs: Sendable {
     guard node.kind == .file else { throw Errno.notPermitted }
     if case .readOnly = property, !configuration.refuseReadOnlyXattrs { return nil }
     guard property.isWritable else { throw Errno.notPermitted }
+    // Stat's fields are set by chmod, chown and utimens, not as xattrs: a
+    // copy's `rsync -X` must not undo what its `-p -t` set.
+    if case .custom(let key) = property, configuration.posixAttributes,
+      PosixKeys.isStatKey(key, in: nodes.withLock({ $0.metadata[node.key]?.custom }) ?? [:])
+    {
+      return nil
+    }
     return (property, node)
   }
 

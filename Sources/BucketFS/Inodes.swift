@@ -163,6 +163,8 @@ struct InodeTable: Sendable {
       }
     } else if kind == .directory {
       node.fetchedAt = now
+      // A directory's facts are its placeholder's (a flat listing shows it, or its absence).
+      if let facts { node.facts = facts }
     }
     self[inode] = node
     return inode
@@ -252,8 +254,9 @@ struct InodeTable: Sendable {
   }
 }
 
-/// The little of a file's or link's metadata that stat needs, parsed once.
-/// Times are kept as nanoseconds (48 bytes in all): one is held for every inode.
+/// The little of a file's or link's metadata (or a directory's placeholder's)
+/// that stat needs, parsed once. Times are kept as nanoseconds and absent
+/// ids as a sentinel (72 bytes in all): one is held for every inode.
 struct FileFacts: Sendable, Equatable {
   /// The object's size; a link's is its target's length in bytes.
   let size: UInt64
@@ -262,9 +265,23 @@ struct FileFacts: Sendable, Equatable {
   private let createdNanoseconds: Int64
   private let modifiedNanoseconds: Int64
   private let changedNanoseconds: Int64
+  private let accessedNanoseconds: Int64
+  /// A device's number (0 for anything else).
+  let device: UInt64
+  private let storedMode: UInt32
+  private let storedUid: UInt32
+  private let storedGid: UInt32
+  private static let noValue = UInt32.max
+
+  /// Stored permission bits, with a special file's type bits; nil: the mount's default.
+  var mode: UInt32? { storedMode == Self.noValue ? nil : storedMode }
+  var uid: UInt32? { storedUid == Self.noValue ? nil : storedUid }
+  var gid: UInt32? { storedGid == Self.noValue ? nil : storedGid }
+  /// `goog-reserved-file-atime` if the object has it.
+  var accessed: Timestamp? { Self.timestamp(accessedNanoseconds) }
 
   var created: Timestamp? { Self.timestamp(createdNanoseconds) }
-  /// `goog-reserved-file-mtime` if the object has it.
+  /// `goog-reserved-file-mtime` (or another tool's mtime key) if the object has it.
   var modified: Timestamp? { Self.timestamp(modifiedNanoseconds) }
   var changed: Timestamp? { Self.timestamp(changedNanoseconds) }
 
@@ -273,9 +290,14 @@ struct FileFacts: Sendable, Equatable {
     generation = metadata.generation
     metageneration = metadata.metageneration
     createdNanoseconds = Self.nanoseconds(RFC3339.parse(metadata.timeCreated))
-    modifiedNanoseconds = Self.nanoseconds(
-      metadata.custom["goog-reserved-file-mtime"].flatMap(RFC3339.parseMtime))
+    let stored = StoredPosix(metadata.custom)
+    modifiedNanoseconds = Self.nanoseconds(stored.modified)
+    accessedNanoseconds = Self.nanoseconds(stored.accessed)
     changedNanoseconds = Self.nanoseconds(RFC3339.parse(metadata.updated))
+    storedMode = stored.mode ?? Self.noValue
+    storedUid = stored.uid ?? Self.noValue
+    storedGid = stored.gid ?? Self.noValue
+    device = stored.device ?? 0
   }
 
   private static let absent = Int64.min

@@ -73,9 +73,13 @@ final class Namespace: Sendable {
     // The bucket decides, not a held node: an implicit directory vanishes with its last object.
     let found = try await lookInBucket(fileKey: fileKey, directoryKey: directoryKey)
     if found.file != nil || found.directory != nil { throw Errno.exists }
+    let placeholder: ObjectMetadata
     do {
-      _ = try await store.upload(
-        directoryKey, from: BytesSource([]), attributes: ObjectAttributes(), ifGenerationMatch: 0)
+      placeholder = try await store.upload(
+        directoryKey, from: BytesSource([]),
+        attributes: ObjectAttributes(
+          custom: configuration.newObjectPosix(mode: mode & 0o7777, directory: true)),
+        ifGenerationMatch: 0)
     } catch StorageError.preconditionFailed {
       throw Errno.exists
     } catch {
@@ -85,21 +89,39 @@ final class Namespace: Sendable {
     let inode = nodes.withLock { table in
       // The bucket had no file of that name: a node the mount still holds for one is stale.
       if let stale = table.inode(of: fileKey) { table.detach(stale) }
-      return table.remember(key: directoryKey, kind: .directory, metadata: nil, at: now)
+      let inode = table.remember(key: directoryKey, kind: .directory, metadata: nil, at: now)
+      table[inode]?.facts = FileFacts(placeholder)
+      return inode
     }
     return entries.directory(inode)
   }
 
   /// An empty file, stored at once where nothing is (`ifGenerationMatch=0`):
-  /// a file made without a handle has no close to store it at.
-  func mknod(parent: UInt64, name: String) async throws -> Entry {
+  /// a file made without a handle has no close to store it at. A FIFO,
+  /// socket or device is such an object whose stored mode carries its type
+  /// (docs/SEMANTICS.md#special-files).
+  func mknod(parent: UInt64, name: String, mode: UInt32, device: UInt64) async throws -> Entry {
     try checkWritable()
+    let special = FileAttributes.Kind(special: mode)
+    let type = mode & FileAttributes.typeMask
+    if type != FileAttributes.Kind.file.mode, type != 0, special == nil {
+      throw Errno.invalid
+    }
+    // Without stored modes an object cannot say it is anything but a file.
+    if special != nil, !configuration.posixAttributes { throw Errno.notPermitted }
     let parentKey = try nodes.node(parent, kind: .directory).key
     let key = try Names.key(name, under: parentKey, for: .newFile)
     defer { walks.invalidateListings(under: key) }
     let found = try await lookInBucket(fileKey: key, directoryKey: key + "/")
     if found.file != nil || found.directory != nil || staging.isInFlight(key: key) { throw Errno.exists }
-    let (attributes, inferred) = staging.newFileAttributes(name: name)
+    let (fileAttributes, inferred) = staging.newFileAttributes(name: name, mode: mode & 0o7777)
+    var attributes = fileAttributes
+    if special != nil {
+      attributes.custom[PosixKeys.mode] = PosixKeys.formatMode(mode & (FileAttributes.typeMask | 0o7777))
+      if special == .characterDevice || special == .blockDevice {
+        attributes.custom[PosixKeys.device] = String(device)
+      }
+    }
     let stored: ObjectMetadata
     do {
       stored = try await store.upload(

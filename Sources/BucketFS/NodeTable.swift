@@ -74,9 +74,32 @@ final class NodeTable: Sendable {
     return withLock { $0.refresh(metadata, at: now) }
   }
 
-  /// Counts a lookup of directory `key`, answered at `at`.
-  func rememberDirectory(_ key: String, at now: Double) -> UInt64 {
-    withLock { $0.remember(key: key, kind: .directory, metadata: nil, at: now) }
+  /// Counts a lookup of directory `key`, answered at `at`, with its
+  /// placeholder when the answer showed it (its stored mode and owner).
+  func rememberDirectory(_ key: String, at now: Double, placeholder: ObjectMetadata? = nil) -> UInt64 {
+    withLock { table in
+      let inode = table.remember(key: key, kind: .directory, metadata: nil, at: now)
+      if let placeholder, Names.same(placeholder.name, key) { table[inode]?.facts = FileFacts(placeholder) }
+      return inode
+    }
+  }
+
+  /// What a directory's placeholder (nil: it has none) says, kept on its
+  /// node; returns the facts stat shows.
+  @discardableResult
+  func notePlaceholder(inode: UInt64, _ placeholder: ObjectMetadata?, at now: Double) -> FileFacts {
+    withLock { table in
+      let key = table[inode]?.key ?? ""
+      let facts = FileFacts(
+        placeholder
+          ?? ObjectMetadata(
+            bucket: "", name: key, size: 0, generation: 0, metageneration: 0, timeCreated: "", updated: ""))
+      if table[inode]?.kind == .directory {
+        table[inode]?.facts = facts
+        table[inode]?.fetchedAt = now
+      }
+      return facts
+    }
   }
 
   /// Counts a lookup of an object (a file or a link); returns its inode,

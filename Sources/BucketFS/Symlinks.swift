@@ -41,12 +41,15 @@ final class Symlinks: Sendable {
     guard target.count <= SymlinkEncoding.maxTargetBytes else { throw Errno.nameTooLong }
     // A directory of that name hides any object of it.
     if nodes.held(fileKey: key, directoryKey: key + "/").kind == .directory { throw Errno.exists }
+    var attributes = SymlinkEncoding.attributes(target: text, modified: Timestamp.now().seconds)
+    // Its creator as owner (a link has no mode of its own to store).
+    for (name, value) in configuration.newObjectPosix(mode: 0o777) where name != PosixKeys.mode {
+      attributes.custom[name] = value
+    }
     let stored: ObjectMetadata
     do {
       stored = try await store.upload(
-        key, from: BytesSource(target),
-        attributes: SymlinkEncoding.attributes(target: text, modified: Timestamp.now().seconds),
-        ifGenerationMatch: 0)
+        key, from: BytesSource(target), attributes: attributes, ifGenerationMatch: 0)
     } catch StorageError.preconditionFailed {
       throw Errno.exists
     } catch {

@@ -54,9 +54,18 @@ struct TreeListing {
         let visible = stack[parent].visible && Names.isValidComponent(component)
         let key = String(Substring(bytes[bytes.startIndex..<end]))
         if visible {
+          // Its placeholder sorts first under it: this item, or it has none.
+          // Either way its stored mode and owner are known (PosixAttributes.swift).
+          let placeholder =
+            end == bytes.endIndex
+            ? item
+            : ObjectMetadata(
+              bucket: item.bucket, name: key, size: 0, generation: 0, metageneration: 0, timeCreated: "",
+              updated: "")
           stack[parent].entries.append(
             ListedEntry(
-              name: String(component), kind: .directory, key: key, metadata: nil, answeredAt: answeredAt))
+              name: String(component), kind: .directory, key: key, metadata: placeholder,
+              answeredAt: answeredAt))
           held += 1
         }
         stack.append(Open(key: key, visible: visible))

@@ -79,8 +79,9 @@ enum XattrName: Hashable {
     }
   }
 
-  /// Every name `metadata` has now, in table order, custom keys sorted.
-  static func names(of metadata: ObjectMetadata) -> [String] {
+  /// Every name `metadata` has now, in table order, custom keys sorted;
+  /// without the keys stat shows (mode, owner, times) when `hidingStatKeys`.
+  static func names(of metadata: ObjectMetadata, hidingStatKeys: Bool = false) -> [String] {
     var names: [String] = []
     for property in ReadOnly.allCases {
       let name = Self.namespace + property.rawValue
@@ -89,7 +90,8 @@ enum XattrName: Hashable {
     for field in ObjectMetadata.WritableField.allCases where metadata[field] != nil {
       names.append(Self.namespace + field.rawValue)
     }
-    names += metadata.custom.keys.map(shownName(ofCustomKey:)).sorted()
+    names += metadata.custom.keys.filter { !hidingStatKeys || !PosixKeys.isStatKey($0, in: metadata.custom) }
+      .map(shownName(ofCustomKey:)).sorted()
     return names
   }
 

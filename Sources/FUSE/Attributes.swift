@@ -29,11 +29,18 @@ public struct Timestamp: Sendable, Equatable, Comparable {
 
 /// What stat shows of one inode.
 public struct FileAttributes: Sendable, Equatable {
-  public enum Kind: Sendable, Equatable { case file, directory, symlink }
+  public enum Kind: Sendable, Equatable {
+    case file, directory, symlink
+    /// Special files: shown, never opened through (the kernel serves a FIFO
+    /// or socket itself; the mount is nodev).
+    case fifo, socket, characterDevice, blockDevice
+  }
 
   public var inode: UInt64
   public var kind: Kind
   public var size: UInt64
+  /// `S_IFMT`: the file type bits of a mode.
+  public static let typeMask: UInt32 = 0o170000
   /// Permission bits only; the file type comes from `kind`.
   public var permissions: UInt32
   public var uid: UInt32
@@ -41,11 +48,14 @@ public struct FileAttributes: Sendable, Equatable {
   public var accessTime: Timestamp
   public var modificationTime: Timestamp
   public var changeTime: Timestamp
+  /// The device number of a character or block device (0 for anything else).
+  public var device: UInt64
 
   public init(
     inode: UInt64, kind: Kind, size: UInt64, permissions: UInt32, uid: UInt32, gid: UInt32,
-    accessTime: Timestamp, modificationTime: Timestamp, changeTime: Timestamp
+    accessTime: Timestamp, modificationTime: Timestamp, changeTime: Timestamp, device: UInt64 = 0
   ) {
+    self.device = device
     self.inode = inode
     self.kind = kind
     self.size = size
@@ -70,19 +80,50 @@ public struct FileAttributes: Sendable, Equatable {
     st.st_atim = accessTime.timespec
     st.st_mtim = modificationTime.timespec
     st.st_ctim = changeTime.timespec
+    st.st_rdev = __dev_t(device)
     return st
   }
 }
 
 extension FileAttributes.Kind {
   /// The file type bits of `st_mode` (readdir's `d_type` comes from them).
-  var mode: mode_t {
+  public var mode: mode_t {
     switch self {
     case .file: S_IFREG
     case .directory: S_IFDIR
     case .symlink: S_IFLNK
+    case .fifo: 0o010000
+    case .socket: 0o140000
+    case .characterDevice: 0o020000
+    case .blockDevice: 0o060000
     }
   }
+
+  /// The kind a file's `st_mode` type bits name; nil for a regular file, a
+  /// directory or a link (those come from the object itself, never a key).
+  public init?(special mode: UInt32) {
+    switch mode & FileAttributes.typeMask {
+    case 0o010000: self = .fifo
+    case 0o140000: self = .socket
+    case 0o020000: self = .characterDevice
+    case 0o060000: self = .blockDevice
+    default: return nil
+    }
+  }
+}
+
+/// Who made a request: its effective uid and gid, as the kernel passed them.
+public struct Caller: Sendable, Equatable {
+  public var uid: UInt32
+  public var gid: UInt32
+
+  public init(uid: UInt32, gid: UInt32) {
+    self.uid = uid
+    self.gid = gid
+  }
+
+  /// The caller of the request being served; nil outside one (tests set it).
+  @TaskLocal public static var current: Caller?
 }
 
 /// The answer to a lookup: an inode with its attributes, or a negative entry
@@ -113,15 +154,20 @@ public struct Entry: Sendable, Equatable {
   }
 }
 
-/// What open answers besides the handle.
+/// What open and opendir answer besides the handle.
 public struct OpenResult: Sendable {
   public var handle: UInt64
-  /// Keep the kernel's page cache from an earlier open (content unchanged).
+  /// Keep the kernel's page cache from an earlier open (content unchanged);
+  /// for a directory, the readdir results it cached.
   public var keepCache: Bool
+  /// A directory only: the kernel may cache this handle's readdir results
+  /// (FOPEN_CACHE_DIR), for later opens with ``keepCache``.
+  public var cacheDirectory: Bool
 
-  public init(handle: UInt64, keepCache: Bool) {
+  public init(handle: UInt64, keepCache: Bool, cacheDirectory: Bool = false) {
     self.handle = handle
     self.keepCache = keepCache
+    self.cacheDirectory = cacheDirectory
   }
 }
 

@@ -23,7 +23,9 @@ public protocol FileSystem: AnyObject, Sendable {
   /// links itself; this only says where one points.
   func readlink(inode: UInt64) async throws -> [UInt8]
 
-  func opendir(inode: UInt64) async throws -> UInt64
+  /// The handle, and whether the kernel may cache the directory's readdir
+  /// results or keep those it cached.
+  func opendir(inode: UInt64) async throws -> OpenResult
   /// Fills `buffer` with entries following `offset` (0 starts from the top).
   func readdir(inode: UInt64, handle: UInt64, offset: UInt64, into buffer: DirectoryBuffer)
     async throws
@@ -66,9 +68,11 @@ public protocol FileSystem: AnyObject, Sendable {
   func setattr(inode: UInt64, handle: UInt64?, changes: AttributeChanges) async throws
     -> (FileAttributes, timeout: Double)
   func mkdir(parent: UInt64, name: String, mode: UInt32) async throws -> Entry
-  /// mknod(2) of a regular file: an empty file made without opening it
-  /// (`tar --xattrs` makes each file so, sets its xattrs, then writes it).
-  func mknod(parent: UInt64, name: String, mode: UInt32) async throws -> Entry
+  /// mknod(2): `mode` carries the type (regular file, FIFO, socket,
+  /// device) and `device` a device's number. A regular file is an empty
+  /// file made without opening it (`tar --xattrs` makes each file so, sets
+  /// its xattrs, then writes it).
+  func mknod(parent: UInt64, name: String, mode: UInt32, device: UInt64) async throws -> Entry
   /// Creates a symbolic link `name` in `parent` holding `target`, the bytes
   /// the caller passed (never empty, no NUL; the kernel checks).
   func symlink(parent: UInt64, name: String, target: [UInt8]) async throws -> Entry

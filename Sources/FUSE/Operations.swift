@@ -69,10 +69,14 @@ extension FUSESession {
     ops.opendir = { req, inode, _ in
       let arrival = Arrival(.opendir)
       let fs = session(req).fileSystem
-      session(req).serve(req, arrival, { try await fs.opendir(inode: inode) }) { request, handle in
+      session(req).serve(req, arrival, { try await fs.opendir(inode: inode) }) { request, result in
         var info = fuse_file_info()
-        info.fh = handle
-        if fuse_reply_open(request.raw, &info) != 0 { fs.replyFailed(.opendir(inode: inode, handle: handle)) }
+        info.fh = result.handle
+        info.keep_cache = result.keepCache ? 1 : 0
+        info.cache_readdir = result.cacheDirectory ? 1 : 0
+        if fuse_reply_open(request.raw, &info) != 0 {
+          fs.replyFailed(.opendir(inode: inode, handle: result.handle))
+        }
       }
     }
     ops.readdir = { req, inode, size, offset, info in
@@ -321,15 +325,17 @@ extension FUSESession {
         UnsafeRawBufferPointer(start: target, count: strlen(target)).bindMemory(to: UInt8.self))
       serveEntry(req, arrival) { try await $0.symlink(parent: parent, name: name, target: bytes) }
     }
-    // Objects have no hard links and no special files (docs/SEMANTICS.md): say
+    // Objects have no hard links (docs/SEMANTICS.md): say
     // so plainly rather than ENOSYS, which some kernels remember for the mount.
     ops.link = { req, _, _, _ in answer(req, Arrival(.link), error: EPERM) }
-    // Only regular files: a store of objects has no devices, FIFOs or sockets.
-    ops.mknod = { req, parent, name, mode, _ in
+    // Regular files, FIFOs, sockets and (as root, the kernel checks) devices;
+    // the filesystem decides which it stores.
+    ops.mknod = { req, parent, name, mode, device in
       let arrival = Arrival(.mknod)
-      guard mode & S_IFMT == S_IFREG else { return answer(req, arrival, error: EPERM) }
       guard let name = utf8Name(req, name) else { return answer(req, arrival, error: EINVAL) }
-      serveEntry(req, arrival) { try await $0.mknod(parent: parent, name: name, mode: UInt32(mode)) }
+      serveEntry(req, arrival) {
+        try await $0.mknod(parent: parent, name: name, mode: UInt32(mode), device: UInt64(device))
+      }
     }
     return ops
   }

@@ -22,7 +22,9 @@ public struct MountOptions: Sendable {
   }
 
   var arguments: [String] {
-    var list = ["fsname=\(fsName)", "subtype=\(subtype)", "default_permissions"]
+    // nosuid,nodev whatever else is asked: a mode bit or a device node
+    // stored in the bucket is shown, never honoured (docs/SEMANTICS.md#attributes-security).
+    var list = ["fsname=\(fsName)", "subtype=\(subtype)", "default_permissions", "nosuid", "nodev"]
     if readOnly { list.append("ro") }
     if allowOther { list.append("allow_other") }
     if autoUnmount { list.append("auto_unmount") }
@@ -180,10 +182,13 @@ public final class FUSESession: @unchecked Sendable {
     // Registered before the task exists: the reply frees the request.
     fuse_req_interrupt_func(raw, interruptHook, Unmanaged.passUnretained(self).toOpaque())
     let logger = self.logger
+    // Read on the loop thread: the context belongs to the request.
+    let context = fuse_req_ctx(raw).pointee
+    let caller = Caller(uid: context.uid, gid: context.gid)
     let task = Task {
       let result: Result<T, Errno>
       do {
-        result = .success(try await operation())
+        result = .success(try await Caller.$current.withValue(caller) { try await operation() })
       } catch let error as Errno {
         result = .failure(error)
       } catch is CancellationError {

@@ -125,7 +125,7 @@ public enum MountOptionTable {
     "plain `http://` is only accepted for loopback hosts unless this is given")
   public static let options = MountOption<[String]>(
     "o", short: true, value: "OPTIONS", default: nil,
-    "comma-separated: `ro`, `allow_other`, `uid=N`, `gid=N`, `file_mode=0644`, `dir_mode=0755`; mount(8) options (`_netdev`, `nofail`, `x-systemd.*`, …) are accepted and ignored"
+    "comma-separated: `ro`, `allow_other`, `uid=N`, `gid=N`, `file_mode=0644`, `dir_mode=0755` (the owner and modes of objects that store none), `posix_attributes=off` (store no modes, owners or special files); always `nosuid,nodev`; mount(8) options (`_netdev`, `nofail`, `x-systemd.*`, …) are accepted and ignored"
   )
   public static let pageSize = MountOption<Int>(
     "page-size", value: "N", default: 1000, unit: .count,
@@ -136,6 +136,10 @@ public enum MountOptionTable {
   public static let negativeTTL = MountOption<Double>(
     "negative-ttl", value: "S", default: 5, unit: .seconds,
     "seconds a missing name is remembered, by the kernel and by a complete listing of its directory")
+  public static let listCacheTTL = MountOption<Double>(
+    "list-cache-ttl", value: "S", default: 0, unit: .seconds,
+    "seconds the kernel may keep a directory's listing and answer `ls` and walks from it; 0 (off): "
+      + "every `opendir` lists. A change through the mount shows at once, another client's within S")
   public static let requestTimeout = MountOption<Double>(
     "request-timeout", value: "S", default: 30, unit: .seconds,
     "seconds without a byte from the service before an attempt is abandoned")
@@ -156,6 +160,11 @@ public enum MountOptionTable {
   public static let compositePartSize = MountOption<Int>(
     "composite-part-size", value: "MiB", default: 8, unit: .mebibytes,
     "the smallest part of a composite upload; a file of more than 32 parts gets larger ones")
+  public static let streamDiskLimit = MountOption<Int>(
+    "stream-disk-limit", value: "MiB", default: nil,
+    note: "64, at most half the room of `--cache-dir`",
+    "disk a file written in order from its start may hold under `--cache-dir` once it streams (its parts go up while it is written, then leave the disk); at least two parts"
+  )
   public static let cacheDir = MountOption<String>(
     "cache-dir", value: "DIR", default: nil,
     note: "`/var/cache/bucketfs` for root, else `$XDG_CACHE_HOME/bucketfs` (`~/.cache/bucketfs`)",
@@ -195,8 +204,9 @@ public enum MountOptionTable {
   public static let rows: [MountOptionRow] = [
     foreground.row, endpoint.row, anonymous.row, credentials.row, accessTokenFile.row,
     allowInsecureHTTP.row, options.row, pageSize.row, metadataTTL.row, negativeTTL.row,
-    requestTimeout.row, retryDeadline.row, uploadThreshold.row, uploadChunkSize.row,
-    compositeUploadThreshold.row, compositePartSize.row, cacheDir.row, readCacheSize.row,
+    listCacheTTL.row, requestTimeout.row, retryDeadline.row, uploadThreshold.row, uploadChunkSize.row,
+    compositeUploadThreshold.row, compositePartSize.row, streamDiskLimit.row, cacheDir.row,
+    readCacheSize.row,
     firebaseDownloadTokens.row, refuseReadOnlyXattrs.row, renameDirLimit.row, readAheadBudget.row,
     logLevel.row, logFile.row, metricsAddr.row,
   ]

@@ -22,6 +22,12 @@ public protocol ObjectStore: Sendable {
     nextPageToken: @escaping @Sendable (String) -> Void
   ) async throws -> ListPage
 
+  /// As ``list(prefix:delimiter:pageSize:pageToken:)``, with only the names
+  /// (and prefixes) that sort before `endOffset` in byte order (the JSON
+  /// API's `endOffset`, exclusive); no token once the listing reaches it.
+  func list(prefix: String, delimiter: String?, pageSize: Int, pageToken: String?, endOffset: String)
+    async throws -> ListPage
+
   /// The current metadata of one object.
   func metadata(of name: String) async throws -> ObjectMetadata
 
@@ -72,9 +78,19 @@ public protocol ObjectStore: Sendable {
   /// bucket cannot move: the caller then copies and deletes.
   func move(_ source: String, sourceGeneration: Int64, to destination: String, ifGenerationMatch: Int64?)
     async throws -> ObjectMetadata
+
+  /// How the store takes large objects in parts; nil when it does not.
+  var partPlan: PartPlan? { get }
+
+  /// A new object made of parts (``PartedUpload``); nil when the store has none.
+  func partedUpload() -> (any PartedUpload)?
 }
 
 extension ObjectStore {
+  public var partPlan: PartPlan? { nil }
+
+  public func partedUpload() -> (any PartedUpload)? { nil }
+
   /// A patch guarded by the metageneration alone.
   public func patch(_ name: String, _ patch: MetadataPatch, ifMetagenerationMatch: Int64?) async throws
     -> ObjectMetadata
@@ -95,6 +111,27 @@ extension ObjectStore {
     async throws -> ByteBuffer
   {
     try await read(name, generation: generation, range: range)
+  }
+
+  /// A store without the range lists the whole prefix and cuts the page at
+  /// `endOffset`: the same names, only more of them transferred.
+  public func list(prefix: String, delimiter: String?, pageSize: Int, pageToken: String?, endOffset: String)
+    async throws -> ListPage
+  {
+    let page = try await list(prefix: prefix, delimiter: delimiter, pageSize: pageSize, pageToken: pageToken)
+    return page.cut(before: endOffset)
+  }
+}
+
+extension ListPage {
+  /// The page without the names and prefixes at or past `endOffset` (byte
+  /// order); no next page when any was cut, since the rest sorts after them.
+  public func cut(before endOffset: String) -> ListPage {
+    let before = { (name: String) in name.utf8.lexicographicallyPrecedes(endOffset.utf8) }
+    let items = items.filter { before($0.name) }
+    let prefixes = prefixes.filter(before)
+    let cut = items.count < self.items.count || prefixes.count < self.prefixes.count
+    return ListPage(items: items, prefixes: prefixes, nextPageToken: cut ? nil : nextPageToken)
   }
 }
 

@@ -63,6 +63,8 @@ struct Mount: ParsableCommand {
   var metadataTTL = T.metadataTTL.value
   @Option(name: .customLong(T.negativeTTL.name), help: help(T.negativeTTL))
   var negativeTTL = T.negativeTTL.value
+  @Option(name: .customLong(T.listCacheTTL.name), help: help(T.listCacheTTL))
+  var listCacheTTL = T.listCacheTTL.value
   @Option(name: .customLong(T.requestTimeout.name), help: help(T.requestTimeout))
   var requestTimeout = T.requestTimeout.value
   @Option(name: .customLong(T.retryDeadline.name), help: help(T.retryDeadline))
@@ -77,6 +79,8 @@ struct Mount: ParsableCommand {
   var compositeUploadThreshold = T.compositeUploadThreshold.value
   @Option(name: .customLong(T.compositePartSize.name), help: help(T.compositePartSize))
   var compositePartSize = T.compositePartSize.value
+  @Option(name: .customLong(T.streamDiskLimit.name), help: help(T.streamDiskLimit))
+  var streamDiskLimit: Int?
   @Option(name: .customLong(T.readAheadBudget.name), help: help(T.readAheadBudget))
   var readAheadBudget = T.readAheadBudget.value
   @Option(name: .customLong(T.logLevel.name), help: help(T.logLevel))
@@ -94,7 +98,10 @@ struct Mount: ParsableCommand {
   func validate() throws {
     guard (1...1000).contains(pageSize) else { throw ValidationError("--page-size must be 1 to 1000") }
     guard renameDirLimit >= 0 else { throw ValidationError("--rename-dir-limit must be 0 or more") }
-    guard metadataTTL >= 0, negativeTTL >= 0 else { throw ValidationError("TTLs must not be negative") }
+    guard metadataTTL >= 0, negativeTTL >= 0, listCacheTTL >= 0 else {
+      throw ValidationError("TTLs must not be negative")
+    }
+    guard listCacheTTL <= 31_536_000 else { throw ValidationError("--list-cache-ttl must be at most a year") }
     guard requestTimeout > 0, retryDeadline > 0 else { throw ValidationError("timeouts must be positive") }
     // Every request turns them into integer milli- and nanoseconds: a larger one (inf) would trap there.
     guard requestTimeout <= 31_536_000, retryDeadline <= 31_536_000 else {
@@ -112,6 +119,9 @@ struct Mount: ParsableCommand {
     }
     guard (1...(1 << 20)).contains(readAheadBudget) else {
       throw ValidationError("--read-ahead-budget must be 1 to 1048576 MiB")
+    }
+    if let streamDiskLimit, !(1...(1 << 30)).contains(streamDiskLimit) {
+      throw ValidationError("--stream-disk-limit must be 1 to 1073741824 MiB")
     }
     if let readCacheSize, !(0...(1 << 30)).contains(readCacheSize) {
       throw ValidationError("--read-cache-size must be 0 to 1073741824 MiB")
@@ -213,13 +223,16 @@ struct Mount: ParsableCommand {
     configuration.pageSize = pageSize
     configuration.metadataTTL = metadataTTL
     configuration.negativeTTL = negativeTTL
+    configuration.listCacheTTL = listCacheTTL
     configuration.uid = mountOptions.uid ?? getuid()
     configuration.gid = mountOptions.gid ?? getgid()
     configuration.fileMode = mountOptions.fileMode ?? configuration.fileMode
     configuration.directoryMode = mountOptions.directoryMode ?? configuration.directoryMode
     configuration.readOnly = mountOptions.readOnly
+    configuration.posixAttributes = mountOptions.posixAttributes
     configuration.firebaseDownloadTokens = firebaseDownloadTokens
     configuration.refuseReadOnlyXattrs = refuseReadOnlyXattrs
+    configuration.streamDiskLimit = streamDiskLimit.map { Int64($0) << 20 }
     if let directory = stageDirectory() {
       configuration.stageDirectory = directory
       let others = Recovery.leftovers(
@@ -266,6 +279,7 @@ struct Mount: ParsableCommand {
     logger.info("mounted \(where_) at \(mountpoint) (endpoint \(endpoint))")
     session.run()
     session.shutdown(grace: 5)
+    fileSystem.settleBackgroundWork(within: 30)
     metricsServer?.stop()
     logger.info("unmounted \(mountpoint)")
   }

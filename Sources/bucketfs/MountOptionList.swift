@@ -6,12 +6,15 @@ struct MountOptionList: Equatable {
   var gid: UInt32?
   var fileMode: UInt32?
   var directoryMode: UInt32?
+  /// Modes, owners and special files kept in the objects (`posix_attributes=on|off`).
+  var posixAttributes = true
 
   struct Invalid: Error, CustomStringConvertible {
     let description: String
   }
 
   /// Options for mount(8) and systemd rather than for the filesystem.
+  /// `suid` and `dev` are among them: the mount is always nosuid,nodev.
   static let ignored: Set<String> = [
     "rw", "defaults", "auto", "noauto", "nofail", "_netdev", "user", "users", "nouser", "exec", "noexec",
     "suid", "nosuid", "dev", "nodev", "async", "atime", "noatime", "relatime", "norelatime", "strictatime",
@@ -34,6 +37,10 @@ struct MountOptionList: Equatable {
       case ("gid", let value?): gid = try Self.number(value, name: name, radix: 10)
       case ("file_mode", let value?): fileMode = try Self.mode(value, name: name)
       case ("dir_mode", let value?): directoryMode = try Self.mode(value, name: name)
+      case ("posix_attributes", "on"?): posixAttributes = true
+      case ("posix_attributes", "off"?): posixAttributes = false
+      case ("posix_attributes", let value):
+        throw Invalid(description: "bad value for posix_attributes: \(value ?? "") (on or off)")
       case (let name, _) where Self.ignored.contains(name) || name.hasPrefix("x-") || name == "comment":
         continue
       default:

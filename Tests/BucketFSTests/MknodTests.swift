@@ -18,15 +18,15 @@ final class MknodTests: XCTestCase {
     let fs = makeWritingFileSystem(store, stageDirectory: makeStageDirectory())
     let docs = try await fs.inode(at: "docs")
     store.resetCalls()
-    let entry = try await fs.mknod(parent: docs, name: "new.txt", mode: UInt32(S_IFREG) | 0o644)
+    let entry = try await fs.mknod(parent: docs, name: "new.txt", mode: UInt32(S_IFREG) | 0o644, device: 0)
     XCTAssertEqual(entry.attributes?.size, 0)
     XCTAssertEqual(store.calls(.upload), [.upload("docs/new.txt", ifGenerationMatch: 0)])
     XCTAssertEqual(store.object("docs/new.txt")?.contentType, "text/plain")
     await XCTAssertErrno(.exists) {
-      _ = try await fs.mknod(parent: docs, name: "taken.txt", mode: UInt32(S_IFREG) | 0o644)
+      _ = try await fs.mknod(parent: docs, name: "taken.txt", mode: UInt32(S_IFREG) | 0o644, device: 0)
     }
     await XCTAssertErrno(.invalid) {
-      _ = try await fs.mknod(parent: docs, name: "a/b", mode: UInt32(S_IFREG))
+      _ = try await fs.mknod(parent: docs, name: "a/b", mode: UInt32(S_IFREG), device: 0)
     }
     // Then as tar goes on: an xattr, and the bytes, with the generation mknod stored.
     let inode = entry.attributes!.inode

@@ -131,7 +131,7 @@ final class WriteMetadataTests: XCTestCase {
     await XCTAssertEqualAsync(try await fs.getattr(inode: inode).0.modificationTime, when)
   }
 
-  func testUtimensOfAClosedFileIsOneConditionalPatchAndChmodChangesNothing() async throws {
+  func testUtimensOfAClosedFileIsOneConditionalPatchAndSoIsChmodWithChown() async throws {
     let inode = try await fs.inode(at: "site/index.html")
     let before = store.object("site/index.html")!
     store.resetCalls()
@@ -147,7 +147,11 @@ final class WriteMetadataTests: XCTestCase {
     store.resetCalls()
     _ = try await fs.setattr(
       inode: inode, handle: nil, changes: AttributeChanges(mode: 0o600, uid: 0, gid: 0))
-    XCTAssertEqual(store.calls, [])
+    XCTAssertEqual(store.calls, [.patch("site/index.html")])
+    let owned = store.object("site/index.html")!.custom
+    XCTAssertEqual(owned["goog-reserved-posix-mode"], "600")
+    XCTAssertEqual(owned["goog-reserved-posix-uid"], "0")
+    XCTAssertEqual(owned["goog-reserved-posix-gid"], "0")
   }
 }
 

@@ -258,6 +258,19 @@ public final class InMemoryObjectStore: ObjectStore, @unchecked Sendable {
   public func list(prefix: String, delimiter: String?, pageSize: Int, pageToken: String?) async throws
     -> ListPage
   {
+    try await list(prefix, delimiter, pageSize, pageToken, endOffset: nil)
+  }
+
+  /// As the service: names (and prefixes) from `prefix` up to, not including, `endOffset`.
+  public func list(prefix: String, delimiter: String?, pageSize: Int, pageToken: String?, endOffset: String)
+    async throws -> ListPage
+  {
+    try await list(prefix, delimiter, pageSize, pageToken, endOffset: endOffset)
+  }
+
+  private func list(
+    _ prefix: String, _ delimiter: String?, _ pageSize: Int, _ pageToken: String?, endOffset: String?
+  ) async throws -> ListPage {
     if delimiter == nil { state.withLock { $0.flatLists.append(prefix) } }
     try await enter(.list(prefix: prefix, pageToken: pageToken))
     let prefixKey = Key(prefix.utf8)
@@ -270,7 +283,8 @@ public final class InMemoryObjectStore: ObjectStore, @unchecked Sendable {
     }
     return state.withLock { s in
       let keys = s.sortedKeys()
-      let end = prefixKey.isEmpty ? keys.count : Self.endOfKeys(withPrefix: prefixKey, in: keys)
+      var end = prefixKey.isEmpty ? keys.count : Self.endOfKeys(withPrefix: prefixKey, in: keys)
+      if let endOffset { end = min(end, Self.lowerBound(Key(endOffset.utf8), in: keys)) }
       var i = Self.lowerBound(prefixKey, in: keys)
       switch resume {
       case .item(let last)?: i = max(i, Self.upperBound(last, in: keys))

@@ -36,6 +36,28 @@ extension Staging {
     }
   }
 
+  /// Folds chmod, chown and utimens keys into a staged, dirty file's upload
+  /// (no request of their own); false when it is not staged that way.
+  func carryKeys(inode: UInt64, _ values: [String: String?], modified: Timestamp?) -> Bool {
+    guard let staged = file(inode: inode) else { return false }
+    return staged.state.withLock { s -> Bool in
+      guard s.dirty, !s.unlinked else { return false }
+      for (key, value) in values { s.attributes.custom[key] = value }
+      if values[Self.mtimeKey] != nil, let modified {
+        s.modified = modified
+      }
+      return true
+    }
+  }
+
+  /// Keys were patched onto the object: a staged file of it that is not
+  /// dirty yet keeps them, so its later upload does not take them back.
+  func notePatchedKeys(inode: UInt64, _ values: [String: String?]) {
+    file(inode: inode)?.state.withLock { s in
+      for (key, value) in values { s.attributes.custom[key] = value }
+    }
+  }
+
   /// The object's mtime was patched: a staged file of it shows and keeps it.
   func noteModified(inode: UInt64, to time: Timestamp) {
     file(inode: inode)?.state.withLock { s in

@@ -26,6 +26,25 @@ protocol StageFiles: Sendable {
   func write(_ fd: Int32, _ data: UnsafeRawBufferPointer, at offset: UInt64) -> Int32
   /// Sets the size of `fd`: 0, or the errno of the failure.
   func truncate(_ fd: Int32, to size: UInt64) -> Int32
+  /// Frees the disk under `range` of `fd` (a hole; the size stays): 0, or the errno.
+  func punch(_ fd: Int32, _ range: Range<Int64>) -> Int32
+}
+
+extension StageFiles {
+  func punch(_ fd: Int32, _ range: Range<Int64>) -> Int32 {
+    guard let fallocate = Self.fallocate else { return EOPNOTSUPP }
+    // FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE
+    while fallocate(fd, 0x02 | 0x01, off_t(range.lowerBound), off_t(range.count)) != 0 {
+      if errno != EINTR { return errno }
+    }
+    return 0
+  }
+
+  /// glibc's fallocate(2), which its Swift module leaves out (it is a GNU extension).
+  private static var fallocate: (@convention(c) (Int32, Int32, off_t, off_t) -> Int32)? {
+    guard let symbol = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "fallocate") else { return nil }
+    return unsafeBitCast(symbol, to: (@convention(c) (Int32, Int32, off_t, off_t) -> Int32).self)
+  }
 }
 
 /// `pwrite` and `ftruncate`, retried after EINTR.
@@ -99,6 +118,8 @@ struct StageRecord: Codable, Equatable {
   var uploaded: Bool
   var fields: [String: String]
   var custom: [String: String]
+  /// Where a streamed file's parts went: the stage lacks their bytes.
+  var parts: String? = nil
 }
 
 /// One staged file: the bytes of a file being written, on disk, never in memory.
@@ -111,6 +132,9 @@ final class Stage: Sendable {
   /// stage left it (they are ordered by the file's gate), counted in
   /// ``StageDirectory/staged`` until the stage is let go.
   private let length = Atomic<Int64>(0)
+  /// Bytes of the data file punched out (stored as parts of a stream): not
+  /// on disk, so not counted as staged.
+  private let punched = Atomic<Int64>(0)
 
   init(fd: Int32, path: String, sidecarPath: String, directory: StageDirectory) {
     self.fd = fd
@@ -121,7 +145,7 @@ final class Stage: Sendable {
 
   deinit {
     close(fd)
-    let counted = length.load(ordering: .relaxed)
+    let counted = length.load(ordering: .relaxed) - punched.load(ordering: .relaxed)
     if counted > 0 { directory.staged.decrement(by: Double(counted)) }
   }
 
@@ -135,9 +159,27 @@ final class Stage: Sendable {
   }
 
   func truncate(to size: UInt64) -> Int32 {
+    // Holes cut from the whole file are counted by its length again, then dropped.
+    if size == 0 { refilled() }
     let code = directory.files.truncate(fd, to: size)
     resized(code == 0 ? Int64(size) : nil)
     return code
+  }
+
+  /// Frees the disk under `range`, whose bytes are stored elsewhere: 0, or the errno.
+  func punch(_ range: Range<Int64>) -> Int32 {
+    let code = directory.files.punch(fd, range)
+    if code == 0 {
+      punched.add(Int64(range.count), ordering: .relaxed)
+      directory.staged.decrement(by: Double(range.count))
+    }
+    return code
+  }
+
+  /// The punched ranges were written again (or dropped by a truncation to 0).
+  func refilled() {
+    let was = punched.exchange(0, ordering: .relaxed)
+    if was > 0 { directory.staged.increment(by: Double(was)) }
   }
 
   /// Records the data file's new length; nil after a failure, which may

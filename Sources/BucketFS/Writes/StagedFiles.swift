@@ -42,13 +42,17 @@ final class StagedFile: Sendable {
     /// Every write handle closed while readers remained: the last reader's
     /// close removes the stage.
     var removeWhenUnread = false
+    /// Every byte was written in order from 0 since the file was last empty:
+    /// it may stream (``WriteStream``).
+    var sequential = false
+    var stream: WriteStream?
 
-    /// What the sidecar says of this file.
+    /// What the sidecar says of the file.
     func record(uploaded: Bool) -> StageRecord {
       StageRecord(
         key: key, baseGeneration: baseGeneration, uploaded: uploaded,
         fields: Dictionary(uniqueKeysWithValues: attributes.fields.map { ($0.key.rawValue, $0.value) }),
-        custom: attributes.custom)
+        custom: attributes.custom, parts: stream?.upload.prefix)
     }
   }
   let state: Mutex<State>

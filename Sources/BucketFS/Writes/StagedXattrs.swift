@@ -44,8 +44,8 @@ extension Staging {
     return value
   }
 
-  static func stagedNames(of pending: ObjectMetadata) -> [String] {
-    XattrName.names(of: pending).filter { name in
+  static func stagedNames(of pending: ObjectMetadata, hidingStatKeys: Bool) -> [String] {
+    XattrName.names(of: pending, hidingStatKeys: hidingStatKeys).filter { name in
       XattrName(name).map { stagedValue($0, in: pending) != nil } ?? false
     }
   }
@@ -82,6 +82,10 @@ extension Staging {
         let exists = s.attributes.fields[field] != nil
         if let refused = flags.refusal(exists: exists, removing: text == nil) { throw refused }
         s.attributes.fields[field] = text
+      case .custom(let key)
+      where configuration.posixAttributes && PosixKeys.isStatKey(key, in: s.attributes.custom):
+        // Stat's fields: set by chmod, chown and utimens only (as in Xattrs.writableProperty).
+        return true
       case .custom(let key):
         let exists = s.attributes.custom[key] != nil
         if let refused = flags.refusal(exists: exists, removing: text == nil) { throw refused }

@@ -16,8 +16,11 @@ import ObjectStore
 /// and write of a stage's bytes and sidecar runs under the file's gate,
 /// never under its state lock (docs/ARCHITECTURE.md#locks).
 extension Staging {
-  /// Creates `key` as a new staged file: its inode and write handle.
-  func create(key: String, name: String, flags: Int32) async throws -> (inode: UInt64, handle: UInt64) {
+  /// Creates `key` as a new staged file: its inode and write handle. `mode`
+  /// (after the umask) is stored with it, as is the caller's owner.
+  func create(key: String, name: String, flags: Int32, mode: UInt32) async throws -> (
+    inode: UInt64, handle: UInt64
+  ) {
     let existing = nodes.withLock { $0.inode(of: key) }.flatMap { shared(inode: $0) }
     if let existing {
       // Created here and not yet uploaded: the kernel lost its entry.
@@ -30,7 +33,7 @@ extension Staging {
     }
 
     let stage = try makeStage()
-    let (attributes, inferred) = newFileAttributes(name: name)
+    let (attributes, inferred) = newFileAttributes(name: name, mode: mode & 0o7777)
     let now = clock()
     let bucket = store.bucket
     let inode = nodes.withLock { table in
@@ -44,7 +47,7 @@ extension Staging {
       inode: inode, stage: stage,
       state: StagedFile.State(
         key: key, baseGeneration: 0, base: nil, attributes: attributes, inferred: inferred, size: 0,
-        loaded: true, dirty: true, handles: 1, modified: .wholeSecondsNow()))
+        loaded: true, dirty: true, handles: 1, modified: .wholeSecondsNow(), sequential: true))
     let failure = stage.writeRecord(staged.record)
     if failure != 0 {
       stage.remove()
@@ -62,8 +65,9 @@ extension Staging {
 
   /// What a new file is stored with, and which of it bucketfs chose: a
   /// content type from the name, and a download token when the mount gives them.
-  func newFileAttributes(name: String) -> (ObjectAttributes, Set<XattrName>) {
+  func newFileAttributes(name: String, mode: UInt32) -> (ObjectAttributes, Set<XattrName>) {
     var attributes = ObjectAttributes()
+    attributes.custom = configuration.newObjectPosix(mode: mode)
     attributes.contentType = contentTypes.type(for: name)
     var inferred: Set<XattrName> = [.writable(.contentType)]
     if configuration.firebaseDownloadTokens {
@@ -96,8 +100,9 @@ extension Staging {
         key: node.key, baseGeneration: base.generation, base: base, attributes: ObjectAttributes(of: base),
         inferred: inferred, size: emptied ? 0 : UInt64(base.size), loaded: emptied,
         dirty: truncated, handles: 1,
-        modified: truncated ? .wholeSecondsNow() : FileFacts(base).modified ?? RFC3339.parse(base.timeCreated)
-      ))
+        modified: truncated
+          ? .wholeSecondsNow() : FileFacts(base).modified ?? RFC3339.parse(base.timeCreated),
+        sequential: emptied))
     if truncated {
       let failure = stage.writeRecord(staged.record)
       if failure != 0 {
@@ -172,6 +177,7 @@ extension Staging {
       if let answer = unstagedWrite(key, offset: offset, count: data.count) { return try answer.get() }
       if !covered { try await load(staged) }
       try markDirty(staged)
+      try await streamBeforeWrite(staged, offset: offset, count: data.count)
       let code = data.withUnsafeBytes { staged.stage.write($0, at: offset) }
       try staged.state.withLock { s in
         // A local failure poisons the file: its stage may hold part of the
@@ -184,6 +190,7 @@ extension Staging {
         s.size = max(s.size, offset + UInt64(data.count))
         s.modified = .wholeSecondsNow()
       }
+      try streamAfterWrite(staged)
       return data.count
     }
   }
@@ -257,6 +264,8 @@ extension Staging {
       // Nothing changes, nothing to upload.
       if loaded && current == size { return }
       if !loaded && size > 0 { try await load(staged, upTo: min(size, current)) }
+      // A stream's bytes come back for any size but 0, which drops them.
+      try await endStream(staged, bringBack: size > 0)
       try markDirty(staged)
       let code = staged.stage.truncate(to: size)
       try staged.state.withLock { s in
@@ -266,6 +275,7 @@ extension Staging {
         }
         s.loaded = true
         s.size = size
+        s.sequential = size == 0
         s.modified = .wholeSecondsNow()
       }
     }

@@ -1,0 +1,120 @@
+import FUSE
+import ObjectStore
+
+#if canImport(Glibc)
+  import Glibc
+#endif
+
+/// chmod, chown and utimens: the keys they store, folded into a staged
+/// file's upload or sent as one conditional PATCH (docs/SEMANTICS.md#writes-setattr).
+extension BucketFileSystem {
+  func changeStatFields(inode: UInt64, node: Node, changes: AttributeChanges) async throws {
+    guard changes.mode != nil || changes.uid != nil || changes.gid != nil || changes.modificationTime != nil
+    else { return }
+    if node.kind == .directory && (!configuration.posixAttributes || entries.isRootOfBucket(inode)) { return }
+    let shown = try await entries.getattr(inode: inode).0
+    let values = Self.keysToStore(changes, shown: shown, kind: node.kind, configuration: configuration)
+    if values.isEmpty { return }
+    if node.kind == .directory {
+      let current = try await nodes.optionalMetadata(node.key)
+      // Back to the defaults where nothing is stored: nothing to store.
+      if current == nil, values.values.allSatisfy({ $0 == nil }) { return }
+      let placeholder = try await xattrs.storeKeys(
+        values, key: node.key, from: current, createIfMissing: true)
+      nodes.notePlaceholder(inode: inode, placeholder, at: xattrs.clock())
+      return
+    }
+    if staging.carryKeys(inode: inode, values, modified: changes.modificationTime) { return }
+    let updated = try await xattrs.storeKeys(
+      values, key: node.key, from: try await nodes.currentMetadata(of: node), createIfMissing: false)
+    staging.notePatchedKeys(inode: inode, values)
+    if let time = changes.modificationTime, values[PosixKeys.mtime] != nil {
+      // Set by the user now: an atomic save no longer treats it as inferred.
+      staging.noteSet(.custom(PosixKeys.mtime), key: node.key, generation: updated.generation)
+      staging.noteModified(inode: inode, to: time)
+    }
+  }
+
+  /// The keys to change for `changes` (nil: remove): only where the value
+  /// differs from what stat shows now, so a value it already shows (a
+  /// default included) sends nothing. A mode or owner set back to the
+  /// mount's default removes its key, as creation stores none for it: a
+  /// copy's metadata stays the original's. Directories keep no times.
+  static func keysToStore(
+    _ changes: AttributeChanges, shown: FileAttributes, kind: Node.Kind, configuration: Configuration
+  ) -> [String: String?] {
+    var values: [String: String?] = [:]
+    if configuration.posixAttributes {
+      // Linux has no chmod of a link itself.
+      if let mode = changes.mode, kind != .symlink, mode & 0o7777 != shown.permissions {
+        // A special file's stored mode keeps its type.
+        let type = FileAttributes.Kind(special: shown.kind.mode) == nil ? 0 : shown.kind.mode
+        let fallback = kind == .directory ? configuration.directoryMode : configuration.fileMode
+        values[PosixKeys.mode] =
+          type == 0 && mode & 0o7777 == fallback ? nil : PosixKeys.formatMode(type | mode & 0o7777)
+      }
+      if let uid = changes.uid, uid != shown.uid {
+        values[PosixKeys.uid] = uid == configuration.uid ? nil : String(uid)
+      }
+      if let gid = changes.gid, gid != shown.gid {
+        values[PosixKeys.gid] = gid == configuration.gid ? nil : String(gid)
+      }
+    }
+    if let time = changes.modificationTime, kind != .directory, time != shown.modificationTime {
+      values[PosixKeys.mtime] = String(time.seconds)
+    }
+    return values
+  }
+}
+
+extension Xattrs {
+  /// Stores `values` as custom keys of `key` in one conditional PATCH
+  /// (both numbers), or, for a directory without a placeholder, in a new
+  /// placeholder (`ifGenerationMatch=0`). On a 412 reads the object again
+  /// and decides again: keys it already has are not sent, so a PATCH whose
+  /// answer was lost and that the retry found applied ends there.
+  func storeKeys(
+    _ values: [String: String?], key: String, from initial: ObjectMetadata?, createIfMissing: Bool
+  ) async throws -> ObjectMetadata {
+    var current = initial
+    for _ in 0..<5 {
+      guard let metadata = current else {
+        guard createIfMissing else { throw Errno.noEntry }
+        do {
+          return try await store.upload(
+            key, from: BytesSource([]), attributes: ObjectAttributes(custom: values.compactMapValues { $0 }),
+            ifGenerationMatch: 0)
+        } catch StorageError.preconditionFailed {
+          diagnostics.logger.debug("placeholder \(key) made meanwhile; deciding again")
+          current = try await nodes.optionalMetadata(key)
+          continue
+        } catch {
+          throw diagnostics.failure(error, operation: "create placeholder", key: key)
+        }
+      }
+      let changed = values.filter { metadata.custom[$0.key] != $0.value }
+      if changed.isEmpty { return metadata }
+      var proposed = metadata.custom
+      for (name, value) in changed { proposed[name] = value }
+      guard MetadataLimits.fits(proposed) else { throw Errno.tooBig }
+      do {
+        let updated = try await store.patch(
+          key, MetadataPatch(custom: changed),
+          ifGenerationMatch: metadata.generation, ifMetagenerationMatch: metadata.metageneration)
+        if !createIfMissing { nodes.remember(updated) }
+        return updated
+      } catch StorageError.preconditionFailed {
+        diagnostics.logger.debug("metadata of \(key) changed meanwhile; deciding again")
+        current = try await nodes.optionalMetadata(key)
+        if let current, !createIfMissing { nodes.remember(current) }
+      } catch StorageError.notFound {
+        current = nil
+        if !createIfMissing { throw Errno.noEntry }
+      } catch {
+        throw diagnostics.failure(error, operation: "patch", key: key)
+      }
+    }
+    diagnostics.logger.warning("metadata of \(key) keeps changing; giving up this change")
+    throw Errno(EAGAIN)
+  }
+}
