@@ -135,6 +135,9 @@ final class Stage: Sendable {
   /// Bytes of the data file punched out (stored as parts of a stream): not
   /// on disk, so not counted as staged.
   private let punched = Atomic<Int64>(0)
+  /// Second names of the data file (``link(to:)``), removed before its bytes change.
+  private let links = Mutex<[String]>([])
+  private let linked = Atomic<Bool>(false)
 
   init(fd: Int32, path: String, sidecarPath: String, directory: StageDirectory) {
     self.fd = fd
@@ -151,6 +154,7 @@ final class Stage: Sendable {
 
   /// Writes all of `data` at `offset`: 0, or the errno of the local failure.
   func write(_ data: UnsafeRawBufferPointer, at offset: UInt64) -> Int32 {
+    dropLinks()
     let code = directory.files.write(fd, data, at: offset)
     if data.count > 0 {
       resized(code == 0 ? max(length.load(ordering: .relaxed), Int64(offset) + Int64(data.count)) : nil)
@@ -159,6 +163,7 @@ final class Stage: Sendable {
   }
 
   func truncate(to size: UInt64) -> Int32 {
+    dropLinks()
     // Holes cut from the whole file are counted by its length again, then dropped.
     if size == 0 { refilled() }
     let code = directory.files.truncate(fd, to: size)
@@ -168,6 +173,7 @@ final class Stage: Sendable {
 
   /// Frees the disk under `range`, whose bytes are stored elsewhere: 0, or the errno.
   func punch(_ range: Range<Int64>) -> Int32 {
+    dropLinks()
     let code = directory.files.punch(fd, range)
     if code == 0 {
       punched.add(Int64(range.count), ordering: .relaxed)
@@ -180,6 +186,36 @@ final class Stage: Sendable {
   func refilled() {
     let was = punched.exchange(0, ordering: .relaxed)
     if was > 0 { directory.staged.increment(by: Double(was)) }
+  }
+
+  /// Gives the data file the second name `path` (a hard link: the read
+  /// cache keeps the bytes just stored as they are); false where the
+  /// filesystem refuses. Called under the file's gate, as writes are.
+  func link(to path: String) -> Bool {
+    guard Glibc.link(self.path, path) == 0 else { return false }
+    links.withLock { $0.append(path) }
+    linked.store(true, ordering: .releasing)
+    return true
+  }
+
+  /// Removes the second names before the bytes change, each only if it
+  /// still names this file (the cache may have replaced or removed it):
+  /// what holds them sees a missing file, never changed bytes.
+  private func dropLinks() {
+    guard linked.load(ordering: .acquiring) else { return }
+    let paths = links.withLock { paths in
+      linked.store(false, ordering: .relaxed)
+      defer { paths = [] }
+      return paths
+    }
+    var own = stat()
+    guard fstat(fd, &own) == 0 else { return }
+    for path in paths {
+      var other = stat()
+      if lstat(path, &other) == 0, other.st_ino == own.st_ino, other.st_dev == own.st_dev {
+        Glibc.unlink(path)
+      }
+    }
   }
 
   /// Records the data file's new length; nil after a failure, which may
@@ -267,5 +303,9 @@ struct StageSource: UploadSource {
       throw StageFailure(code: EIO)
     }
     return bytes
+  }
+
+  func link(to path: String) -> Bool {
+    stage.link(to: path)
   }
 }
