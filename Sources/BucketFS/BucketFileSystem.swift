@@ -29,7 +29,7 @@ public final class BucketFileSystem: FileSystem, Sendable {
   let prefetch: SiblingPrefetch
   let reads: Reads
   let staging: Staging
-  let entries: Entries
+  let entries: AttributeBuilder
   let lookups: Lookups
   let directories: Directories
   /// When the kernel may keep directories' listings (KernelListings.swift).
@@ -72,7 +72,7 @@ public final class BucketFileSystem: FileSystem, Sendable {
     let staging = Staging(
       stageFiles: stageFiles, nodes: nodes, reads: reads, handles: handles, listings: listings, store: store,
       configuration: configuration, diagnostics: diagnostics, clock: clock, metrics: metrics)
-    let entries = Entries(
+    let entries = AttributeBuilder(
       nodes: nodes, staging: staging, walks: walks, configuration: configuration, mountTime: Timestamp.now(),
       clock: clock)
     self.configuration = configuration

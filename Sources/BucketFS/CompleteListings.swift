@@ -50,6 +50,18 @@ struct CompleteListings: Sendable {
     }
   }
 
+  /// A file this mount deleted or moved away: its name leaves its
+  /// directory's record, so it is known absent at once. The callers made
+  /// sure no directory of that name exists (unlink and rename answer
+  /// EISDIR first). A placeholder (`name/`) changes nothing: the directory
+  /// may live on in a file of the same name or in objects under it, and a
+  /// name kept in a record only costs a lookup its request.
+  mutating func remove(key: String) {
+    guard !byDirectory.isEmpty, !key.hasSuffix("/") else { return }
+    let cut = key.lastIndex(of: "/").map { key.index(after: $0) } ?? key.startIndex
+    byDirectory[ObjectKey(key[..<cut])]?.names.remove(ObjectKey(key[cut...]))
+  }
+
   mutating func startPass(handle: UInt64, directory: String, at time: Double) {
     passes[handle] = (directory, [], time)
   }

@@ -17,7 +17,7 @@ final class Directories: Sendable {
   }
   private let streams = Mutex<[UInt64: Handle]>([:])
   let nodes: NodeTable
-  let entries: Entries
+  let entries: AttributeBuilder
   let staging: Staging
   let handles: HandleNumbers
   /// Tree walks and the listings they fetch ahead (SubtreeWalk.swift).
@@ -31,7 +31,8 @@ final class Directories: Sendable {
   let clock: @Sendable () -> Double
 
   init(
-    nodes: NodeTable, entries: Entries, staging: Staging, handles: HandleNumbers, walks: SubtreeWalks,
+    nodes: NodeTable, entries: AttributeBuilder, staging: Staging, handles: HandleNumbers,
+    walks: SubtreeWalks,
     listings: SharedListings,
     prefetch: SiblingPrefetch, kernelListings: KernelListings, store: any ObjectStore,
     configuration: Configuration, diagnostics: Diagnostics,

@@ -131,14 +131,13 @@ final class Xattrs: Sendable {
       // Setting the value it has changes nothing: no PATCH (rsync -X sets
       // every name again once any differs, and a backup job reruns nightly).
       let unchanged = value != nil && property.value(in: metadata) == value
-      let refused = (flags.contains(.create) && exists) || (flags.contains(.replace) && !exists)
-      if unchanged || refused, clock() - fetchedAt > Self.confirmationAge {
+      let refused = flags.refusal(exists: exists, removing: value == nil)
+      if unchanged || refused != nil, clock() - fetchedAt > Self.confirmationAge {
         metadata = try await nodes.fetchMetadata(node.key)
         fetchedAt = clock()
         continue
       }
-      if flags.contains(.create) && exists { throw Errno.exists }
-      if flags.contains(.replace) && !exists { throw Errno.noData }
+      if let refused { throw refused }
       if unchanged { return }
       var proposed = metadata
       patch.apply(to: &proposed)
@@ -173,5 +172,16 @@ final class Xattrs: Sendable {
       && current.metageneration == proposed.metageneration + 1
       && current.custom == proposed.custom
       && ObjectMetadata.WritableField.allCases.allSatisfy { current[$0] == proposed[$0] }
+  }
+}
+
+extension XattrFlags {
+  /// The errno these flags give a change of a property that `exists` or
+  /// not: XATTR_CREATE of one that exists, XATTR_REPLACE or a removal of one
+  /// that does not; nil when the change may go ahead.
+  func refusal(exists: Bool, removing: Bool) -> Errno? {
+    if contains(.create) && exists { return .exists }
+    if (contains(.replace) || removing) && !exists { return .noData }
+    return nil
   }
 }

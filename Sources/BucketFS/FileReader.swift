@@ -125,7 +125,7 @@ final class FileReader: Sendable {
       var pieces: [ByteBuffer] = []
       var at = offset
       for segment in state.segments[first...] where at < end {
-        guard segment.start == at || segment.start <= at, let bytes = segment.bytes else { return nil }
+        guard segment.start <= at, let bytes = segment.bytes else { return nil }
         guard let piece = slice(bytes, of: segment, from: at, to: end) else { return nil }
         pieces.append(piece)
         at += UInt64(piece.readableBytes)

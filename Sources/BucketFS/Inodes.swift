@@ -72,8 +72,7 @@ struct InodeTable: Sendable {
   private let hashOf: @Sendable (String) -> UInt64
 
   /// `hash` is replaceable so tests can force collisions.
-  init(rootKey: String, metadataCapacity: Int, hash: @escaping @Sendable (String) -> UInt64 = InodeTable.hash)
-  {
+  init(rootKey: String, metadataCapacity: Int, hash: @escaping @Sendable (String) -> UInt64 = FNV1a.hash) {
     metadata = MetadataCache(capacity: metadataCapacity)
     hashOf = hash
     self[Self.rootInode] = Node(
@@ -82,15 +81,6 @@ struct InodeTable: Sendable {
 
   /// Inodes the kernel holds.
   var count: Int { slotOf.count }
-
-  static func hash(_ key: String) -> UInt64 {
-    var hash: UInt64 = 0xcbf2_9ce4_8422_2325  // FNV-1a 64
-    for byte in key.utf8 {
-      hash ^= UInt64(byte)
-      hash = hash &* 0x0000_0100_0000_01b3
-    }
-    return hash
-  }
 
   /// The number `key` gets when its hash is free: in the lower half (the
   /// upper is for collisions), never the root's.

@@ -4,8 +4,10 @@ import ObjectStore
 /// The store as the filesystem uses it: every name stored through it joins
 /// its directory's complete listing, whichever operation stored it (an
 /// upload, a copy, a move), and a directory placeholder created where no
-/// object was (`ifGenerationMatch=0`) starts as a complete, empty listing.
-/// Reads, listings and patches go to `inner` unchanged.
+/// object was (`ifGenerationMatch=0`) starts as a complete, empty listing;
+/// every file deleted or moved away leaves it. Each change also drops the
+/// walks' kept listings it could make wrong. Reads, listings and patches go
+/// to `inner` unchanged.
 struct ListingAwareStore: ForwardingObjectStore {
   let inner: any ObjectStore
   let listings: SharedListings
@@ -35,6 +37,7 @@ struct ListingAwareStore: ForwardingObjectStore {
   func delete(_ name: String, ifGenerationMatch: Int64?) async throws {
     try await inner.delete(name, ifGenerationMatch: ifGenerationMatch)
     walks.invalidateListings(under: name)
+    listings.withLock { $0.remove(key: name) }
     kernelListings.changed(name)
   }
 
@@ -60,7 +63,10 @@ struct ListingAwareStore: ForwardingObjectStore {
     walks.invalidateListings(under: destination)
     kernelListings.changed(source)
     kernelListings.changed(destination)
-    listings.withLock { $0.add(key: destination) }
+    listings.withLock { listings in
+      listings.remove(key: source)
+      listings.add(key: destination)
+    }
     return stored
   }
 

@@ -27,7 +27,7 @@ final class Lookups: Sendable {
   static let crowdMemory: Double = 60
 
   let nodes: NodeTable
-  let entries: Entries
+  let entries: AttributeBuilder
   let listings: SharedListings
   /// Listings kept for walks: lookups under a listed subtree are answered from them.
   let walks: SubtreeWalks
@@ -37,7 +37,8 @@ final class Lookups: Sendable {
   let clock: @Sendable () -> Double
 
   init(
-    nodes: NodeTable, entries: Entries, listings: SharedListings, walks: SubtreeWalks, store: any ObjectStore,
+    nodes: NodeTable, entries: AttributeBuilder, listings: SharedListings, walks: SubtreeWalks,
+    store: any ObjectStore,
     configuration: Configuration, diagnostics: Diagnostics, clock: @escaping @Sendable () -> Double
   ) {
     self.nodes = nodes
@@ -68,7 +69,7 @@ final class Lookups: Sendable {
 
     let shared = join(parentKey)
     defer { leave(parentKey) }
-    if let shared, let page = try? await shared.value,
+    if let shared, let page = try? await shared.valueUnlessCancelled(),
       let entry = resolve(fileKey: fileKey, directoryKey: directoryKey, from: page)
     {
       return entry
@@ -193,7 +194,7 @@ final class Lookups: Sendable {
   {
     // A node the mount holds past its TTL, or found gone by a read, may know
     // better than a listing answered before: ask the service.
-    if nodes.probe(fileKey: fileKey, directoryKey: directoryKey).inode != nil { return nil }
+    if nodes.held(fileKey: fileKey, directoryKey: directoryKey).inode != nil { return nil }
     switch walks.known(name, in: parentKey) {
     case .listed(let listed)?:
       if listed.kind == .directory {

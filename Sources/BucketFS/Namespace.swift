@@ -1,7 +1,6 @@
 import FUSE
 import Logging
 import ObjectStore
-import Synchronization
 
 #if canImport(Glibc)
   import Glibc
@@ -11,10 +10,8 @@ import Synchronization
 /// (Renames.swift) and of directories (DirectoryRenames.swift), each with
 /// preconditions on the names it changes (docs/SEMANTICS.md#tree).
 final class Namespace: Sendable {
-  /// The bucket answered that it cannot move objects: renames copy and delete.
-  let moveUnsupported = Atomic<Bool>(false)
   let nodes: NodeTable
-  let entries: Entries
+  let entries: AttributeBuilder
   let staging: Staging
   let reads: Reads
   let walks: SubtreeWalks
@@ -26,7 +23,7 @@ final class Namespace: Sendable {
   var logger: Logger { diagnostics.logger }
 
   init(
-    nodes: NodeTable, entries: Entries, staging: Staging, reads: Reads, walks: SubtreeWalks,
+    nodes: NodeTable, entries: AttributeBuilder, staging: Staging, reads: Reads, walks: SubtreeWalks,
     listings: SharedListings, store: any ObjectStore, configuration: Configuration, diagnostics: Diagnostics,
     clock: @escaping @Sendable () -> Double
   ) {
@@ -144,7 +141,7 @@ final class Namespace: Sendable {
     let fileKey = try Names.key(name, under: parentKey, for: .existing)
     let directoryKey = fileKey + "/"
     defer { walks.invalidateListings(under: directoryKey) }
-    let held = nodes.probe(fileKey: fileKey, directoryKey: directoryKey)
+    let held = nodes.held(fileKey: fileKey, directoryKey: directoryKey)
     if let kind = held.kind, kind != .directory { throw Errno.notDirectory }
     // A file created in it and not stored yet is in it (docs/SEMANTICS.md#writes-in-flight).
     if !staging.inFlight(in: directoryKey, deep: true).isEmpty { throw Errno(ENOTEMPTY) }
@@ -186,7 +183,7 @@ final class Namespace: Sendable {
   /// lookup or listing, whatever its age: a delete or rename must act on
   /// that version and no other), else as the bucket has it now.
   func existingFile(_ key: String) async throws -> (inode: UInt64?, metadata: ObjectMetadata) {
-    let held = nodes.probe(fileKey: key, directoryKey: key + "/")
+    let held = nodes.held(fileKey: key, directoryKey: key + "/")
     if held.kind == .directory { throw Errno.isDirectory }
     if let inode = held.inode {
       let (known, cached) = nodes.withLock { ($0[inode]?.facts?.generation, $0.metadata[key]) }

@@ -131,7 +131,7 @@ final class NodeTable: Sendable {
 
   /// What the kernel holds under a name: a directory node, a file or link
   /// node, or none.
-  func probe(fileKey: String, directoryKey: String) -> (inode: UInt64?, kind: Node.Kind?) {
+  func held(fileKey: String, directoryKey: String) -> (inode: UInt64?, kind: Node.Kind?) {
     withLock { table in
       if let inode = table.inode(of: directoryKey) { return (inode, .directory) }
       if let inode = table.inode(of: fileKey) { return (inode, table[inode]?.kind) }

@@ -3,8 +3,8 @@ import Synchronization
 
 /// Memory that read-ahead may hold at once, shared by every open file (and
 /// by anything else that fetches before it is asked). Without it each
-/// sequential reader holds up to 32 MiB in flight plus its spare buffers, so
-/// 64 readers pin gigabytes. A reader refused a grant fetches smaller
+/// sequential reader holds up to `Configuration.readAheadMaxBytes` (64 MiB)
+/// in flight plus its spare buffers, so 64 readers pin gigabytes. A reader refused a grant fetches smaller
 /// segments, or only the bytes the kernel asks for: slower, never an error.
 final class ReadAheadBudget: Sendable {
   let capacity: Int

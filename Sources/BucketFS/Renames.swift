@@ -23,11 +23,14 @@ extension Namespace {
       walks.invalidateListings(under: to)
     }
 
-    let held = nodes.probe(fileKey: from, directoryKey: from + "/")
+    let held = nodes.held(fileKey: from, directoryKey: from + "/")
     var kind = held.kind
+    // A source the mount does not hold is asked for once, here.
+    var unheldFile: ObjectMetadata?
     if kind == nil {
       let found = try await lookInBucket(fileKey: from, directoryKey: from + "/")
       kind = found.directory != nil ? .directory : found.file != nil ? .file : nil
+      unheldFile = found.file
     }
     guard let kind else { throw Errno.noEntry }
     if Names.same(from, to) { return }
@@ -38,7 +41,8 @@ extension Namespace {
     case .file, .symlink:
       // A directory wins over a file of the same name (SPEC §1): that is what the name shows.
       if target.directory != nil { throw Errno.isDirectory }
-      try await renameFile(from, to: to, replacing: target.file, noReplace: flags.contains(.noReplace))
+      try await renameFile(
+        from, to: to, replacing: target.file, noReplace: flags.contains(.noReplace), unheld: unheldFile)
     case .directory:
       let replaced: ObjectMetadata?
       switch target.directory {
@@ -52,13 +56,20 @@ extension Namespace {
     }
   }
 
-  func renameFile(_ from: String, to: String, replacing replaced: ObjectMetadata?, noReplace: Bool)
-    async throws
-  {
-    if let inode = nodes.probe(fileKey: from, directoryKey: from + "/").inode {
-      try await staging.commit(inode: inode)
+  /// `unheld`: the source as the bucket has it, when the mount holds no node of it.
+  func renameFile(
+    _ from: String, to: String, replacing replaced: ObjectMetadata?, noReplace: Bool, unheld: ObjectMetadata?
+  ) async throws {
+    let inode: UInt64?
+    let source: ObjectMetadata
+    if let unheld {
+      (inode, source) = (nil, unheld)
+    } else {
+      if let held = nodes.held(fileKey: from, directoryKey: from + "/").inode {
+        try await staging.commit(inode: held)
+      }
+      (inode, source) = try await existingFile(from)
     }
-    let (inode, source) = try await existingFile(from)
     let inferred = staging.inferredProperties(of: from, generation: source.generation)
     var attributes: ObjectAttributes?
     // A link is moved as it is, and nothing of a replaced link is carried
@@ -134,19 +145,18 @@ extension Namespace {
   /// it and the metadata comes along unchanged, else a copy (rewrite) with
   /// `attributes` and then a delete of the source generation. The
   /// destination must be at generation `ifGenerationMatch` (0: absent); the
-  /// source is never deleted before its copy exists.
+  /// source is never deleted before its copy exists. The store remembers a
+  /// bucket that cannot move (its later moves answer `unsupported` at once).
   func relocate(
     _ source: ObjectMetadata, to destination: String, attributes: ObjectAttributes?, ifGenerationMatch: Int64
   ) async throws -> ObjectMetadata {
-    if attributes == nil, !moveUnsupported.load(ordering: .relaxed) {
+    if attributes == nil {
       do {
         return try await store.move(
           source.name, sourceGeneration: source.generation, to: destination,
           ifGenerationMatch: ifGenerationMatch)
-      } catch StorageError.unsupported(let message) {
-        if !moveUnsupported.exchange(true, ordering: .relaxed) {
-          logger.notice("the bucket cannot move objects (\(message)); renames copy and delete")
-        }
+      } catch StorageError.unsupported {
+        // Copied and deleted below.
       } catch StorageError.preconditionFailed {
         // Either name may have failed its precondition: the source tells which.
         let current = try? await store.metadata(of: source.name)

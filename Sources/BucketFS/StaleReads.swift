@@ -49,6 +49,6 @@ extension Reads {
 
   /// An open waits for the refresh a failed read started, so it pins the new version.
   func settle(_ inode: UInt64) async {
-    if let pending = state.withLock({ $0.staleReads[inode] }) { await pending.value }
+    if let pending = state.withLock({ $0.staleReads[inode] }) { _ = await pending.valueUnlessCancelled() }
   }
 }

@@ -154,7 +154,8 @@ final class SubtreeWalks: Sendable {
     case .none: return nil
     case .ready(let entries): return entries
     case .wait(let task):
-      await task.value
+      // A cancelled opendir stops waiting; the fetch goes on for the others.
+      guard await task.valueUnlessCancelled() != nil else { return nil }
       return state.withLock { take(key, now: clock(), &$0) }
     }
   }

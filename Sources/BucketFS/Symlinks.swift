@@ -10,14 +10,14 @@ final class Symlinks: Sendable {
   /// Targets read from links' bodies, by object version.
   private let targets = Mutex(LinkTargets(capacity: 4096))
   let nodes: NodeTable
-  let entries: Entries
+  let entries: AttributeBuilder
   let store: any ObjectStore
   let configuration: Configuration
   let diagnostics: Diagnostics
   let clock: @Sendable () -> Double
 
   init(
-    nodes: NodeTable, entries: Entries, store: any ObjectStore, configuration: Configuration,
+    nodes: NodeTable, entries: AttributeBuilder, store: any ObjectStore, configuration: Configuration,
     diagnostics: Diagnostics, clock: @escaping @Sendable () -> Double
   ) {
     self.nodes = nodes
@@ -40,7 +40,7 @@ final class Symlinks: Sendable {
     }
     guard target.count <= SymlinkEncoding.maxTargetBytes else { throw Errno.nameTooLong }
     // A directory of that name hides any object of it.
-    if nodes.probe(fileKey: key, directoryKey: key + "/").kind == .directory { throw Errno.exists }
+    if nodes.held(fileKey: key, directoryKey: key + "/").kind == .directory { throw Errno.exists }
     var attributes = SymlinkEncoding.attributes(target: text, modified: Timestamp.now().seconds)
     // Its creator as owner (a link has no mode of its own to store).
     for (name, value) in configuration.newObjectPosix(mode: 0o777) where name != PosixKeys.mode {

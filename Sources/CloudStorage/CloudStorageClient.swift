@@ -64,7 +64,14 @@ public final class CloudStorageClient: ObjectStore {
   }
 
   var objectsPath: String { "\(endpoint)/storage/v1/b/\(bucket.percentEncoded)/o" }
-  var uploadPath: String { "\(endpoint)/upload/storage/v1/b/\(bucket.percentEncoded)/o" }
+
+  /// Where an upload of `type` (multipart, resumable) starts, answering with the object's fields.
+  func uploadURL(_ type: String, ifGenerationMatch: Int64?) -> String {
+    var query = [("uploadType", type)]
+    if let ifGenerationMatch { query.append(("ifGenerationMatch", String(ifGenerationMatch))) }
+    query.append(("fields", Fields.object))
+    return "\(endpoint)/upload/storage/v1/b/\(bucket.percentEncoded)/o" + queryString(query)
+  }
 
   // MARK: - ObjectStore
 
@@ -141,10 +148,12 @@ public final class CloudStorageClient: ObjectStore {
       "\(objectsPath)/\(name.percentEncoded)"
       + queryString([("alt", "media"), ("generation", String(generation))])
     let (status, headers, body) = try await exchange(
-      .GET, .download, url: url, headers: [("Range", "bytes=\(range.lowerBound)-\(range.upperBound - 1)")],
-      operation: "read \(name) \(range)", maxBody: Int(range.count) + (64 << 10), idempotent: true,
-      validate: { status, headers, body in Self.shortRead(status, headers, body, asked: range) },
-      window: range, spare: spare)
+      StorageRequest(
+        method: .GET, kind: .download, url: url,
+        headers: [("Range", "bytes=\(range.lowerBound)-\(range.upperBound - 1)")],
+        operation: "read \(name) \(range)", maxBody: Int(range.count) + (64 << 10), idempotent: true,
+        validate: { status, headers, body in Self.shortRead(status, headers, body, asked: range) },
+        window: range, spare: spare))
     var bytes = body
     if status == 206 {
       // Without a usable Content-Range a short answer could not be told from the object's end.
@@ -188,12 +197,13 @@ public final class CloudStorageClient: ObjectStore {
       throw StorageError.badRequest("could not encode patch: \(error)")
     }
     let (_, _, body) = try await exchange(
-      .PATCH, .patch, url: "\(objectsPath)/\(name.percentEncoded)" + queryString(query),
-      headers: [("Content-Type", "application/json")], body: ByteBuffer(bytes: json),
-      operation: "patch \(name)",
-      maxBody: 4 << 20,
-      // Safe to repeat only when the precondition makes a repeat a no-op.
-      idempotent: ifMetagenerationMatch != nil)
+      StorageRequest(
+        method: .PATCH, kind: .patch, url: "\(objectsPath)/\(name.percentEncoded)" + queryString(query),
+        headers: [("Content-Type", "application/json")], body: .bytes(ByteBuffer(bytes: json)),
+        operation: "patch \(name)",
+        maxBody: 4 << 20,
+        // Safe to repeat only when the precondition makes a repeat a no-op.
+        idempotent: ifMetagenerationMatch != nil))
     let resource = try read(body, what: "patched metadata of \(name)", as: ObjectResource.init(reading:))
     guard resource.isComplete else {
       logger.debug("patch \(name): incomplete answer; reading the metadata back")

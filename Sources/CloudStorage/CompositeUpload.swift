@@ -155,10 +155,12 @@ extension CloudStorageClient {
     if let ifGenerationMatch { query.append(("ifGenerationMatch", String(ifGenerationMatch))) }
     query.append(("fields", Fields.object))
     let (status, _, answer) = try await exchange(
-      .POST, .compose, url: "\(objectsPath)/\(name.percentEncoded)/compose" + queryString(query),
-      headers: [("Content-Type", "application/json; charset=UTF-8")], body: ByteBuffer(bytes: body),
-      operation: "compose \(name) from \(sources.count) objects", maxBody: 4 << 20, idempotent: idempotent,
-      settledAfterRetry: [412])
+      StorageRequest(
+        method: .POST, kind: .compose,
+        url: "\(objectsPath)/\(name.percentEncoded)/compose" + queryString(query),
+        headers: [("Content-Type", "application/json; charset=UTF-8")], body: .bytes(ByteBuffer(bytes: body)),
+        operation: "compose \(name) from \(sources.count) objects", maxBody: 4 << 20, idempotent: idempotent,
+        settledAfterRetry: [412]))
     return (status, answer)
   }
 

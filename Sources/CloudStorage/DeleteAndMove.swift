@@ -10,10 +10,11 @@ extension CloudStorageClient {
     var query: [(String, String)] = []
     if let ifGenerationMatch { query.append(("ifGenerationMatch", String(ifGenerationMatch))) }
     _ = try await exchange(
-      .DELETE, .delete,
-      url: "\(objectsPath)/\(name.percentEncoded)" + (query.isEmpty ? "" : queryString(query)),
-      operation: "delete \(name)", maxBody: 1 << 20, idempotent: ifGenerationMatch != nil,
-      settledAfterRetry: [404])
+      StorageRequest(
+        method: .DELETE, kind: .delete,
+        url: "\(objectsPath)/\(name.percentEncoded)" + (query.isEmpty ? "" : queryString(query)),
+        operation: "delete \(name)", maxBody: 1 << 20, idempotent: ifGenerationMatch != nil,
+        settledAfterRetry: [404]))
   }
 
   /// `objects.move`. Where the bucket cannot move (the service refuses the
@@ -36,9 +37,12 @@ extension CloudStorageClient {
     let answer: ByteBuffer
     do {
       (status, _, answer) = try await exchange(
-        .POST, .move, url: url, headers: [("Content-Type", "application/json; charset=UTF-8")],
-        body: ByteBuffer(string: "{}"), operation: "move \(source) to \(destination)", maxBody: 4 << 20,
-        idempotent: true, accepting: [400, 405, 501])
+        StorageRequest(
+          method: .POST, kind: .move, url: url,
+          headers: [("Content-Type", "application/json; charset=UTF-8")],
+          body: .bytes(ByteBuffer(string: "{}")), operation: "move \(source) to \(destination)",
+          maxBody: 4 << 20,
+          idempotent: true, accepting: [400, 405, 501]))
     } catch StorageError.notFound {
       // A 404 for a source that is there: the service does not know the call.
       guard let live = try? await metadata(of: source) else { throw StorageError.notFound }

@@ -17,35 +17,21 @@ extension CloudStorageClient {
   func send(_ method: HTTPMethod, _ kind: StorageRequestKind, url: String, operation: String, maxBody: Int)
     async throws -> ByteBuffer
   {
-    try await exchange(method, kind, url: url, operation: operation, maxBody: maxBody, idempotent: true).body
+    try await exchange(
+      StorageRequest(
+        method: method, kind: kind, url: url, operation: operation, maxBody: maxBody, idempotent: true)
+    ).body
   }
 
   /// One logical request: attempts, back-off and the overall deadline. Each
-  /// attempt is counted under `kind` (``StorageMetrics``).
-  ///
-  /// - `idempotent`: safe to repeat after a transient failure (the request
-  ///   may have reached the service); otherwise such a failure is final.
-  /// - `deadline`: when retries stop (default: the policy's deadline from now).
-  /// - `sending`: bytes of body; an attempt may run past `deadline` for as
-  ///   long as they take at 64 KiB/s (a slow uplink still gets a large
-  ///   request through; stalls are caught by the attempt timeout).
-  /// - `accepting`: statuses outside 2xx that are answers (a session's 308).
-  /// - `settledAfterRetry`: statuses that, after an attempt that may have
-  ///   reached the service, mean that attempt took effect (a delete's 404).
-  /// - `validate`: judges an answer; a reason makes it a transient failure.
-  /// - `window`: for a ranged GET answered 200 (the whole object), the bytes kept.
-  func exchange(
-    _ method: HTTPMethod, _ kind: StorageRequestKind, url: String, headers: [(String, String)] = [],
-    body: ByteBuffer? = nil,
-    operation: String, maxBody: Int, idempotent: Bool, deadline: NIODeadline? = nil, sending: Int = 0,
-    accepting: Set<Int> = [], settledAfterRetry: Set<Int> = [],
-    validate: (@Sendable (Int, HTTPHeaders, ByteBuffer) -> String?)? = nil, window: Range<Int64>? = nil,
-    spare: SpareBuffer? = nil, streaming: SourceBody? = nil
-  ) async throws -> (status: Int, headers: HTTPHeaders, body: ByteBuffer) {
+  /// attempt is counted under the request's kind (``StorageMetrics``).
+  func exchange(_ request: StorageRequest) async throws -> (
+    status: Int, headers: HTTPHeaders, body: ByteBuffer
+  ) {
     // A caller's bound (one user-visible read, OperationDeadline) can only shorten it.
     let bound = OperationDeadline.current
     let deadline = min(
-      deadline ?? NIODeadline.now() + .milliseconds(Int64(retry.deadline * 1000)),
+      request.deadline ?? NIODeadline.now() + .milliseconds(Int64(retry.deadline * 1000)),
       bound?.deadline ?? .distantFuture)
     var attempt = 0
     var reachedBefore = false
@@ -60,13 +46,11 @@ extension CloudStorageClient {
       var outcome: Outcome
       do {
         let slowest =
-          NIODeadline.now() + .milliseconds(Int64((retry.attemptTimeout + Double(sending) / 65536) * 1000))
+          NIODeadline.now()
+          + .milliseconds(Int64((retry.attemptTimeout + Double(request.sending) / 65536) * 1000))
         outcome = try await attemptOnce(
-          method, kind, url: url, headers: headers, body: body, streaming: streaming,
-          deadline: sending > 0 ? max(deadline, slowest) : deadline,
-          maxBody: maxBody,
-          refreshToken: refresh, accepting: reachedBefore ? accepting.union(settledAfterRetry) : accepting,
-          window: window, spare: spare)
+          request, deadline: request.sending > 0 ? max(deadline, slowest) : deadline, refreshToken: refresh,
+          accepting: reachedBefore ? request.accepting.union(request.settledAfterRetry) : request.accepting)
       } catch let error as StorageError {
         throw error
       } catch {
@@ -75,13 +59,13 @@ extension CloudStorageClient {
         outcome = .transient(describe(error), retryAfter: nil)
       }
       if case .success(let status, let headers, let body) = outcome,
-        let reason = validate?(status, headers, body)
+        let reason = request.validate?(status, headers, body)
       {
         outcome = .transient(reason, retryAfter: nil)
       }
       switch outcome {
       case .success(let status, let headers, let body):
-        logger.trace("\(method) \(operation): \(status) after \(attempt) attempt(s)")
+        logger.trace("\(request.method) \(request.operation): \(status) after \(attempt) attempt(s)")
         return (status, headers, body)
       case .failure(let error):
         throw error
@@ -90,24 +74,24 @@ extension CloudStorageClient {
         guard tokens != nil, !refreshedToken else { throw StorageError.accessDenied(message) }
         refreshedToken = true
         refreshNext = true
-        metrics.retried(kind)
+        metrics.retried(request.kind)
         continue
       case .transient(let reason, let retryAfter):
-        guard idempotent else { throw StorageError.unavailable("\(operation): \(reason)") }
+        guard request.idempotent else { throw StorageError.unavailable("\(request.operation): \(reason)") }
         reachedBefore = true
         let wait = retry.delay(attempt: attempt, retryAfter: retryAfter)
         let resumeAt = NIODeadline.now() + .milliseconds(Int64(wait * 1000))
         guard bound?.retries ?? true, resumeAt < deadline else {
-          logger.warning("\(operation): giving up after \(attempt) attempt(s): \(reason)")
-          throw StorageError.unavailable("\(operation): \(reason)")
+          logger.warning("\(request.operation): giving up after \(attempt) attempt(s): \(reason)")
+          throw StorageError.unavailable("\(request.operation): \(reason)")
         }
-        logger.debug("\(operation): \(reason); retrying in \(Int(wait * 1000)) ms")
+        logger.debug("\(request.operation): \(reason); retrying in \(Int(wait * 1000)) ms")
         do {
           try await Task.sleep(nanoseconds: UInt64(wait * 1e9))
         } catch {
           throw StorageError.cancelled
         }
-        metrics.retried(kind)
+        metrics.retried(request.kind)
       }
     }
   }
@@ -119,17 +103,16 @@ extension CloudStorageClient {
     case transient(String, retryAfter: Double?)
   }
 
+  /// One attempt: `accepting` widens the request's own after an attempt that may have reached the service.
   private func attemptOnce(
-    _ method: HTTPMethod, _ kind: StorageRequestKind, url: String, headers: [(String, String)],
-    body: ByteBuffer?, streaming: SourceBody?,
-    deadline: NIODeadline,
-    maxBody: Int, refreshToken: Bool, accepting: Set<Int>, window: Range<Int64>?, spare: SpareBuffer?
+    _ storageRequest: StorageRequest, deadline: NIODeadline, refreshToken: Bool, accepting: Set<Int>
   ) async throws -> Outcome {
-    var request = HTTPClientRequest(url: url)
-    request.method = method
+    let kind = storageRequest.kind
+    var request = HTTPClientRequest(url: storageRequest.url)
+    request.method = storageRequest.method
     request.headers.add(name: "User-Agent", value: "bucketfs/\(Version.current)")
     request.headers.add(name: "Accept-Encoding", value: "gzip")  // stored bytes, as `size` counts them
-    for (name, value) in headers { request.headers.add(name: name, value: value) }
+    for (name, value) in storageRequest.headers { request.headers.add(name: name, value: value) }
     if let tokens {
       let token: String
       do {
@@ -141,8 +124,16 @@ extension CloudStorageClient {
       }
       request.headers.add(name: "Authorization", value: "Bearer \(token)")
     }
-    if let body { request.body = .bytes(body) }
-    if let streaming { request.body = .stream(streaming, length: .known(Int64(streaming.count))) }
+    let sent: Int
+    switch storageRequest.body {
+    case .none: sent = 0
+    case .bytes(let bytes):
+      request.body = .bytes(bytes)
+      sent = bytes.readableBytes
+    case .streaming(let source):
+      request.body = .stream(source, length: .known(Int64(source.count)))
+      sent = source.count
+    }
 
     // The client's deadline covers the response head; the body must arrive
     // by the same deadline, however slowly the server trickles it.
@@ -155,10 +146,11 @@ extension CloudStorageClient {
     do {
       (response, payload) = try await Self.racing(deadline) {
         let response = try await http.execute(prepared, deadline: deadline, logger: nil)
-        let window = response.status == .ok ? window : nil
+        let window = response.status == .ok ? storageRequest.window : nil
         // Awaited before the tuple is made: see Tests/ToolchainCheck (a tuple
         // literal with an await inside is miscompiled by Swift 6.3.1 at -O).
-        let payload = try await Self.collect(response, upTo: maxBody, window: window, into: spare?.take())
+        let payload = try await Self.collect(
+          response, upTo: storageRequest.maxBody, window: window, into: storageRequest.spare?.take())
         return (response, payload)
       }
     } catch {
@@ -169,7 +161,7 @@ extension CloudStorageClient {
     metrics.attempted(kind, status: String(status), since: start)
     switch kind {
     case .download where (200..<300).contains(status): metrics.received(payload.readableBytes)
-    case .upload: metrics.sent(body?.readableBytes ?? streaming?.count ?? 0)
+    case .upload: metrics.sent(sent)
     default: break
     }
     switch status {

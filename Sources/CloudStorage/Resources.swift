@@ -161,34 +161,35 @@ struct ErrorBody: Decodable {
   var error: Detail?
 }
 
+/// Any key of a JSON object the client writes.
+struct JSONKey: CodingKey {
+  var stringValue: String
+  var intValue: Int? { nil }
+  init(_ string: String) { stringValue = string }
+  init?(stringValue: String) { self.stringValue = stringValue }
+  init?(intValue: Int) { nil }
+}
+
 /// A PATCH body: only the fields the patch names, JSON `null` for removal.
 struct PatchBody: Encodable {
   let patch: MetadataPatch
 
-  private struct Key: CodingKey {
-    var stringValue: String
-    var intValue: Int? { nil }
-    init(_ string: String) { stringValue = string }
-    init?(stringValue: String) { self.stringValue = stringValue }
-    init?(intValue: Int) { nil }
-  }
-
   func encode(to encoder: any Encoder) throws {
-    var container = encoder.container(keyedBy: Key.self)
+    var container = encoder.container(keyedBy: JSONKey.self)
     for (field, value) in patch.fields.sorted(by: { $0.key.rawValue < $1.key.rawValue }) {
       if let value {
-        try container.encode(value, forKey: Key(field.rawValue))
+        try container.encode(value, forKey: JSONKey(field.rawValue))
       } else {
-        try container.encodeNil(forKey: Key(field.rawValue))
+        try container.encodeNil(forKey: JSONKey(field.rawValue))
       }
     }
     guard !patch.custom.isEmpty else { return }
-    var custom = container.nestedContainer(keyedBy: Key.self, forKey: Key("metadata"))
+    var custom = container.nestedContainer(keyedBy: JSONKey.self, forKey: JSONKey("metadata"))
     for (key, value) in patch.custom.sorted(by: { $0.key < $1.key }) {
       if let value {
-        try custom.encode(value, forKey: Key(key))
+        try custom.encode(value, forKey: JSONKey(key))
       } else {
-        try custom.encodeNil(forKey: Key(key))
+        try custom.encodeNil(forKey: JSONKey(key))
       }
     }
   }

@@ -41,17 +41,15 @@ extension CloudStorageClient {
   ) async throws -> String {
     let contentType = Self.contentType(attributes)
     let metadata = try Self.objectBody(name: name, attributes: attributes, contentType: contentType)
-    var query = [("uploadType", "resumable")]
-    if let ifGenerationMatch { query.append(("ifGenerationMatch", String(ifGenerationMatch))) }
-    query.append(("fields", Fields.object))
     let (_, headers, _) = try await exchange(
-      .POST, .upload, url: uploadPath + queryString(query),
-      headers: [
-        ("Content-Type", "application/json; charset=UTF-8"), ("X-Upload-Content-Type", contentType),
-        ("X-Upload-Content-Length", String(size)),
-      ],
-      body: ByteBuffer(bytes: metadata), operation: "start upload of \(name)", maxBody: 4 << 20,
-      idempotent: true)
+      StorageRequest(
+        method: .POST, kind: .upload, url: uploadURL("resumable", ifGenerationMatch: ifGenerationMatch),
+        headers: [
+          ("Content-Type", "application/json; charset=UTF-8"), ("X-Upload-Content-Type", contentType),
+          ("X-Upload-Content-Length", String(size)),
+        ],
+        body: .bytes(ByteBuffer(bytes: metadata)), operation: "start upload of \(name)", maxBody: 4 << 20,
+        idempotent: true))
     guard let location = headers.first(name: "Location"), let session = sessionURL(location) else {
       throw StorageError.invalidResponse("start upload of \(name): no usable session URI in the answer")
     }
@@ -144,9 +142,12 @@ extension CloudStorageClient {
     let answer: (status: Int, headers: HTTPHeaders, body: ByteBuffer)
     do {
       answer = try await exchange(
-        .PUT, .upload, url: session, headers: [("Content-Range", range), ("Content-Type", contentType)],
-        operation: "upload \(name) \(range)", maxBody: 4 << 20, idempotent: false,
-        sending: count, accepting: [308, 404, 410], streaming: chunk)
+        StorageRequest(
+          method: .PUT, kind: .upload, url: session,
+          headers: [("Content-Range", range), ("Content-Type", contentType)],
+          body: .streaming(chunk),
+          operation: "upload \(name) \(range)", maxBody: 4 << 20, idempotent: false,
+          sending: count, accepting: [308, 404, 410]))
     } catch {
       // A local read failure is the caller's to see, not an outage to resume after.
       if let local = chunk.failure.withLockedValue({ $0 }) { throw local }
@@ -168,9 +169,11 @@ extension CloudStorageClient {
     -> SessionState
   {
     let (status, headers, body) = try await exchange(
-      .PUT, .upload, url: session, headers: [("Content-Range", "bytes */\(size)")], body: ByteBuffer(),
-      operation: "upload status of \(name)", maxBody: 4 << 20, idempotent: true, deadline: deadline,
-      accepting: [308, 404, 410])
+      StorageRequest(
+        method: .PUT, kind: .upload, url: session, headers: [("Content-Range", "bytes */\(size)")],
+        body: .bytes(ByteBuffer()),
+        operation: "upload status of \(name)", maxBody: 4 << 20, idempotent: true, deadline: deadline,
+        accepting: [308, 404, 410]))
     return try sessionState(status, headers, body, name: name, size: size)
   }
 

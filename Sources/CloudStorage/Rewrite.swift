@@ -25,10 +25,12 @@ extension CloudStorageClient {
       if let token { query.append(("rewriteToken", token)) }
       // Each call that answers is progress, so each gets the whole deadline.
       let (_, _, answer) = try await exchange(
-        .POST, .copy, url: url + queryString(query),
-        headers: body == nil ? [] : [("Content-Type", "application/json; charset=UTF-8")],
-        body: body ?? ByteBuffer(),
-        operation: "copy \(source) to \(destination)", maxBody: 4 << 20, idempotent: ifGenerationMatch != nil)
+        StorageRequest(
+          method: .POST, kind: .copy, url: url + queryString(query),
+          headers: body == nil ? [] : [("Content-Type", "application/json; charset=UTF-8")],
+          body: .bytes(body ?? ByteBuffer()),
+          operation: "copy \(source) to \(destination)", maxBody: 4 << 20,
+          idempotent: ifGenerationMatch != nil))
       let rewrite = try read(
         answer, what: "rewrite of \(source) to \(destination)", as: RewriteResponse.init(reading:))
       if rewrite.done {

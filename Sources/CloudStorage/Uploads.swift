@@ -50,14 +50,12 @@ extension CloudStorageClient {
     body.writeBuffer(&media)
     body.writeString("\r\n--\(boundary)--\r\n")
 
-    var query = [("uploadType", "multipart")]
-    if let ifGenerationMatch { query.append(("ifGenerationMatch", String(ifGenerationMatch))) }
-    query.append(("fields", Fields.object))
     let (status, _, answer) = try await exchange(
-      .POST, .upload, url: uploadPath + queryString(query),
-      headers: [("Content-Type", "multipart/related; boundary=\(boundary)")], body: body,
-      operation: "upload \(name)", maxBody: 4 << 20, idempotent: ifGenerationMatch != nil,
-      sending: body.readableBytes, settledAfterRetry: [412])
+      StorageRequest(
+        method: .POST, kind: .upload, url: uploadURL("multipart", ifGenerationMatch: ifGenerationMatch),
+        headers: [("Content-Type", "multipart/related; boundary=\(boundary)")], body: .bytes(body),
+        operation: "upload \(name)", maxBody: 4 << 20, idempotent: ifGenerationMatch != nil,
+        sending: body.readableBytes, settledAfterRetry: [412]))
     if status == 412 {
       return try await ownObject(name, from: source, attributes: attributes, contentType: contentType)
     }
@@ -194,20 +192,12 @@ struct ObjectBody: Encodable {
   let name: String?
   let attributes: ObjectAttributes
 
-  private struct Key: CodingKey {
-    var stringValue: String
-    var intValue: Int? { nil }
-    init(_ string: String) { stringValue = string }
-    init?(stringValue: String) { self.stringValue = stringValue }
-    init?(intValue: Int) { nil }
-  }
-
   func encode(to encoder: any Encoder) throws {
-    var container = encoder.container(keyedBy: Key.self)
-    if let name { try container.encode(name, forKey: Key("name")) }
-    for (field, value) in attributes.fields { try container.encode(value, forKey: Key(field.rawValue)) }
+    var container = encoder.container(keyedBy: JSONKey.self)
+    if let name { try container.encode(name, forKey: JSONKey("name")) }
+    for (field, value) in attributes.fields { try container.encode(value, forKey: JSONKey(field.rawValue)) }
     guard !attributes.custom.isEmpty else { return }
-    var custom = container.nestedContainer(keyedBy: Key.self, forKey: Key("metadata"))
-    for (key, value) in attributes.custom { try custom.encode(value, forKey: Key(key)) }
+    var custom = container.nestedContainer(keyedBy: JSONKey.self, forKey: JSONKey("metadata"))
+    for (key, value) in attributes.custom { try custom.encode(value, forKey: JSONKey(key)) }
   }
 }

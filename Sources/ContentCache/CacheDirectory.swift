@@ -1,3 +1,5 @@
+import ObjectStore
+
 #if canImport(Glibc)
   import Glibc
 #endif
@@ -29,7 +31,7 @@ final class CacheDirectory: Sendable {
   init(cacheDirectory: String, bucket: String, patience: Duration) throws(Failure) {
     let base = cacheDirectory.hasSuffix("/") ? String(cacheDirectory.dropLast()) : cacheDirectory
     let root = base + "/read-cache"
-    path = root + "/" + Self.hex(of: bucket)
+    path = root + "/" + FNV1a.hex(bucket)
     for directory in [base, root, path] where mkdir(directory, 0o700) != 0 && errno != EEXIST {
       throw .unusable(directory, errno)
     }
@@ -62,19 +64,9 @@ final class CacheDirectory: Sendable {
   }
 
   /// The files of the entry for a name and generation (without extension).
+  /// The name's FNV-1a hash names the files: the map holds the name itself,
+  /// so a collision is a miss, never a wrong hit.
   func entryPath(name: String, generation: Int64) -> String {
-    path + "/" + Self.hex(of: name) + "-" + String(generation)
-  }
-
-  /// FNV-1a, 64 bits, as 16 hex digits: a file name for any object or bucket name.
-  /// (The map holds the name itself, so a collision is a miss, never a wrong hit.)
-  static func hex(of text: String) -> String {
-    var hash: UInt64 = 0xcbf2_9ce4_8422_2325
-    for byte in text.utf8 {
-      hash ^= UInt64(byte)
-      hash = hash &* 0x0000_0100_0000_01b3
-    }
-    let digits = String(hash, radix: 16)
-    return String(repeating: "0", count: 16 - digits.count) + digits
+    path + "/" + FNV1a.hex(name) + "-" + String(generation)
   }
 }

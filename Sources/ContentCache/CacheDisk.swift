@@ -1,3 +1,4 @@
+import ObjectStore
 import Synchronization
 
 #if canImport(Glibc)
@@ -129,14 +130,8 @@ public struct LocalDisk: CacheDisk {
   }
 
   public func list(_ directory: String) -> [(name: String, modified: Int64)] {
-    guard let dir = opendir(directory) else { return [] }
-    defer { closedir(dir) }
     var found: [(name: String, modified: Int64)] = []
-    while let entry = readdir(dir) {
-      let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
-        String(decoding: raw.prefix(while: { $0 != 0 }), as: UTF8.self)
-      }
-      guard name != ".", name != ".." else { continue }
+    for name in LocalDirectory.names(in: directory) ?? [] {
       var info = stat()
       guard stat(directory + "/" + name, &info) == 0 else { continue }
       found.append((name, Int64(info.st_mtim.tv_sec)))

@@ -48,7 +48,6 @@ public final class FUSESession: @unchecked Sendable {
   /// destroyed, which waits for the calls under way: none outlives it, and
   /// none runs under the lock (a notification may block in the kernel).
   private let notifyTarget = Mutex<NotifyTarget>(NotifyTarget())
-  private var mountpoint = ""
   private let inflight = Mutex<[UInt: InflightRequest]>([:])
   private let loopThread = Mutex<pthread_t?>(nil)
   private let loopRunning = Atomic<Bool>(false)
@@ -82,7 +81,6 @@ public final class FUSESession: @unchecked Sendable {
       logger.warning("could not enable parallel directory operations")
     }
     self.session = created
-    self.mountpoint = mountpoint
     notifyTarget.withLock { $0.raw = UInt(bitPattern: Int(bitPattern: UnsafeRawPointer(created))) }
   }
 

@@ -27,6 +27,18 @@ final class CompleteListingTests: XCTestCase {
     XCTAssertTrue(listings.knownAbsent(directory: "a/", name: "other", now: 100, ttl: 60))
   }
 
+  func testADeletedFileLeavesItsDirectoryAndAPlaceholderChangesNothing() {
+    var listings = CompleteListings()
+    listings.record(directory: "a/", names: ["x", "y"], at: 100)
+    listings.remove(key: "a/x")
+    XCTAssertTrue(listings.knownAbsent(directory: "a/", name: "x", now: 100, ttl: 60))
+    listings.remove(key: "a/y/")
+    XCTAssertFalse(
+      listings.knownAbsent(directory: "a/", name: "y", now: 100, ttl: 60), "a directory may live on")
+    listings.remove(key: "b/z")
+    XCTAssertFalse(listings.knownAbsent(directory: "b/", name: "z", now: 100, ttl: 60), "never listed")
+  }
+
   func testAPassRecordsOnlyWhenItReachesTheEndAndIsAsOldAsItsOldestPage() {
     var listings = CompleteListings()
     listings.startPass(handle: 7, directory: "d/", at: 200)

@@ -185,8 +185,11 @@ final class FaultTests: XCTestCase {
     let opened = try await fs.open(inode: inode, flags: O_RDONLY)
     server.injectFaults([.stall(.seconds(30))], for: .media)
     let fs = self.fs!
+    let before = server.requests(.media).count
     let task = Task { try await fs.read(inode: inode, handle: opened.handle, offset: 0, size: 10) }
-    try await Task.sleep(for: .milliseconds(200))
+    // Cancelled once the read waits on the stalled request.
+    let stalled = await eventually { self.server.requests(.media).count > before }
+    XCTAssertTrue(stalled, "the read reached the service")
     let start = ContinuousClock.now
     task.cancel()
     do {

@@ -89,13 +89,3 @@ final class HeldAnswerStore: ForwardingObjectStore, Sendable {
     return applied
   }
 }
-
-/// Polls `condition` every few milliseconds for at most `seconds`.
-func eventually(_ seconds: Double = 10, _ condition: () -> Bool) async -> Bool {
-  let deadline = ContinuousClock.now + .milliseconds(Int64(seconds * 1000))
-  while ContinuousClock.now < deadline {
-    if condition() { return true }
-    try? await Task.sleep(for: .milliseconds(2))
-  }
-  return condition()
-}

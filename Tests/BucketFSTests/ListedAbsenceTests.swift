@@ -24,4 +24,24 @@ final class ListedAbsenceTests: XCTestCase {
     let found = try await fs.lookup(parent: directory, name: "new")
     XCTAssertEqual(found.attributes?.size, 2, "still reported absent")
   }
+
+  /// What the mount deletes or moves away leaves the listing: the name is
+  /// known absent at once, with no request.
+  func testADeletedOrMovedFileIsKnownAbsentFromTheListing() async throws {
+    let store = InMemoryObjectStore(bucket: "demo")
+    for name in ["d/gone", "d/moved", "d/kept"] { store.put(name, data: [1]) }
+    let fs = makeFileSystem(store)
+    let directory = try await fs.inode(at: "d")
+    await XCTAssertEqualAsync(try await fs.names(of: directory), ["gone", "kept", "moved"])
+    try await fs.unlink(parent: directory, name: "gone")
+    try await fs.rename(parent: directory, name: "moved", newParent: directory, newName: "there", flags: [])
+    store.resetCalls()
+    for name in ["gone", "moved"] {
+      let entry = try await fs.lookup(parent: directory, name: name)
+      XCTAssertNil(entry.attributes, name)
+    }
+    XCTAssertEqual(store.calls, [], "known absent from the listing")
+    let kept = try await fs.lookup(parent: directory, name: "there")
+    XCTAssertEqual(kept.attributes?.size, 1)
+  }
 }

@@ -1,6 +1,7 @@
 import FUSE
 import ObjectStore
 import StorageFake
+import Synchronization
 import XCTest
 
 @testable import BucketFS
@@ -101,7 +102,7 @@ final class ListingTests: XCTestCase {
     try await fs.readdir(inode: dir, handle: handle, offset: first.entries.last!.nextOffset, into: second)
     XCTAssertEqual(second.entries.map(\.name), ["f02"])
     if tokenLead == nil {
-      for _ in 0..<200 where store.calls(.list).count < 3 { try await Task.sleep(for: .milliseconds(10)) }
+      _ = await eventually { store.calls(.list).count >= 3 }
     }
     // With a lead, page 2 came back 400 ms after its token: page 3 was asked for in between.
     XCTAssertEqual(store.calls(.list).count, 3)
@@ -138,7 +139,8 @@ final class ListingTests: XCTestCase {
   func testAFailedPrefetchIsRetriedWhenTheReaderGetsThere() async throws {
     let store = InMemoryObjectStore(bucket: "demo")
     for i in 0..<9 { store.put(String(format: "dir/f%02d", i), data: []) }
-    let fs = makeFileSystem(store, pageSize: 3)
+    let faulty = ListFaultStore(store)
+    let fs = makeFileSystem(faulty, pageSize: 3)
     let dir = try await fs.inode(at: "dir")
     let handle = try await fs.opendir(inode: dir).handle
     defer { fs.releasedir(inode: dir, handle: handle) }
@@ -146,17 +148,15 @@ final class ListingTests: XCTestCase {
     let first = CollectingBuffer(capacity: 10)
     try await fs.readdir(inode: dir, handle: handle, offset: 0, into: first)
     XCTAssertEqual(first.entries.map(\.name), [".", "..", "f00", "f01"])
-    // Page 2 arrives; the prefetch of page 3, slowed down, meets a fault.
-    store.latency = .milliseconds(100)
+    // Page 2 arrives; the prefetch of page 3 meets a fault.
+    faulty.failList(call: 2)
     let second = CollectingBuffer(capacity: 10)
     try await fs.readdir(inode: dir, handle: handle, offset: first.entries.last!.nextOffset, into: second)
     XCTAssertEqual(second.entries.map(\.name), ["f02", "f03", "f04"])
-    store.injectFaults([.unavailable("503 prefetch")], for: .list)
-    for _ in 0..<200 where store.pendingFaults(for: .list) > 0 {
-      try await Task.sleep(for: .milliseconds(10))
+    let prefetchFailed = await eventually {
+      store.calls(.list).count == 3 && store.pendingFaults(for: .list) == 0
     }
-    XCTAssertEqual(store.pendingFaults(for: .list), 0)
-    XCTAssertEqual(store.calls(.list).count, 3)
+    XCTAssertTrue(prefetchFailed, "the prefetch met its fault")
 
     let after = second.entries.last!.nextOffset
     let failed = CollectingBuffer(capacity: 10)
@@ -492,5 +492,40 @@ final class MetadataCacheTests: XCTestCase {
     XCTAssertEqual(cache.count, 3)
     cache.remove("d")
     XCTAssertNil(cache["d"])
+  }
+}
+
+/// Forwards to the in-memory store; the `call`th list call after
+/// ``failList(call:)`` meets a fault, whenever it comes.
+final class ListFaultStore: ForwardingObjectStore, Sendable {
+  let base: InMemoryObjectStore
+  private let countdown = Mutex<Int?>(nil)
+  init(_ base: InMemoryObjectStore) { self.base = base }
+  var inner: any ObjectStore { base }
+
+  func failList(call: Int) { countdown.withLock { $0 = call } }
+
+  private func arrive() {
+    let fail = countdown.withLock { left -> Bool in
+      guard let count = left else { return false }
+      left = count > 1 ? count - 1 : nil
+      return count == 1
+    }
+    if fail { base.injectFaults([.unavailable("503 prefetch")], for: .list) }
+  }
+
+  func list(prefix: String, delimiter: String?, pageSize: Int, pageToken: String?) async throws -> ListPage {
+    arrive()
+    return try await base.list(prefix: prefix, delimiter: delimiter, pageSize: pageSize, pageToken: pageToken)
+  }
+
+  func list(
+    prefix: String, delimiter: String?, pageSize: Int, pageToken: String?,
+    nextPageToken: @escaping @Sendable (String) -> Void
+  ) async throws -> ListPage {
+    arrive()
+    return try await base.list(
+      prefix: prefix, delimiter: delimiter, pageSize: pageSize, pageToken: pageToken,
+      nextPageToken: nextPageToken)
   }
 }

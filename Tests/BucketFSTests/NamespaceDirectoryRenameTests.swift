@@ -136,7 +136,7 @@ final class NamespaceDirectoryRenameTests: XCTestCase {
 
   func testMovesRunInParallelWithinTheBound() async throws {
     for i in 0..<40 { store.put("many/\(i)", data: bytes("\(i)")) }
-    let counting = CountingMoves(store)
+    let counting = CountingMoves(store, waitingFor: 4)
     var configuration = Configuration()
     configuration.renameConcurrency = 4
     let fs = BucketFileSystem(
@@ -149,13 +149,19 @@ final class NamespaceDirectoryRenameTests: XCTestCase {
   }
 }
 
-/// Forwards to the in-memory store and counts moves in flight; each move
-/// waits a little so that others can start meanwhile.
+/// Forwards to the in-memory store and counts moves in flight. The first
+/// moves wait (at most 10 s) until `waitingFor` of them are in flight at
+/// once: moves in parallel get there at once, one at a time never does, and
+/// moves without a bound meanwhile pile up past it.
 final class CountingMoves: ForwardingObjectStore {
   let base: InMemoryObjectStore
+  let waitingFor: Int
   let now = Mutex(0)
   let most = Mutex(0)
-  init(_ base: InMemoryObjectStore) { self.base = base }
+  init(_ base: InMemoryObjectStore, waitingFor: Int) {
+    self.base = base
+    self.waitingFor = waitingFor
+  }
   var inner: any ObjectStore { base }
   func move(_ source: String, sourceGeneration: Int64, to destination: String, ifGenerationMatch: Int64?)
     async throws -> ObjectMetadata
@@ -163,9 +169,12 @@ final class CountingMoves: ForwardingObjectStore {
     let running = now.withLock {
       $0 += 1; return $0
     }
-    most.withLock { $0 = max($0, running) }
+    let reached = most.withLock {
+      $0 = max($0, running)
+      return $0 >= waitingFor
+    }
     defer { now.withLock { $0 -= 1 } }
-    try await Task.sleep(for: .milliseconds(5))
+    if !reached { _ = await eventually { self.most.withLock { $0 } >= self.waitingFor } }
     return try await base.move(
       source, sourceGeneration: sourceGeneration, to: destination, ifGenerationMatch: ifGenerationMatch)
   }

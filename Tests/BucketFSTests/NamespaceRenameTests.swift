@@ -75,12 +75,25 @@ final class NamespaceRenameTests: XCTestCase {
         .delete("a", ifGenerationMatch: a.generation),
       ])
     XCTAssertEqual(store.data("b"), bytes("1"))
-    // The bucket said it cannot move: the next rename goes straight to the copy.
+    // The store remembers that the bucket cannot move (the client does, and
+    // answers at once: CloudStorageTests); the mount keeps no copy of that
+    // fact and asks it again.
     store.resetCalls()
     try await rename("c", "d")
-    XCTAssertEqual(store.calls(.move), [])
+    XCTAssertEqual(store.calls(.move).count, 1)
     XCTAssertEqual(store.calls(.delete), [.delete("c", ifGenerationMatch: c.generation)])
     XCTAssertEqual(store.names, ["b", "d"])
+  }
+
+  func testASourceTheMountDoesNotHoldIsAskedForOnce() async throws {
+    store.put("a", data: bytes("1"))
+    store.resetCalls()
+    try await rename("a", "b")
+    XCTAssertEqual(store.calls(.metadata).filter { $0 == .metadata("a") }.count, 1)
+    XCTAssertEqual(store.calls(.list).filter { $0 == .list(prefix: "a/", pageToken: nil) }.count, 1)
+    XCTAssertEqual(store.calls(.move), [.move("a", to: "b", ifGenerationMatch: 0)])
+    XCTAssertEqual(store.data("b"), bytes("1"))
+    XCTAssertEqual(store.names, ["b"])
   }
 
   func testReplacingAFileNamesItsGeneration() async throws {

@@ -230,11 +230,11 @@ final class NamespaceTests: XCTestCase {
     // A descent into d0 keeps d1's and d2's subtrees for the walk's next opendirs.
     await XCTAssertEqualAsync(try await fs.names(of: d0), ["m0"])
     let walks = fs.walks
-    let settled = await poll { walks.fetchesUnderWay == 0 }
+    let settled = await eventually { walks.fetchesUnderWay == 0 }
     XCTAssertTrue(settled)
     // The walk goes on into d1, which keeps listings of what comes next.
     await XCTAssertEqualAsync(try await fs.names(of: d1), ["m0"])
-    let settledAgain = await poll { walks.fetchesUnderWay == 0 }
+    let settledAgain = await eventually { walks.fetchesUnderWay == 0 }
     XCTAssertTrue(settledAgain)
     let d1m0 = try await fs.inode(at: "d1/m0")
     let d2m0 = try await fs.inode(at: "d2/m0")

@@ -45,7 +45,7 @@ final class PrefetchTests: XCTestCase {
     // f00 read to its end, then f01 opened: f02 … f09 and f11, f12 (not the 2 MiB f10) come ahead.
     await XCTAssertEqualAsync(try await readWhole(fs, "d/f01"), bytes("d/f01"))
     XCTAssertEqual(fs.prefetch.held, 8)
-    let settled = await poll { store.calls(.read).count == 2 + 8 }
+    let settled = await eventually { store.calls(.read).count == 2 + 8 }
     XCTAssertTrue(settled, "\(store.calls(.read))")
     XCTAssertEqual(reads(store, of: "d/f10"), 0)
     for i in 2..<10 {
@@ -70,7 +70,7 @@ final class PrefetchTests: XCTestCase {
     for i in 0..<20 {
       _ = try await readWhole(fs, String(format: "d/f%02d", i))
     }
-    let settled = await poll { fs.prefetch.held == 0 }
+    let settled = await eventually { fs.prefetch.held == 0 }
     XCTAssertTrue(settled)
     // Each small file once; the large one by its own reader only.
     XCTAssertEqual(store.calls(.read).count - reads(store, of: "d/f10"), 19, "\(store.calls(.read))")
@@ -87,7 +87,7 @@ final class PrefetchTests: XCTestCase {
     XCTAssertEqual(fs.prefetch.held, 8)
     clock.advance(10)
     // No further open: the sweep (6 s later) gives the budget back.
-    let swept = await poll { fs.prefetch.held == 0 && fs.readAhead.inUse == 0 }
+    let swept = await eventually { fs.prefetch.held == 0 && fs.readAhead.inUse == 0 }
     XCTAssertTrue(swept)
   }
 
@@ -125,7 +125,7 @@ final class PrefetchTests: XCTestCase {
     let root = try await fs.inode(at: "dir")
     store.resetCalls()
     try await copy(fs, root)
-    let settled = await poll { fs.prefetch.held == 0 && fs.walks.fetchesUnderWay == 0 }
+    let settled = await eventually { fs.prefetch.held == 0 && fs.walks.fetchesUnderWay == 0 }
     XCTAssertTrue(settled)
     // The lookup of dir listed its 500 files flat, one page (docs/SEMANTICS.md#walks-small-trees):
     // dir's opendir, right after, took it; no directory is listed, and each file is read once.

@@ -30,7 +30,7 @@ final class ReferenceModelTests: XCTestCase {
       "ReferenceModelTests: seeds \(seeds.first!)...\(seeds.last!), \(steps) steps (BUCKETFS_MODEL_SEEDS=n runs 0..<n)"
     )
     for seed in seeds {
-      var generator = SeededGenerator(seed: UInt64(seed))
+      var generator = SplitMix64(seed: UInt64(seed))
       let start = ModelStart.random(using: &generator)
       let operations = (0..<steps).map { _ in ModelOperation.random(using: &generator) }
       guard let failure = await ModelRun.run(start, operations) else { continue }
@@ -691,18 +691,5 @@ enum ModelRun {
       }
     }
     return paths
-  }
-}
-
-/// SplitMix64: the same sequence for a seed on every platform.
-struct SeededGenerator: RandomNumberGenerator {
-  private var state: UInt64
-  init(seed: UInt64) { state = seed &+ 0x9E37_79B9_7F4A_7C15 }
-  mutating func next() -> UInt64 {
-    state &+= 0x9E37_79B9_7F4A_7C15
-    var z = state
-    z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-    z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-    return z ^ (z >> 31)
   }
 }

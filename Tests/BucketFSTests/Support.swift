@@ -169,3 +169,14 @@ func XCTAssertFalseAsync(
     XCTFail("threw \(error) \(message)", file: file, line: line)
   }
 }
+
+/// Polls `condition` every few milliseconds for at most `seconds`: the one
+/// way these tests wait for something another task does.
+func eventually(_ seconds: Double = 10, _ condition: () -> Bool) async -> Bool {
+  let deadline = ContinuousClock.now + .milliseconds(Int64(seconds * 1000))
+  while ContinuousClock.now < deadline {
+    if condition() { return true }
+    try? await Task.sleep(for: .milliseconds(2))
+  }
+  return condition()
+}

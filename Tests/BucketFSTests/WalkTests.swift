@@ -113,7 +113,7 @@ final class WalkTests: XCTestCase {
     try await fs.readdir(inode: d0, handle: handle, offset: 0, into: buffer)
     fs.releasedir(inode: d0, handle: handle)
     // Look-ahead under way settles; then nothing more is asked for.
-    let settled = await poll { fs.walks.fetchesUnderWay == 0 }
+    let settled = await eventually { fs.walks.fetchesUnderWay == 0 }
     XCTAssertTrue(settled)
     // The root, one flat page of d0, its own first page, one look-ahead page for d1 and d2.
     XCTAssertLessThanOrEqual(store.calls.count, 5, "\(store.calls)")
@@ -166,7 +166,7 @@ final class WalkTests: XCTestCase {
     let d0 = try await fs.inode(at: "d0")
     let d1 = try await fs.inode(at: "d1")
     await XCTAssertEqualAsync(try await fs.names(of: d0), ["m0"])  // a descent: d0/ and look-ahead d1/, d2/
-    let settled = await poll { fs.walks.fetchesUnderWay == 0 }
+    let settled = await eventually { fs.walks.fetchesUnderWay == 0 }
     XCTAssertTrue(settled)
     // Through the mount (the write layer calls the entry point), d1/m0/f0 goes and d1/new comes.
     store.delete("d1/m0/f0")
@@ -184,15 +184,6 @@ final class WalkTests: XCTestCase {
   static func delimiterWalk(_ store: InMemoryObjectStore, pageSize: Int) async throws -> [String: [String]] {
     try await TreeListingTests.delimiterTree(store, root: "", pageSize: pageSize).mapValues { $0.map(\.name) }
   }
-}
-
-/// Polls `condition` every 5 ms for up to 10 s.
-func poll(_ condition: @Sendable () -> Bool) async -> Bool {
-  for _ in 0..<2000 {
-    if condition() { return true }
-    try? await Task.sleep(for: .milliseconds(5))
-  }
-  return condition()
 }
 
 extension BucketFileSystem {

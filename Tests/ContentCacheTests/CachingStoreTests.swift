@@ -260,10 +260,18 @@ final class CachingStoreTests: XCTestCase {
   }
 
   func testAnObjectLargerThanTheLimitIsNotKept() async throws {
-    bucket.put("big", data: pattern(300_000))
+    let data = pattern(300_000)
+    bucket.put("big", data: data)
     let store = try open(limit: 200_000)
-    _ = try await readAll(store, "big")
-    XCTAssertLessThanOrEqual(store.bytesInUse, 200_000)
+    let first = try await readAll(store, "big")
+    XCTAssertEqual(first, data)
+    XCTAssertEqual(store.bytesInUse, 0)
+    XCTAssertEqual(fileNames(in: store.cache.directory.path).filter { $0.hasSuffix(".data") }, [])
+    // Not kept: the next read asks the bucket again.
+    bucket.resetCalls()
+    let second = try await readAll(store, "big")
+    XCTAssertEqual(second, data)
+    XCTAssertEqual(bucketReads, 1)
   }
 
   func testAFullDiskDropsTheEntryAndTheReadSucceeds() async throws {

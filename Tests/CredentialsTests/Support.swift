@@ -7,27 +7,11 @@ import NIOCore
 import NIOHTTP1
 import NIOPosix
 import ServiceAccess
+import StorageFake
 import XCTest
 import _CryptoExtras
 
 @testable import Credentials
-
-// MARK: - A value behind a lock
-
-final class Locked<Value>: @unchecked Sendable {
-  private let lock = NSLock()
-  private var value: Value
-
-  init(_ value: Value) { self.value = value }
-
-  func withLock<Result>(_ body: (inout Value) throws -> Result) rethrows -> Result {
-    lock.lock()
-    defer { lock.unlock() }
-    return try body(&value)
-  }
-
-  var current: Value { withLock { $0 } }
-}
 
 // MARK: - A local HTTP server
 

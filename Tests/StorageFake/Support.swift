@@ -1,20 +1,24 @@
 import Foundation
 
-/// A value guarded by a lock. NIOConcurrencyHelpers is not a declared dependency of this target
-/// and `Synchronization.Mutex` needs macOS 15, so a plain NSLock it is.
-final class Locked<Value>: @unchecked Sendable {
+/// A value behind a lock, in a class that closures and tasks can share (a
+/// `Mutex` cannot be copied into them), for values that need not be
+/// `Sendable`: the test doubles' state, and what a test's handler records.
+public final class Locked<Value>: @unchecked Sendable {
   private let lock = NSLock()
   private var value: Value
 
-  init(_ value: Value) { self.value = value }
+  public init(_ value: Value) { self.value = value }
 
-  func withLock<Result, Failure: Error>(_ body: (inout Value) throws(Failure) -> Result) throws(Failure)
+  public func withLock<Result, Failure: Error>(_ body: (inout Value) throws(Failure) -> Result)
+    throws(Failure)
     -> Result
   {
     lock.lock()
     defer { lock.unlock() }
     return try body(&value)
   }
+
+  public var current: Value { withLock { $0 } }
 }
 
 // MARK: - Checksums, as the service reports them (base64 of the raw digest)

@@ -1,6 +1,4 @@
-#if canImport(Glibc)
-  import Glibc
-#endif
+import ObjectStore
 
 /// A new file's contentType from its name's extension: the system's
 /// mime.types when present (kept up to date by the distribution), else a
@@ -46,19 +44,8 @@ struct ContentTypes: Sendable {
   }
 
   private static func readFile(_ path: String) -> String? {
-    let fd = open(path, O_RDONLY | O_CLOEXEC)
-    guard fd >= 0 else { return nil }
-    defer { close(fd) }
-    var bytes: [UInt8] = []
-    var chunk = [UInt8](repeating: 0, count: 65536)
-    while true {
-      let n = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-      if n < 0 && errno == EINTR { continue }
-      if n <= 0 { break }
-      bytes += chunk[0..<n]
-      if bytes.count > 4 << 20 { return nil }  // not a mime.types file
-    }
-    return String(decoding: bytes, as: UTF8.self)
+    // Larger is not a mime.types file.
+    LocalFile.contents(of: path, limit: 4 << 20).map { String(decoding: $0, as: UTF8.self) }
   }
 
   static let builtIn: [String: String] = [

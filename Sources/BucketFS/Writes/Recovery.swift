@@ -1,3 +1,5 @@
+import ObjectStore
+
 #if canImport(FoundationEssentials)
   import FoundationEssentials
 #else
@@ -34,15 +36,7 @@ public enum Recovery {
   /// sidecar (only ever the opened object's own bytes), are deleted. Stages
   /// of a live process are left alone.
   public static func leftovers(in directory: String) -> [LeftoverStage] {
-    guard let dir = opendir(directory) else { return [] }
-    var names: [String] = []
-    while let entry = readdir(dir) {
-      let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
-        String(cString: raw.bindMemory(to: CChar.self).baseAddress!)
-      }
-      if name.hasPrefix("stage-") { names.append(name) }
-    }
-    closedir(dir)
+    let names = (LocalDirectory.names(in: directory) ?? []).filter { $0.hasPrefix("stage-") }
     var found: [LeftoverStage] = []
     for name in names.sorted() where !name.hasSuffix(".json") && !name.hasSuffix(".tmp") {
       let path = directory + "/" + name
@@ -72,19 +66,10 @@ public enum Recovery {
   /// mount reports a crash's bytes whatever it mounts; `own` is skipped.
   public static func leftovers(under cacheDirectory: String, except own: String) -> [LeftoverStage] {
     let root = cacheDirectory.hasSuffix("/") ? String(cacheDirectory.dropLast()) : cacheDirectory
-    guard let dir = opendir(root) else { return [] }
-    var directories: [String] = []
-    while let entry = readdir(dir) {
-      let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
-        String(cString: raw.bindMemory(to: CChar.self).baseAddress!)
-      }
-      let path = root + "/" + name
+    let directories = (LocalDirectory.names(in: root) ?? []).map { root + "/" + $0 }.filter { path in
       var info = stat()
-      guard name != ".", name != "..", path != own, lstat(path, &info) == 0, info.st_mode & S_IFMT == S_IFDIR
-      else { continue }
-      directories.append(path)
+      return path != own && lstat(path, &info) == 0 && info.st_mode & S_IFMT == S_IFDIR
     }
-    closedir(dir)
     return directories.sorted().flatMap { leftovers(in: $0) }
   }
 
@@ -104,18 +89,7 @@ public enum Recovery {
   }
 
   static func readRecord(_ path: String) -> StageRecord? {
-    let fd = open(path, O_RDONLY | O_CLOEXEC)
-    guard fd >= 0 else { return nil }
-    defer { close(fd) }
-    var bytes: [UInt8] = []
-    var chunk = [UInt8](repeating: 0, count: 16384)
-    while true {
-      let n = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-      if n < 0 && errno == EINTR { continue }
-      if n <= 0 { break }
-      bytes += chunk[0..<n]
-      if bytes.count > 1 << 20 { return nil }
-    }
+    guard let bytes = LocalFile.contents(of: path, limit: 1 << 20) else { return nil }
     return try? JSONDecoder().decode(StageRecord.self, from: Data(bytes))
   }
 
@@ -128,14 +102,7 @@ public enum Recovery {
     -> String
   {
     let place = "gs://\(bucket)/\(prefix) at \(mountpoint)"
-    var hash: UInt64 = 0xcbf2_9ce4_8422_2325
-    for byte in place.utf8 {
-      hash ^= UInt64(byte)
-      hash = hash &* 0x0000_0100_0000_01b3
-    }
-    let hex = String(hash, radix: 16)
-    let padded = String(repeating: "0", count: 16 - hex.count) + hex
     let base = cacheDirectory.hasSuffix("/") ? String(cacheDirectory.dropLast()) : cacheDirectory
-    return "\(base)/\(bucket)-\(padded)"
+    return "\(base)/\(bucket)-\(FNV1a.hex(place))"
   }
 }

@@ -31,7 +31,6 @@ extension Staging {
     return staged.state.withLock { s -> Bool in
       guard s.dirty, !s.unlinked else { return false }
       s.modified = time
-      s.mtimeSet = true
       s.attributes.custom[Self.mtimeKey] = String(time.seconds)
       return true
     }
@@ -46,7 +45,6 @@ extension Staging {
       for (key, value) in values { s.attributes.custom[key] = value }
       if values[Self.mtimeKey] != nil, let modified {
         s.modified = modified
-        s.mtimeSet = true
       }
       return true
     }

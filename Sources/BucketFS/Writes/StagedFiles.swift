@@ -33,9 +33,8 @@ final class StagedFile: Sendable {
     var poisoned: Errno?
     var unlinked = false
     var handles = 0
-    /// The mtime stat shows; `mtimeSet` when utimens chose it.
+    /// The mtime stat shows.
     var modified: Timestamp?
-    var mtimeSet = false
     /// Whether the sidecar says "uploaded", to flip it once on the next change.
     var recordUploaded = false
     /// Read-only handles reading the loaded stage: it stays until they close.
@@ -121,41 +120,65 @@ struct StagedFiles: Sendable {
   }
 }
 
-/// A lock for async work: waiters resume in order, none is lost.
+/// A lock for async work: waiters resume in order, none is lost. A task
+/// cancelled while it waits leaves the line and throws `CancellationError`
+/// (one that finds the gate free takes it).
 final class AsyncGate: Sendable {
+  private struct Waiter {
+    let id: UInt64
+    let continuation: CheckedContinuation<Void, any Error>
+  }
   private struct State {
     var locked = false
-    var waiters: [CheckedContinuation<Void, Never>] = []
+    var lastID: UInt64 = 0
+    var waiters: [Waiter] = []
   }
   private let state = Mutex(State())
 
-  func lock() async {
-    await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-      let acquired = state.withLock { s -> Bool in
-        if !s.locked {
-          s.locked = true
-          return true
+  func lock() async throws {
+    let id = state.withLock { s in
+      s.lastID += 1
+      return s.lastID
+    }
+    try await withTaskCancellationHandler {
+      try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+        let outcome = state.withLock { s -> Result<Void, any Error>? in
+          if !s.locked {
+            s.locked = true
+            return .success(())
+          }
+          // Cancelled before it could queue: the handler below found nothing to take out.
+          if Task.isCancelled { return .failure(CancellationError()) }
+          s.waiters.append(Waiter(id: id, continuation: continuation))
+          return nil
         }
-        s.waiters.append(continuation)
-        return false
+        if let outcome { continuation.resume(with: outcome) }
       }
-      if acquired { continuation.resume() }
+    } onCancel: {
+      let left = state.withLock { s -> Waiter? in
+        guard let index = s.waiters.firstIndex(where: { $0.id == id }) else { return nil }
+        return s.waiters.remove(at: index)
+      }
+      left?.continuation.resume(throwing: CancellationError())
     }
   }
 
   func unlock() {
-    let next = state.withLock { s -> CheckedContinuation<Void, Never>? in
+    let next = state.withLock { s -> Waiter? in
       if s.waiters.isEmpty {
         s.locked = false
         return nil
       }
       return s.waiters.removeFirst()
     }
-    next?.resume()
+    next?.continuation.resume()
   }
 
+  /// Tasks waiting for the gate.
+  var waiting: Int { state.withLock { $0.waiters.count } }
+
   func run<T: Sendable>(_ body: () async throws -> T) async throws -> T {
-    await lock()
+    try await lock()
     defer { unlock() }
     return try await body()
   }

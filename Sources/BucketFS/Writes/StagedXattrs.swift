@@ -80,8 +80,7 @@ extension Staging {
         throw Errno.notPermitted
       case .writable(let field):
         let exists = s.attributes.fields[field] != nil
-        if flags.contains(.create) && exists { throw Errno.exists }
-        if (flags.contains(.replace) || text == nil) && !exists { throw Errno.noData }
+        if let refused = flags.refusal(exists: exists, removing: text == nil) { throw refused }
         s.attributes.fields[field] = text
       case .custom(let key)
       where configuration.posixAttributes && PosixKeys.isStatKey(key, in: s.attributes.custom):
@@ -89,16 +88,12 @@ extension Staging {
         return true
       case .custom(let key):
         let exists = s.attributes.custom[key] != nil
-        if flags.contains(.create) && exists { throw Errno.exists }
-        if (flags.contains(.replace) || text == nil) && !exists { throw Errno.noData }
+        if let refused = flags.refusal(exists: exists, removing: text == nil) { throw refused }
         var custom = s.attributes.custom
         custom[key] = text
         guard MetadataLimits.fits(custom) else { throw Errno.tooBig }
         s.attributes.custom = custom
-        if key == Self.mtimeKey {
-          s.mtimeSet = text != nil
-          if let text, let time = RFC3339.parseMtime(text) { s.modified = time }
-        }
+        if key == Self.mtimeKey, let text, let time = RFC3339.parseMtime(text) { s.modified = time }
       }
       s.inferred.remove(property)
       return true

@@ -19,7 +19,12 @@ extension Staging {
 
   /// Uploads a dirty staged file; returns once the object is stored. The
   /// upload runs in its own task: an interrupted close does not abandon it
-  /// halfway, and the next close finds it done or reports why not.
+  /// halfway, and the next close finds it done or reports why not. The wait
+  /// ignores cancellation on purpose: a cancelled upload whose last request
+  /// reached the service would leave the mount on the old generation (the
+  /// next upload's precondition would then fail as a false conflict), and a
+  /// close answered before its upload ended would let release find the file
+  /// dirty and keep its stage as unstored bytes.
   func commit(_ staged: StagedFile) async throws {
     let task = Task { try await self.upload(staged) }
     try await task.value

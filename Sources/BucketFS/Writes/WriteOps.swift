@@ -190,7 +190,6 @@ extension Staging {
         s.loaded = true
         s.size = max(s.size, offset + UInt64(data.count))
         s.modified = .wholeSecondsNow()
-        s.mtimeSet = false
       }
       try streamAfterWrite(staged)
       return data.count
@@ -279,7 +278,6 @@ extension Staging {
         s.size = size
         s.sequential = size == 0
         s.modified = .wholeSecondsNow()
-        s.mtimeSet = false
       }
     }
   }

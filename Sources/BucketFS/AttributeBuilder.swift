@@ -4,7 +4,7 @@ import ObjectStore
 /// What stat and lookup answer: a node's facts (or its staged view) as
 /// attributes, with the time the kernel may keep them
 /// (docs/SEMANTICS.md#attributes).
-struct Entries: Sendable {
+struct AttributeBuilder: Sendable {
   let nodes: NodeTable
   let staging: Staging
   /// Kept flat listings show a directory's placeholder (or its absence).
