@@ -13,8 +13,17 @@ extension FakeStorageServer {
       }
       pageSize = value
     }
+    var includeTrailingDelimiter = false
+    if let text = query["includeTrailingDelimiter"] {
+      guard let value = Bool(text) else {
+        throw HTTPError(
+          400, "Invalid value for includeTrailingDelimiter: \(text)", reason: "invalidParameter")
+      }
+      includeTrailingDelimiter = value
+    }
     let page = try await store.list(
-      prefix: query["prefix"] ?? "", delimiter: query["delimiter"], pageSize: pageSize,
+      prefix: query["prefix"] ?? "", delimiter: query["delimiter"],
+      includeTrailingDelimiter: includeTrailingDelimiter, pageSize: pageSize,
       pageToken: query["pageToken"].flatMap { $0.isEmpty ? nil : $0 })
     return .json(200, Resources.list(page, endpoint: endpoint))
   }
