@@ -1,5 +1,14 @@
 import ObjectStore
 
+extension ObjectMetadata {
+  /// What a listing shows of directory `key` that has no placeholder:
+  /// generation 0, no keys (its stat shows the mount's defaults).
+  static func noPlaceholder(_ key: String) -> ObjectMetadata {
+    ObjectMetadata(
+      bucket: "", name: key, size: 0, generation: 0, metageneration: 0, timeCreated: "", updated: "")
+  }
+}
+
 /// One entry of a directory listing.
 struct ListedEntry: Sendable {
   let name: String
@@ -37,8 +46,8 @@ actor DirectoryStream {
   /// Files that may yet turn out to be shadowed by a directory of the same
   /// name on a later page (the directory wins, docs/SEMANTICS.md#listing-conflicts).
   private var deferred: [ListedEntry] = []
-  /// Placeholders that came at the end of a page without their prefix; the
-  /// service puts both on one page, but nothing documents it.
+  /// Placeholders that came at the end of a page without their prefix (the
+  /// service puts both on one page, but its reference does not promise it).
   private var unmatched: [String: ObjectMetadata] = [:]
   /// Pages fetched since the start, and the next one when already under way.
   private var pagesFetched = 0
@@ -268,12 +277,12 @@ actor DirectoryStream {
   ) -> ObjectMetadata? {
     guard placeholders else { return nil }
     if let item = found.removeValue(forKey: listed) { return item }
-    // A placeholder sorts first under its prefix: anything listed after the
-    // prefix, or the listing's end, means there is none.
+    // The service pages one sequence of items and prefixes in name order
+    // (maxResults counts both), and a placeholder sorts first under its
+    // prefix: anything listed after the prefix, or the listing's end, means
+    // there is none. Only at the page's end could it still come next.
     guard !hasMore || lastKey.map({ Names.precedes(listed, $0) }) == true else { return nil }
-    return ObjectMetadata(
-      bucket: "", name: listed, size: 0, generation: 0, metageneration: 0, timeCreated: "",
-      updated: "")
+    return .noPlaceholder(listed)
   }
 
   /// Whether a file is shown now; a file whose directory twin could still

@@ -86,9 +86,7 @@ final class Lookups: Sendable {
         // A flat page holds objects only, in order: one that does not start
         // with the placeholder means it has none.
         guard probe != nil else { return nil }
-        return ObjectMetadata(
-          bucket: item.bucket, name: directoryKey, size: 0, generation: 0, metageneration: 0, timeCreated: "",
-          updated: "")
+        return .noPlaceholder(directoryKey)
       }
       if let probe, isDirectory {
         walks.probed(directoryKey, page: page, answeredAt: clock(), epoch: probe.epoch)
@@ -171,9 +169,7 @@ final class Lookups: Sendable {
   private func placeholder(_ directoryKey: String, in page: ListPage) -> ObjectMetadata? {
     guard configuration.posixAttributes else { return nil }
     if let item = page.items.first(where: { Names.same($0.name, directoryKey) }) { return item }
-    return ObjectMetadata(
-      bucket: "", name: directoryKey, size: 0, generation: 0, metageneration: 0, timeCreated: "",
-      updated: "")
+    return .noPlaceholder(directoryKey)
   }
 
   /// The answer to a lookup from the first page of its directory's listing,

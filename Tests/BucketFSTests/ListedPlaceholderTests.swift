@@ -96,4 +96,39 @@ final class ListedPlaceholderTests: XCTestCase {
     let again = try await fs.entries(of: top)
     XCTAssertEqual(again.first?.entry.attributes?.permissions, 0o750)
   }
+
+  func testABurstOfLookupsTakesSubdirectoryModesFromItsSharedPage() async throws {
+    let store = InMemoryObjectStore(bucket: "demo")
+    for i in 0..<30 { store.put(String(format: "d/f%02d", i), data: []) }
+    store.put("d/s1/", data: [], custom: [mode: "700"])
+    store.put("d/s1/x", data: [])
+    store.put("d/s2/x", data: [])
+    let clock = ManualClock()
+    let fs = makeFileSystem(store, clock: clock)
+    let dir = try await fs.inode(at: "d")
+    clock.advance(11)  // past the listing of d/ its lookup kept
+    store.resetCalls()
+    store.latency = .milliseconds(50)
+    let names = (0..<30).map { String(format: "f%02d", $0) } + ["s1", "s2"]
+    let answers = try await withThrowingTaskGroup(of: (String, Entry).self) { group in
+      for name in names {
+        group.addTask {
+          let entry = try await fs.lookup(parent: dir, name: name)
+          return (name, entry)
+        }
+      }
+      return try await group.reduce(into: [String: Entry]()) { $0[$1.0] = $1.1 }
+    }
+    XCTAssertEqual(
+      store.calls(.list).count, Lookups.burstSize, "two lookups on their own, the rest share one")
+    let gets = store.calls(.metadata).count
+    for (name, permissions) in [("s1", UInt32(0o700)), ("s2", UInt32(0o755))] {
+      let entry = try XCTUnwrap(answers[name])
+      XCTAssertEqual(entry.attributes?.permissions, permissions, name)
+      XCTAssertGreaterThan(entry.attributeTimeout, 0, name)
+      let (stat, _) = try await fs.getattr(inode: try XCTUnwrap(entry.attributes?.inode))
+      XCTAssertEqual(stat.permissions, permissions, name)
+    }
+    XCTAssertEqual(store.calls(.metadata).count, gets, "no GET of a placeholder")
+  }
 }
