@@ -42,7 +42,7 @@ extension BucketFileSystem {
     try await boundary("readlink") { try await links.readlink(inode: inode) }
   }
 
-  public func opendir(inode: UInt64) async throws -> UInt64 {
+  public func opendir(inode: UInt64) async throws -> OpenResult {
     try await boundary("opendir") {
       try await directories.opendir(inode: inode)
     }

@@ -31,6 +31,8 @@ public final class BucketFileSystem: FileSystem, Sendable {
   let entries: Entries
   let lookups: Lookups
   let directories: Directories
+  /// When the kernel may keep directories' listings (KernelListings.swift).
+  let kernelListings: KernelListings
   let namespace: Namespace
   let links: Symlinks
   let xattrs: Xattrs
@@ -56,8 +58,11 @@ public final class BucketFileSystem: FileSystem, Sendable {
     let walks = SubtreeWalks(
       store: inner, pageSize: configuration.pageSize, freshness: configuration.metadataTTL, logger: logger,
       clock: clock, onConflict: { diagnostics.warnConflict($0) })
-    let store = ListingAwareStore(inner: inner, listings: listings, walks: walks, clock: clock)
+    let kernelListings = KernelListings(ttl: configuration.listCacheTTL, clock: clock)
+    let store = ListingAwareStore(
+      inner: inner, listings: listings, walks: walks, kernelListings: kernelListings, clock: clock)
     let nodes = NodeTable(configuration: configuration, store: store, diagnostics: diagnostics, clock: clock)
+    kernelListings.nodes.withLock { $0 = nodes }
     let readAhead = ReadAheadBudget(capacity: configuration.readAheadBudget, metrics: metrics)
     let prefetch = SiblingPrefetch(store: inner, budget: readAhead, clock: clock)
     let reads = Reads(
@@ -83,9 +88,10 @@ public final class BucketFileSystem: FileSystem, Sendable {
     self.lookups = Lookups(
       nodes: nodes, entries: entries, listings: listings, walks: walks, store: store,
       configuration: configuration, diagnostics: diagnostics, clock: clock)
+    self.kernelListings = kernelListings
     self.directories = Directories(
       nodes: nodes, entries: entries, staging: staging, handles: handles, walks: walks, listings: listings,
-      prefetch: prefetch,
+      prefetch: prefetch, kernelListings: kernelListings,
       store: store, configuration: configuration, diagnostics: diagnostics, clock: clock)
     self.namespace = Namespace(
       nodes: nodes, entries: entries, staging: staging, reads: reads, walks: walks, listings: listings,
@@ -106,6 +112,7 @@ public final class BucketFileSystem: FileSystem, Sendable {
 
   public func mounted(kernel: KernelCache) {
     reads.kernel.withLock { $0 = kernel }
+    kernelListings.kernel.withLock { $0 = kernel }
     onMounted()
   }
 

@@ -10,6 +10,9 @@ public struct Configuration: Sendable {
   public var metadataTTL: Double = 60
   /// How long the kernel may remember that a name does not exist.
   public var negativeTTL: Double = 5
+  /// How long the kernel may answer readdir of a directory from what it
+  /// cached of an earlier one (FOPEN_CACHE_DIR); 0: never, every opendir lists.
+  public var listCacheTTL: Double = 0
   /// Files whose full metadata (for xattrs) is kept; stat needs only a few
   /// fields, which every inode the kernel holds keeps anyway.
   public var metadataCacheEntries: Int = 8192

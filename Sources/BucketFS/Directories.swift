@@ -12,6 +12,8 @@ final class Directories: Sendable {
     var inFlight: [Staging.InFlight]
     /// The index of the first in-flight file: the listing's length, once a pass reached its end.
     var end: Int?
+    /// Whether its opendir was told to the walks (one that the kernel answers from its own cache is not).
+    var walked = true
   }
   private let streams = Mutex<[UInt64: Handle]>([:])
   let nodes: NodeTable
@@ -22,6 +24,7 @@ final class Directories: Sendable {
   let walks: SubtreeWalks
   let listings: SharedListings
   let prefetch: SiblingPrefetch
+  let kernelListings: KernelListings
   let store: any ObjectStore
   let configuration: Configuration
   let diagnostics: Diagnostics
@@ -30,7 +33,8 @@ final class Directories: Sendable {
   init(
     nodes: NodeTable, entries: Entries, staging: Staging, handles: HandleNumbers, walks: SubtreeWalks,
     listings: SharedListings,
-    prefetch: SiblingPrefetch, store: any ObjectStore, configuration: Configuration, diagnostics: Diagnostics,
+    prefetch: SiblingPrefetch, kernelListings: KernelListings, store: any ObjectStore,
+    configuration: Configuration, diagnostics: Diagnostics,
     clock: @escaping @Sendable () -> Double
   ) {
     self.nodes = nodes
@@ -40,6 +44,7 @@ final class Directories: Sendable {
     self.walks = walks
     self.listings = listings
     self.prefetch = prefetch
+    self.kernelListings = kernelListings
     self.store = store
     self.configuration = configuration
     self.diagnostics = diagnostics
@@ -48,17 +53,22 @@ final class Directories: Sendable {
 
   var openCount: Int { streams.withLock { $0.count } }
 
-  func opendir(inode: UInt64) async throws -> UInt64 {
+  func opendir(inode: UInt64) async throws -> OpenResult {
     let key = try nodes.node(inode, kind: .directory).key
-    let listed = await walks.opened(key, parent: SubtreeWalks.parent(of: key, root: configuration.rootPrefix))
+    let opening = kernelListings.opening(key)
+    // The kernel answers from what it kept: nothing to fetch for a walk.
+    let walked = opening != .keep
+    let listed =
+      walked
+      ? await walks.opened(key, parent: SubtreeWalks.parent(of: key, root: configuration.rootPrefix)) : nil
     let diagnostics = self.diagnostics
     let stream = DirectoryStream(
       prefix: key, store: store, pageSize: configuration.pageSize, clock: clock, listed: listed,
       placeholders: configuration.posixAttributes, onConflict: { diagnostics.warnConflict($0) })
     let handle = handles.next()
     let inFlight = staging.inFlight(in: key)
-    streams.withLock { $0[handle] = Handle(stream: stream, inFlight: inFlight) }
-    return handle
+    streams.withLock { $0[handle] = Handle(stream: stream, inFlight: inFlight, walked: walked) }
+    return OpenResult(handle: handle, keepCache: opening == .keep, cacheDirectory: opening != nil)
   }
 
   func readdir(inode: UInt64, handle: UInt64, offset: UInt64, into buffer: DirectoryBuffer) async throws {
@@ -174,8 +184,8 @@ final class Directories: Sendable {
   }
 
   func releasedir(handle: UInt64) {
-    if let stream = streams.withLock({ $0.removeValue(forKey: handle)?.stream }) {
-      walks.released(stream.prefix)
+    if let released = streams.withLock({ $0.removeValue(forKey: handle) }), released.walked {
+      walks.released(released.stream.prefix)
     }
     listings.withLock { $0.dropPass(handle: handle) }
   }

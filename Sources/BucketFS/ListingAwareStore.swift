@@ -10,6 +10,8 @@ struct ListingAwareStore: ForwardingObjectStore {
   let listings: SharedListings
   /// Listings kept by tree walks: a change through this store drops those it could make wrong.
   let walks: SubtreeWalks
+  /// The kernel's cached listings: a change through this store ends those it could make wrong.
+  let kernelListings: KernelListings
   let clock: @Sendable () -> Double
 
   func upload(
@@ -19,6 +21,7 @@ struct ListingAwareStore: ForwardingObjectStore {
     let stored = try await inner.upload(
       name, from: source, attributes: attributes, ifGenerationMatch: ifGenerationMatch)
     walks.invalidateListings(under: name)
+    kernelListings.changed(name)
     listings.withLock { listings in
       listings.add(key: name)
       if name.hasSuffix("/"), ifGenerationMatch == 0 {
@@ -31,6 +34,7 @@ struct ListingAwareStore: ForwardingObjectStore {
   func delete(_ name: String, ifGenerationMatch: Int64?) async throws {
     try await inner.delete(name, ifGenerationMatch: ifGenerationMatch)
     walks.invalidateListings(under: name)
+    kernelListings.changed(name)
   }
 
   func copy(
@@ -41,6 +45,7 @@ struct ListingAwareStore: ForwardingObjectStore {
       source, sourceGeneration: sourceGeneration, to: destination, attributes: attributes,
       ifGenerationMatch: ifGenerationMatch)
     walks.invalidateListings(under: destination)
+    kernelListings.changed(destination)
     listings.withLock { $0.add(key: destination) }
     return stored
   }
@@ -52,6 +57,8 @@ struct ListingAwareStore: ForwardingObjectStore {
       source, sourceGeneration: sourceGeneration, to: destination, ifGenerationMatch: ifGenerationMatch)
     walks.invalidateListings(under: source)
     walks.invalidateListings(under: destination)
+    kernelListings.changed(source)
+    kernelListings.changed(destination)
     listings.withLock { $0.add(key: destination) }
     return stored
   }

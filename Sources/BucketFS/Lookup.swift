@@ -4,9 +4,9 @@ import Synchronization
 
 /// Lookups of names: from what the mount holds, from a complete listing's
 /// absence, from a tree walk's kept listing, from a list call a burst of
-/// lookups in one directory shares, or from the object and its subtree asked
-/// for at once (the subtree flat, one page, which ``SubtreeWalks`` keeps
-/// when it ends within it).
+/// lookups in one directory shares, or from one list call that shows the
+/// object and its subtree (flat, one page, which ``SubtreeWalks`` keeps when
+/// it ends within it).
 final class Lookups: Sendable {
   struct Burst {
     var inFlight = 0
@@ -21,6 +21,11 @@ final class Lookups: Sendable {
   static let burstSize = 3
   /// Lookups under way per directory key, and the listing a burst of them shares.
   private let bursts = Mutex<[ObjectKey: Burst]>([:])
+  /// Names whose list call was filled by other names before it showed their
+  /// subtree, and when: for ``crowdMemory`` seconds they are asked apart.
+  private let crowded = Mutex<[ObjectKey: Double]>([:])
+  static let crowdMemory: Double = 60
+
   let nodes: NodeTable
   let entries: Entries
   let listings: SharedListings
@@ -69,8 +74,65 @@ final class Lookups: Sendable {
       return entry
     }
 
-    // Not known yet: ask for the object and for what is under the prefix at
-    // once; that is a page of the subtree, flat, unless it was found larger.
+    if isCrowded(fileKey, now: now) {
+      return try await askApart(fileKey: fileKey, directoryKey: directoryKey)
+    }
+    return try await ask(fileKey: fileKey, directoryKey: directoryKey)
+  }
+
+  private func crowd(_ fileKey: String, at time: Double) {
+    crowded.withLock { crowded in
+      if crowded.count >= 1024 { crowded.removeAll() }
+      crowded[ObjectKey(fileKey)] = time
+    }
+  }
+
+  private func isCrowded(_ fileKey: String, now: Double) -> Bool {
+    crowded.withLock { crowded in
+      guard let at = crowded[ObjectKey(fileKey)] else { return false }
+      return now - at < Self.crowdMemory
+    }
+  }
+
+  /// One list call from `name` up to `name0` (`0` follows `/`): the object
+  /// `name` sorts first, then names that go on with a byte below `/`
+  /// (`name-x`, `name.txt`, and what is under them), then the subtree
+  /// `name/…`. Flat, one page (kept by ``SubtreeWalks`` when the subtree
+  /// ends within it), unless the subtree was found larger lately: then by
+  /// delimiter, where `name/` is one prefix. Only when those other names
+  /// fill the page before it shows whether `name/` exists is the name asked
+  /// for again, the object and its prefix apart (docs/SEMANTICS.md#listing-lookup).
+  private func ask(fileKey: String, directoryKey: String) async throws -> Entry {
+    let probe = walks.probe(directoryKey)
+    let page: ListPage
+    do {
+      page = try await store.list(
+        prefix: fileKey, delimiter: probe == nil ? "/" : nil, pageSize: configuration.pageSize,
+        pageToken: nil,
+        endOffset: fileKey + "0")
+    } catch {
+      throw diagnostics.failure(error, operation: "list", key: fileKey)
+    }
+    let answeredAt = clock()
+    let under = page.items.filter { $0.name.utf8.starts(with: directoryKey.utf8) }
+    let isDirectory = !under.isEmpty || page.prefixes.contains { Names.same($0, directoryKey) }
+    guard isDirectory || page.nextPageToken == nil else {
+      crowd(fileKey, at: answeredAt)
+      return try await askApart(fileKey: fileKey, directoryKey: directoryKey)
+    }
+    if let probe, isDirectory {
+      let subtree = ListPage(items: under, prefixes: [], nextPageToken: page.nextPageToken)
+      walks.probed(directoryKey, page: subtree, answeredAt: answeredAt, epoch: probe.epoch)
+    }
+    let metadata = page.items.first { Names.same($0.name, fileKey) }
+    return answer(
+      fileKey: fileKey, directoryKey: directoryKey, isDirectory, metadata,
+      placeholder: Self.placeholder(of: directoryKey, first: under.first, flat: probe != nil), at: answeredAt)
+  }
+
+  /// The object and what is under its prefix, asked for at once: a page of
+  /// the subtree, flat, unless it was found larger.
+  private func askApart(fileKey: String, directoryKey: String) async throws -> Entry {
     let probe = walks.probe(directoryKey)
     async let object = nodes.optionalMetadata(fileKey)
     async let children = store.list(
@@ -80,14 +142,7 @@ final class Lookups: Sendable {
     do {
       let page = try await children
       isDirectory = !page.items.isEmpty || !page.prefixes.isEmpty
-      // The placeholder sorts first under its prefix: its stored mode and owner come free.
-      placeholder = page.items.first.flatMap { item -> ObjectMetadata? in
-        if Names.same(item.name, directoryKey) { return item }
-        // A flat page holds objects only, in order: one that does not start
-        // with the placeholder means it has none.
-        guard probe != nil else { return nil }
-        return .noPlaceholder(directoryKey)
-      }
+      placeholder = Self.placeholder(of: directoryKey, first: page.items.first, flat: probe != nil)
       if let probe, isDirectory {
         walks.probed(directoryKey, page: page, answeredAt: clock(), epoch: probe.epoch)
       }
@@ -95,7 +150,29 @@ final class Lookups: Sendable {
       throw diagnostics.failure(error, operation: "list", key: directoryKey)
     }
     let metadata = try await object
-    let answeredAt = clock()
+    return answer(
+      fileKey: fileKey, directoryKey: directoryKey, isDirectory, metadata, placeholder: placeholder,
+      at: clock())
+  }
+
+  /// The placeholder sorts first under its prefix: its stored mode and owner
+  /// come free. A flat page holds objects only, in order: a first object
+  /// under the prefix that is not the placeholder means it has none (told by
+  /// generation 0); a delimiter page does not tell.
+  private static func placeholder(of directoryKey: String, first item: ObjectMetadata?, flat: Bool)
+    -> ObjectMetadata?
+  {
+    guard let item else { return nil }
+    if Names.same(item.name, directoryKey) { return item }
+    guard flat else { return nil }
+    return .noPlaceholder(directoryKey)
+  }
+
+  /// The directory wins over an object of the same name.
+  private func answer(
+    fileKey: String, directoryKey: String, _ isDirectory: Bool, _ metadata: ObjectMetadata?,
+    placeholder: ObjectMetadata?, at answeredAt: Double
+  ) -> Entry {
     if isDirectory {
       if metadata != nil { diagnostics.warnConflict(fileKey) }
       return entries.directory(

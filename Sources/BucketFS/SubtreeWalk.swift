@@ -23,18 +23,24 @@ import Synchronization
 ///   readdir named them), while fewer than half of ``capacity`` entries are
 ///   held.
 /// - Small trees: the lookup of a directory asks for its subtree flat, one
-///   page (``probe(_:)``, in place of a one-entry delimiter listing). A
+///   page (``probe(_:)``; `Lookups` lists it from the name itself). A
 ///   subtree that ends within it is listed whole: the walk's descents into
 ///   it and lookups of names in it (``known(_:in:)``, "absent" too) need no
-///   request. The directory's own `opendir` (no descent) lists as any does.
-///   A subtree found over a page is probed with one entry again for
-///   ``largeMemory`` seconds.
+///   request. The directory's own `opendir` (no descent) uses it only within
+///   ``followWindow`` seconds of its answer (`find DIR`, `ls DIR` right after
+///   the lookup); later it lists as any does, so a lone `ls` shows another
+///   client's change at once.
+///   A subtree found over a page keeps the listings of the directories the
+///   page ended, and is looked up by delimiter for ``largeMemory`` seconds.
 /// - Memory: kept listings are bounded by ``capacity`` entries (oldest
 ///   dropped first), fetches under way by their pages; a listing is given to
 ///   one `opendir` and dropped, and is not used once older than
 ///   ``freshness`` seconds.
 final class SubtreeWalks: Sendable {
   let window: Double = 5
+  /// How soon after a lookup's answer the directory's own `opendir` takes
+  /// the listing it gave: the moment between a walk's lookup and its opendir.
+  let followWindow: Double = 1
   let maxPages = 4
   let ahead = 2
   let largeMemory: Double = 60
@@ -83,6 +89,9 @@ final class SubtreeWalks: Sendable {
     var siblingKeys = 0
     /// Directories a lookup's probe found over a page, and when.
     var large: [ObjectKey: Double] = [:]
+    /// Directories whose listing a lookup's probe kept, and when it was
+    /// answered: their own `opendir` takes it within ``followWindow``.
+    var lookedUp: [ObjectKey: Double] = [:]
   }
   /// Not private: the tests of the bounds read it.
   let state = Mutex(State())
@@ -116,7 +125,14 @@ final class SubtreeWalks: Sendable {
       state.activity[ObjectKey(key), default: Activity(lastRead: now)].handles += 1
       guard let parent, var activity = state.activity[ObjectKey(parent)],
         activity.handles > 0 || now - activity.lastRead < window
-      else { return (.none, []) }
+      else {
+        // No descent: the listing its lookup just fetched, or its own.
+        guard let at = state.lookedUp.removeValue(forKey: ObjectKey(key)), now - at < followWindow,
+          let listing = take(key, now: now, &state)
+        else { return (.none, []) }
+        return (.ready(listing), [])
+      }
+      state.lookedUp[ObjectKey(key)] = nil
       strong = activity.isDescent || activity.descents > 0
       activity.descents += 1
       activity.visited.insert(ObjectKey(key))
@@ -187,9 +203,9 @@ final class SubtreeWalks: Sendable {
 
   // MARK: - What lookups ask
 
-  /// What a lookup of directory `key` asks for besides the object: a flat
-  /// page of `size` entries, unless the subtree was found over a page lately
-  /// (nil: one entry by delimiter). `epoch` is handed back to ``probed``.
+  /// How a lookup of directory `key` lists: a flat page of `size` entries,
+  /// unless the subtree was found over a page lately (nil: by delimiter).
+  /// `epoch` is handed back to ``probed``.
   func probe(_ key: String) -> (size: Int, epoch: Int)? {
     let now = clock()
     return state.withLock { state in
@@ -199,19 +215,27 @@ final class SubtreeWalks: Sendable {
   }
 
   /// The answer to ``probe(_:)``: a subtree that ends within the page gives
-  /// the complete listings of `key` and of every directory under it.
+  /// the complete listings of `key` and of every directory under it; one
+  /// that does not, those of the directories the page ended (a walk's
+  /// descents into them need no request), and `key` is found large.
   func probed(_ key: String, page: ListPage, answeredAt: Double, epoch: Int) {
+    var tree = TreeListing(root: key, onConflict: onConflict)
+    var done: [TreeListing.Listing] = []
+    for item in page.items { done += tree.add(item, answeredAt: answeredAt) }
     guard page.nextPageToken == nil else {
+      keep(done, epoch: epoch)
       state.withLock { state in
         if state.large.count >= 1024 { state.large.removeAll() }
         state.large[ObjectKey(key)] = answeredAt
       }
       return
     }
-    var tree = TreeListing(root: key, onConflict: onConflict)
-    var done: [TreeListing.Listing] = []
-    for item in page.items { done += tree.add(item, answeredAt: answeredAt) }
     keep(done + tree.finish(), epoch: epoch)
+    state.withLock { state in
+      guard state.epoch == epoch, state.listings[ObjectKey(key)] != nil else { return }
+      if state.lookedUp.count >= 1024 { state.lookedUp.removeAll() }
+      state.lookedUp[ObjectKey(key)] = answeredAt
+    }
   }
 
   enum Known {

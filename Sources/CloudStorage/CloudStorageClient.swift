@@ -85,10 +85,16 @@ public final class CloudStorageClient: ObjectStore {
       prefix, delimiter, includeTrailingDelimiter, pageSize, pageToken, nextPageToken: nextPageToken)
   }
 
+  public func list(prefix: String, delimiter: String?, pageSize: Int, pageToken: String?, endOffset: String)
+    async throws -> ListPage
+  {
+    try await list(prefix, delimiter, false, pageSize, pageToken, endOffset: endOffset, nextPageToken: nil)
+  }
+
   /// Without a taker for the token, no scan for it.
   private func list(
     _ prefix: String, _ delimiter: String?, _ includeTrailingDelimiter: Bool, _ pageSize: Int,
-    _ pageToken: String?, nextPageToken: (@Sendable (String) -> Void)?
+    _ pageToken: String?, endOffset: String? = nil, nextPageToken: (@Sendable (String) -> Void)?
   ) async throws -> ListPage {
     var query = [("prefix", prefix), ("maxResults", String(pageSize)), ("fields", Fields.list)]
     if let delimiter {
@@ -97,6 +103,7 @@ public final class CloudStorageClient: ObjectStore {
       if includeTrailingDelimiter { query.append(("includeTrailingDelimiter", "true")) }
     }
     if let pageToken { query.append(("pageToken", pageToken)) }
+    if let endOffset { query.append(("endOffset", endOffset)) }
     let body = try await send(
       .GET, .list, url: objectsPath + queryString(query), operation: "list \(prefix)", maxBody: 64 << 20)
     if let nextPageToken, let token = ObjectList.nextPageToken(in: body), !token.isEmpty, token != pageToken {

@@ -140,6 +140,15 @@ public final class CachingStore: ForwardingObjectStore {
     return page
   }
 
+  public func list(prefix: String, delimiter: String?, pageSize: Int, pageToken: String?, endOffset: String)
+    async throws -> ListPage
+  {
+    let page = try await inner.list(
+      prefix: prefix, delimiter: delimiter, pageSize: pageSize, pageToken: pageToken, endOffset: endOffset)
+    for item in page.items { facts.learn(item) }
+    return page
+  }
+
   // MARK: Writes
 
   public func upload(

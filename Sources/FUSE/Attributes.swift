@@ -154,15 +154,20 @@ public struct Entry: Sendable, Equatable {
   }
 }
 
-/// What open answers besides the handle.
+/// What open and opendir answer besides the handle.
 public struct OpenResult: Sendable {
   public var handle: UInt64
-  /// Keep the kernel's page cache from an earlier open (content unchanged).
+  /// Keep the kernel's page cache from an earlier open (content unchanged);
+  /// for a directory, the readdir results it cached.
   public var keepCache: Bool
+  /// A directory only: the kernel may cache this handle's readdir results
+  /// (FOPEN_CACHE_DIR), for later opens with ``keepCache``.
+  public var cacheDirectory: Bool
 
-  public init(handle: UInt64, keepCache: Bool) {
+  public init(handle: UInt64, keepCache: Bool, cacheDirectory: Bool = false) {
     self.handle = handle
     self.keepCache = keepCache
+    self.cacheDirectory = cacheDirectory
   }
 }
 

@@ -23,7 +23,9 @@ public protocol FileSystem: AnyObject, Sendable {
   /// links itself; this only says where one points.
   func readlink(inode: UInt64) async throws -> [UInt8]
 
-  func opendir(inode: UInt64) async throws -> UInt64
+  /// The handle, and whether the kernel may cache the directory's readdir
+  /// results or keep those it cached.
+  func opendir(inode: UInt64) async throws -> OpenResult
   /// Fills `buffer` with entries following `offset` (0 starts from the top).
   func readdir(inode: UInt64, handle: UInt64, offset: UInt64, into buffer: DirectoryBuffer)
     async throws

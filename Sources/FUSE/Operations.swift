@@ -69,10 +69,14 @@ extension FUSESession {
     ops.opendir = { req, inode, _ in
       let arrival = Arrival(.opendir)
       let fs = session(req).fileSystem
-      session(req).serve(req, arrival, { try await fs.opendir(inode: inode) }) { request, handle in
+      session(req).serve(req, arrival, { try await fs.opendir(inode: inode) }) { request, result in
         var info = fuse_file_info()
-        info.fh = handle
-        if fuse_reply_open(request.raw, &info) != 0 { fs.replyFailed(.opendir(inode: inode, handle: handle)) }
+        info.fh = result.handle
+        info.keep_cache = result.keepCache ? 1 : 0
+        info.cache_readdir = result.cacheDirectory ? 1 : 0
+        if fuse_reply_open(request.raw, &info) != 0 {
+          fs.replyFailed(.opendir(inode: inode, handle: result.handle))
+        }
       }
     }
     ops.readdir = { req, inode, size, offset, info in

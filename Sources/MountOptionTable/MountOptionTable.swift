@@ -136,6 +136,10 @@ public enum MountOptionTable {
   public static let negativeTTL = MountOption<Double>(
     "negative-ttl", value: "S", default: 5, unit: .seconds,
     "seconds a missing name is remembered, by the kernel and by a complete listing of its directory")
+  public static let listCacheTTL = MountOption<Double>(
+    "list-cache-ttl", value: "S", default: 0, unit: .seconds,
+    "seconds the kernel may keep a directory's listing and answer `ls` and walks from it; 0 (off): "
+      + "every `opendir` lists. A change through the mount shows at once, another client's within S")
   public static let requestTimeout = MountOption<Double>(
     "request-timeout", value: "S", default: 30, unit: .seconds,
     "seconds without a byte from the service before an attempt is abandoned")
@@ -195,7 +199,7 @@ public enum MountOptionTable {
   public static let rows: [MountOptionRow] = [
     foreground.row, endpoint.row, anonymous.row, credentials.row, accessTokenFile.row,
     allowInsecureHTTP.row, options.row, pageSize.row, metadataTTL.row, negativeTTL.row,
-    requestTimeout.row, retryDeadline.row, uploadThreshold.row, uploadChunkSize.row,
+    listCacheTTL.row, requestTimeout.row, retryDeadline.row, uploadThreshold.row, uploadChunkSize.row,
     compositeUploadThreshold.row, compositePartSize.row, cacheDir.row, readCacheSize.row,
     firebaseDownloadTokens.row, refuseReadOnlyXattrs.row, renameDirLimit.row, readAheadBudget.row,
     logLevel.row, logFile.row, metricsAddr.row,

@@ -6,8 +6,8 @@ import NIOCore
 /// default of ``ObjectStore`` that would drop a spare buffer or an early page
 /// token on the way.
 ///
-/// Reads and listings each have two forms, and each form forwards on its
-/// own. A wrapper that changes the plain form must route the other form
+/// Reads have two forms and listings three (a token taker, an end offset),
+/// and each form forwards on its own. A wrapper that changes the plain form must route the other form
 /// through it (or change both alike), or callers of the other form bypass
 /// the change: file readers read with a spare, directory streams list with
 /// a token taker.
@@ -53,6 +53,13 @@ extension ForwardingObjectStore {
     try await inner.list(
       prefix: prefix, delimiter: delimiter, includeTrailingDelimiter: includeTrailingDelimiter,
       pageSize: pageSize, pageToken: pageToken, nextPageToken: nextPageToken)
+  }
+
+  public func list(prefix: String, delimiter: String?, pageSize: Int, pageToken: String?, endOffset: String)
+    async throws -> ListPage
+  {
+    try await inner.list(
+      prefix: prefix, delimiter: delimiter, pageSize: pageSize, pageToken: pageToken, endOffset: endOffset)
   }
 
   public func metadata(of name: String) async throws -> ObjectMetadata {

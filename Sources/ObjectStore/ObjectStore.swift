@@ -28,6 +28,12 @@ public protocol ObjectStore: Sendable {
     nextPageToken: @escaping @Sendable (String) -> Void
   ) async throws -> ListPage
 
+  /// As ``list(prefix:delimiter:pageSize:pageToken:)``, with only the names
+  /// (and prefixes) that sort before `endOffset` in byte order (the JSON
+  /// API's `endOffset`, exclusive); no token once the listing reaches it.
+  func list(prefix: String, delimiter: String?, pageSize: Int, pageToken: String?, endOffset: String)
+    async throws -> ListPage
+
   /// The current metadata of one object.
   func metadata(of name: String) async throws -> ObjectMetadata
 
@@ -121,6 +127,27 @@ extension ObjectStore {
     async throws -> ByteBuffer
   {
     try await read(name, generation: generation, range: range)
+  }
+
+  /// A store without the range lists the whole prefix and cuts the page at
+  /// `endOffset`: the same names, only more of them transferred.
+  public func list(prefix: String, delimiter: String?, pageSize: Int, pageToken: String?, endOffset: String)
+    async throws -> ListPage
+  {
+    let page = try await list(prefix: prefix, delimiter: delimiter, pageSize: pageSize, pageToken: pageToken)
+    return page.cut(before: endOffset)
+  }
+}
+
+extension ListPage {
+  /// The page without the names and prefixes at or past `endOffset` (byte
+  /// order); no next page when any was cut, since the rest sorts after them.
+  public func cut(before endOffset: String) -> ListPage {
+    let before = { (name: String) in name.utf8.lexicographicallyPrecedes(endOffset.utf8) }
+    let items = items.filter { before($0.name) }
+    let prefixes = prefixes.filter(before)
+    let cut = items.count < self.items.count || prefixes.count < self.prefixes.count
+    return ListPage(items: items, prefixes: prefixes, nextPageToken: cut ? nil : nextPageToken)
   }
 }
 

@@ -63,6 +63,8 @@ struct Mount: ParsableCommand {
   var metadataTTL = T.metadataTTL.value
   @Option(name: .customLong(T.negativeTTL.name), help: help(T.negativeTTL))
   var negativeTTL = T.negativeTTL.value
+  @Option(name: .customLong(T.listCacheTTL.name), help: help(T.listCacheTTL))
+  var listCacheTTL = T.listCacheTTL.value
   @Option(name: .customLong(T.requestTimeout.name), help: help(T.requestTimeout))
   var requestTimeout = T.requestTimeout.value
   @Option(name: .customLong(T.retryDeadline.name), help: help(T.retryDeadline))
@@ -94,7 +96,10 @@ struct Mount: ParsableCommand {
   func validate() throws {
     guard (1...1000).contains(pageSize) else { throw ValidationError("--page-size must be 1 to 1000") }
     guard renameDirLimit >= 0 else { throw ValidationError("--rename-dir-limit must be 0 or more") }
-    guard metadataTTL >= 0, negativeTTL >= 0 else { throw ValidationError("TTLs must not be negative") }
+    guard metadataTTL >= 0, negativeTTL >= 0, listCacheTTL >= 0 else {
+      throw ValidationError("TTLs must not be negative")
+    }
+    guard listCacheTTL <= 31_536_000 else { throw ValidationError("--list-cache-ttl must be at most a year") }
     guard requestTimeout > 0, retryDeadline > 0 else { throw ValidationError("timeouts must be positive") }
     // Every request turns them into integer milli- and nanoseconds: a larger one (inf) would trap there.
     guard requestTimeout <= 31_536_000, retryDeadline <= 31_536_000 else {
@@ -213,6 +218,7 @@ struct Mount: ParsableCommand {
     configuration.pageSize = pageSize
     configuration.metadataTTL = metadataTTL
     configuration.negativeTTL = negativeTTL
+    configuration.listCacheTTL = listCacheTTL
     configuration.uid = mountOptions.uid ?? getuid()
     configuration.gid = mountOptions.gid ?? getgid()
     configuration.fileMode = mountOptions.fileMode ?? configuration.fileMode

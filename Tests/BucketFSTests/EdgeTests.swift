@@ -49,7 +49,7 @@ final class EdgeTests: XCTestCase {
     store.put("d/f", data: [1])
     let fs = makeFileSystem(store)
     let directory = try await fs.inode(at: "d")
-    let handle = try await fs.opendir(inode: directory)
+    let handle = try await fs.opendir(inode: directory).handle
     fs.replyFailed(.opendir(inode: directory, handle: handle))
     XCTAssertEqual(fs.directories.openCount, 0)
     await XCTAssertErrno(.badHandle) {

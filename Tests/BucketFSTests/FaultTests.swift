@@ -101,8 +101,11 @@ final class FaultTests: XCTestCase {
       #"{"name":"d/f1","generation":"7","metageneration":"1","size":"1"#,
     ]
     let dir = try await fs.inode(at: "d")
+    // The lookup's one list call shows the object (docs/SEMANTICS.md#listing-lookup).
     for answer in answers {
-      server.injectFaults([.raw(.json(answer))]) { $0.kind == .metadata && $0.objectName == "d/f1" }
+      server.injectFaults([.raw(.json(#"{"items":["# + answer + "]}"))]) {
+        $0.kind == .list && $0.query["prefix"] == "d/f1"
+      }
       await XCTAssertErrno(.io) { _ = try await self.fs.lookup(parent: dir, name: "f1") }
     }
     await XCTAssertEqualAsync(try await fs.lookup(parent: dir, name: "f1").attributes?.size, 1000)

@@ -57,6 +57,14 @@ final class HeldAnswerStore: ForwardingObjectStore, Sendable {
     return await deliver(.list, page)
   }
 
+  func list(prefix: String, delimiter: String?, pageSize: Int, pageToken: String?, endOffset: String)
+    async throws -> ListPage
+  {
+    let page = try await base.list(
+      prefix: prefix, delimiter: delimiter, pageSize: pageSize, pageToken: pageToken, endOffset: endOffset)
+    return await deliver(.list, page)
+  }
+
   /// Through the held list: the page's token too comes only once released.
   func list(
     prefix: String, delimiter: String?, includeTrailingDelimiter: Bool, pageSize: Int, pageToken: String?,

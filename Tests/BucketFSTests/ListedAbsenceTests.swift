@@ -13,7 +13,7 @@ final class ListedAbsenceTests: XCTestCase {
     let clock = ManualClock()
     let fs = makeFileSystem(store, clock: clock)
     let directory = try await fs.inode(at: "d")
-    let handle = try await fs.opendir(inode: directory)
+    let handle = try await fs.opendir(inode: directory).handle
     let all = CollectingBuffer()
     try await fs.readdir(inode: directory, handle: handle, offset: 0, into: all)
     fs.releasedir(inode: directory, handle: handle)

@@ -25,8 +25,11 @@ final class ListedPlaceholderTests: XCTestCase {
     store.put("top/e2/", data: [])
     store.put("top/f", data: bytes("x"))
     store.put("top/g1/x", data: bytes("x"))
-    let fs = makeFileSystem(store, pageSize: 3)
+    let clock = ManualClock()
+    let fs = makeFileSystem(store, pageSize: 3, clock: clock)
     let top = try await fs.inode(at: "top")
+    // Past the second in which top's opendir would take its lookup's flat page.
+    clock.advance(fs.walks.followWindow)
     store.resetCalls()
 
     let listed = try await fs.entries(of: top)
@@ -61,8 +64,11 @@ final class ListedPlaceholderTests: XCTestCase {
     store.put("top/c/", data: [], custom: [mode: "711"])
     store.put("top/d", data: bytes("x"))
     store.put("top/e/", data: [], custom: [mode: "701"])
-    let fs = makeFileSystem(store, pageSize: 1)
+    let clock = ManualClock()
+    let fs = makeFileSystem(store, pageSize: 1, clock: clock)
     let top = try await fs.inode(at: "top")
+    // Past the second in which top's opendir would take its lookup's flat page.
+    clock.advance(fs.walks.followWindow)
     store.resetCalls()
 
     let listed = try await fs.entries(of: top)

@@ -36,8 +36,9 @@ import XCTest
 ///      version) or the new bytes.
 ///    - setfattr of an overwritten file decides against the new version
 ///      (but see the known divergence at ``setxattrAtOnce``).
-///    - a readdir of one changed directory, alone (not a walk), shows
-///      exactly the bucket, sizes included.
+///    - a second later (past the moment in which an opendir takes the listing
+///      its lookup fetched), a readdir of one changed directory, alone (not a
+///      walk), shows exactly the bucket, sizes included.
 /// 4. 11 s later (past the negative TTL of 5 s and the 10 s a walk's listing
 ///    is used, within the metadata TTL of 60 s): a new name is found by
 ///    lookup; another changed name shows old or new; a walk of the tree
@@ -327,7 +328,10 @@ struct OtherClientRound {
       if openIt { try await openShown(path, inode) }
     }
     // One directory listed by itself (nothing was read within the 5 s that
-    // would make its opendir a walk's).
+    // would make its opendir a walk's), a moment later: past the second in
+    // which an opendir takes the listing its lookup fetched (the lookups of
+    // step 1 came before the change).
+    clock.advance(fs.walks.followWindow)
     let parents = Set(
       changes.map { Model.parent($0.key.hasSuffix("/") ? String($0.key.dropLast()) : $0.key) })
     try await expectListing(parents.sorted().randomElement(using: &generator)!)

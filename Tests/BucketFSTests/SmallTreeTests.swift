@@ -26,9 +26,9 @@ final class SmallTreeTests: XCTestCase {
     Self.seedSmallTree(store)
     let fs = makeFileSystem(store)
     let dir = try await fs.inode(at: "dir")
-    // The lookup: the name as an object, and the subtree flat, in parallel.
-    XCTAssertEqual(Set(store.calls.map(\.description)), ["metadata(dir)", "list(dir/, token: nil)"])
-    XCTAssertEqual(store.flatLists, ["dir/"])
+    // The lookup: one flat list from `dir` (the object, had there been one) through its subtree.
+    XCTAssertEqual(store.calls, [.list(prefix: "dir", pageToken: nil)])
+    XCTAssertEqual(store.flatLists, ["dir"])
     store.resetCalls()
     let tree = try await fs.walk(from: dir, key: "dir/")
     XCTAssertEqual(tree.count, 1 + 3 + 12)
@@ -40,9 +40,8 @@ final class SmallTreeTests: XCTestCase {
       let owner = try await fs.getxattr(inode: file, name: "user.custom.owner")
       XCTAssertEqual(String(decoding: owner, as: UTF8.self), "o\(t)12")
     }
-    // The directory itself lists, as any opendir that is no descent does; nothing else.
-    XCTAssertEqual(store.calls, [.list(prefix: "dir/", pageToken: nil)])
-    XCTAssertEqual(store.flatLists, [], "the walk, its lookups and the xattrs asked for nothing more")
+    // The directory's own opendir followed its lookup at once: it took the lookup's page too.
+    XCTAssertEqual(store.calls, [], "the walk, its lookups and the xattrs asked for nothing more")
   }
 
   func testLookupsUnderAListedTreeAreAnsweredFromItBothWays() async throws {
@@ -64,23 +63,54 @@ final class SmallTreeTests: XCTestCase {
     await XCTAssertEqualAsync(try await fs.kind(at: "dir/d2/m0/f1"), .file)
     XCTAssertEqual(store.calls, [])
     await XCTAssertNilAsync(try await fs.kind(at: "dir/d2/m0/late"))
-    XCTAssertEqual(
-      Set(store.calls.map(\.description)), ["metadata(dir/d2/m0/late)", "list(dir/d2/m0/late/, token: nil)"])
+    XCTAssertEqual(store.calls, [.list(prefix: "dir/d2/m0/late", pageToken: nil)])
   }
 
   func testADirectoryOpenedOnItsOwnListsItself() async throws {
     let store = InMemoryObjectStore(bucket: "b")
     Self.seedSmallTree(store)
-    let fs = makeFileSystem(store)
+    let clock = ManualClock()
+    let fs = makeFileSystem(store, clock: clock)
     let dir = try await fs.inode(at: "dir")
-    // `ls dir` right after its lookup: no descent, so it lists, as any `ls` does
-    // (another client's change is never hidden from it).
+    // `ls dir` more than a moment after its lookup: no descent, so it lists, as
+    // any `ls` does (another client's change is never hidden from it).
     store.delete("dir/d2/m0/f0")
     store.put("dir/new", data: [])
+    clock.advance(fs.walks.followWindow)
     store.resetCalls()
     await XCTAssertEqualAsync(try await fs.names(of: dir), ["d0", "d1", "d2", "new"])
     XCTAssertEqual(store.calls, [.list(prefix: "dir/", pageToken: nil)])
     XCTAssertEqual(store.flatLists, [])
+  }
+
+  func testADirectoryOpenedRightAfterItsLookupTakesItsPageOnce() async throws {
+    let store = InMemoryObjectStore(bucket: "b")
+    Self.seedSmallTree(store)
+    let clock = ManualClock()
+    let fs = makeFileSystem(store, clock: clock)
+    let dir = try await fs.inode(at: "dir")
+    clock.advance(fs.walks.followWindow / 2)
+    store.resetCalls()
+    // `find dir`, `ls dir`: the opendir follows the lookup at once and lists nothing.
+    await XCTAssertEqualAsync(try await fs.names(of: dir), ["d0", "d1", "d2"])
+    XCTAssertEqual(store.calls, [])
+    // The page made a complete listing: a name it lacks is absent without a request.
+    await XCTAssertNilAsync(try await fs.kind(at: "dir/missing"))
+    XCTAssertEqual(store.calls, [])
+    // The page is taken once: the next opendir (no lookup before it) lists.
+    await XCTAssertEqualAsync(try await fs.names(of: dir), ["d0", "d1", "d2"])
+    XCTAssertEqual(store.calls, [.list(prefix: "dir/", pageToken: nil)])
+  }
+
+  func testAChangeThroughTheMountBeforeTheOpendirMakesItList() async throws {
+    let store = InMemoryObjectStore(bucket: "b")
+    Self.seedSmallTree(store)
+    let fs = makeWritingFileSystem(store)
+    let dir = try await fs.inode(at: "dir")
+    _ = try await fs.mkdir(parent: dir, name: "made", mode: 0o755)
+    store.resetCalls()
+    await XCTAssertEqualAsync(try await fs.names(of: dir), ["d0", "d1", "d2", "made"])
+    XCTAssertEqual(store.calls, [.list(prefix: "dir/", pageToken: nil)])
   }
 
   func testAListingOlderThanItsFreshnessIsNotUsed() async throws {
@@ -103,10 +133,10 @@ final class SmallTreeTests: XCTestCase {
     store.put("big/sub/x", data: [])
     let fs = makeFileSystem(store, pageSize: 10)
     let big = try await fs.inode(at: "big")
-    // A lookup under it is not answered from a listing: the object and its prefix.
+    // A lookup under it is not answered from a listing: one list call from the name.
     store.resetCalls()
     _ = try await fs.lookup(parent: big, name: "g")
-    XCTAssertEqual(store.calls.count, 2, "\(store.calls)")
+    XCTAssertEqual(store.calls, [.list(prefix: "big/g", pageToken: nil)])
     // 26 entries, 10 a page: its own three delimiter pages, as without the probe.
     store.resetCalls()
     await XCTAssertEqualAsync(try await fs.names(of: big).count, 26)
@@ -114,18 +144,34 @@ final class SmallTreeTests: XCTestCase {
     XCTAssertEqual(store.flatLists, [])
   }
 
+  func testASubtreeOverAPageKeepsTheDirectoriesItsPageEnded() async throws {
+    let store = InMemoryObjectStore(bucket: "b")
+    for i in 0..<4 { store.put("big/a/f\(i)", data: []) }
+    for i in 0..<20 { store.put(String(format: "big/b/f%02d", i), data: []) }
+    let fs = makeFileSystem(store, pageSize: 10)
+    let big = try await fs.inode(at: "big")
+    // A walk: big lists itself (its subtree was over the page), then descends into a.
+    let handle = try await fs.opendir(inode: big).handle
+    await XCTAssertEqualAsync(try await fs.names(of: big, handle: handle, from: 0), [".", "..", "a", "b"])
+    store.resetCalls()
+    let a = try await fs.inode(at: "big/a")
+    await XCTAssertEqualAsync(try await fs.names(of: a), ["f0", "f1", "f2", "f3"])
+    fs.releasedir(inode: big, handle: handle)
+    XCTAssertEqual(store.calls, [], "the descent into a took the listing the lookup's page ended")
+  }
+
   func testADirectoryFoundLargeIsProbedWithOneEntryAfterwards() async throws {
     let store = InMemoryObjectStore(bucket: "b")
     for i in 0..<25 { store.put(String(format: "big/f%02d", i), data: []) }
     let fs = makeFileSystem(store, pageSize: 10)
     _ = try await fs.lookup(parent: InodeTable.rootInode, name: "big")
-    XCTAssertEqual(store.flatLists, ["big/"])
+    XCTAssertEqual(store.flatLists, ["big"])
     store.resetCalls()
     // The kernel forgot the name; the next lookup no longer pays for a page.
     fs.nodes.forgetKey("big/")
     _ = try await fs.lookup(parent: InodeTable.rootInode, name: "big")
     XCTAssertEqual(store.flatLists, [], "\(store.calls)")
-    XCTAssertEqual(store.calls(.list).count, 1)
+    XCTAssertEqual(store.calls, [.list(prefix: "big", pageToken: nil)], "one list by delimiter")
   }
 
   func testAChangeWhileTheProbeIsUnderWayKeepsNothing() async throws {

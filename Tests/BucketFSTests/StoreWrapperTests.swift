@@ -20,7 +20,9 @@ final class StoreWrapperTests: XCTestCase {
       store: recorder, pageSize: 1000, freshness: 1, logger: quietLogger, clock: clock.read,
       onConflict: { _ in })
     let listings = SharedListings()
-    let store = ListingAwareStore(inner: recorder, listings: listings, walks: walks, clock: clock.read)
+    let store = ListingAwareStore(
+      inner: recorder, listings: listings, walks: walks,
+      kernelListings: KernelListings(ttl: 0, clock: clock.read), clock: clock.read)
     let seen = try await recorder.callEveryRequirement(of: store)
     XCTAssertEqual(seen, .unchanged)
     XCTAssertEqual(recorder.calls, RecordingStore.Requirement.allCases, "each once, overloads apart")

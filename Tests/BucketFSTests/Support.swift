@@ -62,7 +62,7 @@ extension BucketFileSystem {
   func entries(of inode: UInt64, perCall: Int = 50, plus: Bool = true) async throws -> [(
     name: String, entry: Entry
   )] {
-    let handle = try await opendir(inode: inode)
+    let handle = try await opendir(inode: inode).handle
     defer { releasedir(inode: inode, handle: handle) }
     var offset: UInt64 = 0
     var all: [(name: String, entry: Entry)] = []

@@ -153,7 +153,7 @@ final class UnicodeNameTests: XCTestCase {
     }
     var tree: [[UInt8]: [String]] = [:]
     func walk(_ inode: UInt64, _ key: String) async throws {
-      let handle = try await fs.opendir(inode: inode)
+      let handle = try await fs.opendir(inode: inode).handle
       let names = try await fs.names(of: inode, handle: handle, from: 0).filter { $0 != "." && $0 != ".." }
       fs.releasedir(inode: inode, handle: handle)
       tree[Array(key.utf8)] = names

@@ -83,7 +83,7 @@ final class WalkTests: XCTestCase {
 
     // `ls -f | head -1`: one call.
     store.resetCalls()
-    let handle = try await fs.opendir(inode: big)
+    let handle = try await fs.opendir(inode: big).handle
     let buffer = CollectingBuffer(capacity: 3)
     try await fs.readdir(inode: big, handle: handle, offset: 0, into: buffer)
     fs.releasedir(inode: big, handle: handle)
@@ -108,7 +108,7 @@ final class WalkTests: XCTestCase {
     let fs = makeFileSystem(store, pageSize: 20)
     _ = try await fs.names(of: InodeTable.rootInode)
     let d0 = try await fs.inode(at: "d0")
-    let handle = try await fs.opendir(inode: d0)
+    let handle = try await fs.opendir(inode: d0).handle
     let buffer = CollectingBuffer(capacity: 3)
     try await fs.readdir(inode: d0, handle: handle, offset: 0, into: buffer)
     fs.releasedir(inode: d0, handle: handle)
@@ -212,7 +212,7 @@ extension BucketFileSystem {
   private func walk(
     inode: UInt64, key: String, keepOpen: Bool, onOpen: () -> Void, into result: inout [String: [String]]
   ) async throws {
-    let handle = try await opendir(inode: inode)
+    let handle = try await opendir(inode: inode).handle
     onOpen()
     let names = try await self.names(of: inode, handle: handle, from: 0).filter { $0 != "." && $0 != ".." }
     if !keepOpen { releasedir(inode: inode, handle: handle) }

@@ -21,10 +21,17 @@ extension FakeStorageServer {
       }
       includeTrailingDelimiter = value
     }
-    let page = try await store.list(
-      prefix: query["prefix"] ?? "", delimiter: query["delimiter"],
-      includeTrailingDelimiter: includeTrailingDelimiter, pageSize: pageSize,
-      pageToken: query["pageToken"].flatMap { $0.isEmpty ? nil : $0 })
+    let (prefix, token) = (query["prefix"] ?? "", query["pageToken"].flatMap { $0.isEmpty ? nil : $0 })
+    let page =
+      if let endOffset = query["endOffset"] {
+        try await store.list(
+          prefix: prefix, delimiter: query["delimiter"], pageSize: pageSize, pageToken: token,
+          endOffset: endOffset)
+      } else {
+        try await store.list(
+          prefix: prefix, delimiter: query["delimiter"], includeTrailingDelimiter: includeTrailingDelimiter,
+          pageSize: pageSize, pageToken: token)
+      }
     return .json(200, Resources.list(page, endpoint: endpoint))
   }
 

@@ -255,13 +255,27 @@ public final class InMemoryObjectStore: ObjectStore, @unchecked Sendable {
 
   // MARK: ObjectStore
 
+  public func list(
+    prefix: String, delimiter: String?, includeTrailingDelimiter: Bool, pageSize: Int, pageToken: String?
+  ) async throws -> ListPage {
+    try await list(prefix, delimiter, includeTrailingDelimiter, pageSize, pageToken, endOffset: nil)
+  }
+
+  /// As the service: names (and prefixes) from `prefix` up to, not including, `endOffset`.
+  public func list(prefix: String, delimiter: String?, pageSize: Int, pageToken: String?, endOffset: String)
+    async throws -> ListPage
+  {
+    try await list(prefix, delimiter, false, pageSize, pageToken, endOffset: endOffset)
+  }
+
   /// As the service lists: in byte order, `pageSize` entries at most, where
   /// a prefix counts once and so does, with `includeTrailingDelimiter`, the
   /// placeholder item that comes with it (the placeholder is the first name
   /// under its prefix, so the two are one entry of the listing and never on
   /// different pages).
-  public func list(
-    prefix: String, delimiter: String?, includeTrailingDelimiter: Bool, pageSize: Int, pageToken: String?
+  private func list(
+    _ prefix: String, _ delimiter: String?, _ includeTrailingDelimiter: Bool, _ pageSize: Int,
+    _ pageToken: String?, endOffset: String?
   ) async throws -> ListPage {
     if delimiter == nil { state.withLock { $0.flatLists.append(prefix) } }
     try await enter(.list(prefix: prefix, pageToken: pageToken))
@@ -275,7 +289,8 @@ public final class InMemoryObjectStore: ObjectStore, @unchecked Sendable {
     }
     return state.withLock { s in
       let keys = s.sortedKeys()
-      let end = prefixKey.isEmpty ? keys.count : Self.endOfKeys(withPrefix: prefixKey, in: keys)
+      var end = prefixKey.isEmpty ? keys.count : Self.endOfKeys(withPrefix: prefixKey, in: keys)
+      if let endOffset { end = min(end, Self.lowerBound(Key(endOffset.utf8), in: keys)) }
       var i = Self.lowerBound(prefixKey, in: keys)
       switch resume {
       case .item(let last)?: i = max(i, Self.upperBound(last, in: keys))

@@ -8,7 +8,8 @@ import Synchronization
 public final class RecordingStore: ObjectStore {
   /// One requirement of ``ObjectStore``.
   public enum Requirement: Sendable, Hashable, CaseIterable {
-    case bucket, list, listHandingToken, metadata, read, readReusing, patch, upload, delete, copy, move
+    case bucket, list, listHandingToken, listEnding, metadata, read, readReusing, patch, upload, delete, copy,
+      move
   }
 
   public let base: InMemoryObjectStore
@@ -45,6 +46,14 @@ public final class RecordingStore: ObjectStore {
     return try await base.list(
       prefix: prefix, delimiter: delimiter, includeTrailingDelimiter: includeTrailingDelimiter,
       pageSize: pageSize, pageToken: pageToken, nextPageToken: nextPageToken)
+  }
+
+  public func list(prefix: String, delimiter: String?, pageSize: Int, pageToken: String?, endOffset: String)
+    async throws -> ListPage
+  {
+    note(.listEnding)
+    return try await base.list(
+      prefix: prefix, delimiter: delimiter, pageSize: pageSize, pageToken: pageToken, endOffset: endOffset)
   }
 
   public func metadata(of name: String) async throws -> ObjectMetadata {
@@ -128,6 +137,9 @@ extension RecordingStore {
       handed.withLock { $0 = token }
     }
     seen.handedToken = handed.withLock { $0 } == page.nextPageToken && page.nextPageToken != nil
+    seen.listedBefore = try await store.list(
+      prefix: "d/", delimiter: nil, pageSize: 10, pageToken: nil, endOffset: "d/b"
+    ).items.map(\.name)
     seen.metadata = try await store.metadata(of: "d/a").name
     seen.read = try await store.read("d/a", generation: object.generation, range: 0..<3).array
     let spare = ByteBufferAllocator().buffer(capacity: 64)
@@ -151,12 +163,13 @@ extension RecordingStore {
   public struct Exercise: Sendable, Equatable {
     /// What a store that changes none of the answers shows, in bucket "b".
     public static let unchanged = Exercise(
-      bucket: "b", listed: 3, handedToken: true, metadata: "d/a", read: [1, 2, 3], readReusing: [2, 3],
-      patchedCustom: ["k": "v"], names: ["d/a", "d/c", "d/f", "d/s/"])
+      bucket: "b", listed: 3, handedToken: true, listedBefore: ["d/a"], metadata: "d/a", read: [1, 2, 3],
+      readReusing: [2, 3], patchedCustom: ["k": "v"], names: ["d/a", "d/c", "d/f", "d/s/"])
 
     public var bucket = ""
     public var listed = 0
     public var handedToken = false
+    public var listedBefore: [String] = []
     public var metadata = ""
     public var read: [UInt8] = []
     public var readReusing: [UInt8] = []

@@ -95,7 +95,7 @@ final class ForwardingObjectStoreTests: XCTestCase {
     XCTAssertEqual(counts.lists, 2, "both forms of list")
     XCTAssertEqual(
       recorder.calls,
-      [.bucket, .list, .list, .metadata, .read, .read, .patch, .upload, .delete, .copy, .move],
+      [.bucket, .list, .list, .listEnding, .metadata, .read, .read, .patch, .upload, .delete, .copy, .move],
       "the other forms arrive as the changed plain ones")
     XCTAssertEqual(recorder.base.readsIntoSpares, 0, "the changed read takes no spare")
   }
