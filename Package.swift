@@ -38,12 +38,14 @@ let package = Package(
     .target(name: "ObjectStore", dependencies: ["CCRC32C", .product(name: "NIOCore", package: "swift-nio")]),
     // CRC-32C with the CPU's crc32 instruction (SSE4.2) when it has one.
     .target(name: "CCRC32C"),
+    // Threads for blocking file work, off Swift's concurrency pool.
+    .target(name: "IOThreads", dependencies: [.product(name: "NIOPosix", package: "swift-nio")]),
     // The persistent read cache: object bytes kept on local disk by bucket,
     // name and generation, wrapped around the client as an ObjectStore.
     .target(
       name: "ContentCache",
       dependencies: [
-        "ObjectStore", .product(name: "CoreMetrics", package: "swift-metrics"),
+        "IOThreads", "ObjectStore", .product(name: "CoreMetrics", package: "swift-metrics"),
         .product(name: "Logging", package: "swift-log"), .product(name: "NIOCore", package: "swift-nio"),
       ]
     ),
@@ -105,7 +107,7 @@ let package = Package(
     .executableTarget(
       name: "bucketfs",
       dependencies: [
-        "BucketFS", "CFuse", "CloudStorage", "ContentCache", "Credentials", "FUSE", "MetricsExport",
+        "BucketFS", "CFuse", "CloudStorage", "ContentCache", "Credentials", "FUSE", "IOThreads", "MetricsExport",
         "MountOptionTable",
         "ObjectStore", "ServiceAccess",
         .product(name: "ArgumentParser", package: "swift-argument-parser"),
@@ -162,7 +164,7 @@ let package = Package(
     .testTarget(
       name: "ContentCacheTests",
       dependencies: [
-        "ContentCache", "ObjectStore", "StorageFake",
+        "ContentCache", "IOThreads", "ObjectStore", "StorageFake",
         .product(name: "Logging", package: "swift-log"),
         .product(name: "MetricsTestKit", package: "swift-metrics"),
         .product(name: "NIOCore", package: "swift-nio"),

@@ -182,4 +182,10 @@ def report(a, r: dict) -> str:
          f"≤ 1.25× time |",
          f"| … requests (bucketfs read; write) | | | {req('read bucketfs')}; {req('write bucketfs')} | | "
          f"{req('read rclone')}; {req('write rclone')} | |"]
+    if "read bucketfs-defaults" in r:
+        L += [f"| sequential read, bucketfs with the defaults (read cache on, cold) | | | "
+              f"{mbs('read bucketfs-defaults')} | {ratio(g('read bucketfs-defaults', 's'), g('read 8 streams', 's'))} "
+              f"time | | ≤ 1.0× time |",
+              f"| write, bucketfs with the defaults | | | {mbs('write bucketfs-defaults')} | "
+              f"{ratio(g('write bucketfs-defaults', 's'), g('write 8 parts + compose', 's'))} time | | |"]
     return "\n".join(L)

@@ -48,7 +48,7 @@ extension BucketFileSystem {
 
   public func read(inode: UInt64, handle: UInt64, offset: UInt64, size: Int) async throws -> [ByteBuffer] {
     try await boundary("read") {
-      if let staged = try staging.bytes(inode: inode, handle: handle, offset: offset, size: size) {
+      if let staged = try await staging.bytes(inode: inode, handle: handle, offset: offset, size: size) {
         return staged
       }
       return try await reads.read(inode: inode, handle: handle, offset: offset, size: size)

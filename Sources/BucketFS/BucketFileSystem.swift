@@ -1,4 +1,5 @@
 import CoreMetrics
+import Dispatch
 import FUSE
 import Logging
 import ObjectStore
@@ -137,6 +138,22 @@ public final class BucketFileSystem: FileSystem, Sendable {
     case .create(let inode, let handle):
       release(inode: inode, handle: handle)
       forget(inode: inode, count: 1)
+    }
+  }
+
+  /// Waits, at most `seconds`, for work the mount started apart from any
+  /// request (the deletes of streamed parts after a close): called once
+  /// the session has ended, so an unmount leaves no parts behind.
+  public func settleBackgroundWork(within seconds: Double) {
+    let done = DispatchSemaphore(value: 0)
+    let staging = self.staging
+    Task.detached {
+      await staging.settleBackground()
+      done.signal()
+    }
+    if done.wait(timeout: .now() + seconds) == .timedOut {
+      staging.logger.warning(
+        "unmounting with part deletes still under way; `bucketfs clean-parts` removes what they leave")
     }
   }
 }

@@ -53,5 +53,9 @@ public struct Configuration: Sendable {
   /// Bytes of read-ahead all open files together may hold (``ReadAheadBudget``).
   public var readAheadBudget: Int = 256 << 20
 
+  /// Bytes of its stage a streaming writer may hold on disk; nil: 64 MiB,
+  /// or half the staging disk's room if less (docs/SEMANTICS.md#writes-streaming).
+  public var streamDiskLimit: Int64?
+
   public init() {}
 }

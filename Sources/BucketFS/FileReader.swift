@@ -8,7 +8,9 @@ import Synchronization
 /// A sequential reader gets a stream of segments fetched ahead of it, larger
 /// the longer it stays sequential, several in flight at once (parallel ranged
 /// GETs); a random reader gets exactly the bytes it asks for. The segments in
-/// flight start at four and double whenever the reader, its segments full
+/// flight start at four; from the reader's second sequential read they are
+/// as many as the file's size warrants (one per `streamBytes`, up to
+/// `maxStreams`), and they double whenever the reader, its segments full
 /// size, has to wait for bytes still on their way (the window is short of the
 /// bandwidth-delay product), up to `maxStreams` and `maxAhead` bytes; a failed
 /// or short segment is fetched again alone. Reads of bytes that have already
@@ -28,6 +30,8 @@ final class FileReader: Sendable {
   /// Segments in flight at once at most: parallel streams of one reader.
   private let maxStreams: Int
   private static let initialStreams = 4
+  /// Segments in flight once the reader is sequential: what the size warrants.
+  private let wideStreams: Int
   /// Shared by all readers: every segment and kept spare holds a grant.
   private let budget: ReadAheadBudget
   /// The smallest segment worth fetching ahead when the budget is short.
@@ -70,7 +74,7 @@ final class FileReader: Sendable {
 
   init(
     key: String, generation: Int64, size: UInt64, store: any ObjectStore, maxSegment: Int, maxAhead: Int,
-    maxStreams: Int = 16, budget: ReadAheadBudget,
+    maxStreams: Int = 16, streamBytes: Int = 8 << 20, budget: ReadAheadBudget,
     prefetched: (task: Task<ByteBuffer, any Error>, grant: Int)? = nil
   ) {
     self.target = Mutex((key, generation))
@@ -79,6 +83,8 @@ final class FileReader: Sendable {
     self.maxSegment = UInt64(max(maxSegment, 256 << 10))
     self.maxAhead = UInt64(max(maxAhead, maxSegment))
     self.maxStreams = max(maxStreams, Self.initialStreams)
+    let warranted = size / UInt64(max(streamBytes, 1))
+    self.wideStreams = Int(min(UInt64(self.maxStreams), max(UInt64(Self.initialStreams), warranted)))
     self.budget = budget
     // The whole file, fetched ahead (SiblingPrefetch): the first segment, holding its grant.
     if let prefetched {
@@ -127,6 +133,7 @@ final class FileReader: Sendable {
       guard at == end else { return nil }
       state.streak += 1
       state.lastEnd = end
+      widen(&state)
       topUp(&state, from: offset)
       retire(&state, upTo: end)
       return pieces
@@ -159,6 +166,7 @@ final class FileReader: Sendable {
         // Without a grant the reader gets only what it asks for.
         guard offset == 0 || nearLast <= (1 << 20), append(&state, from: offset) else { return nil }
       }
+      widen(&state)
       topUp(&state, from: offset)
       return state.segments.filter { $0.start < end && $0.end > offset }
     }
@@ -279,6 +287,12 @@ final class FileReader: Sendable {
       state.segments.count(where: { $0.bytes == nil }) < state.streams,
       append(&state, from: last.end)
     {}
+  }
+
+  /// A reader sequential for a second read gets the streams its file's
+  /// size warrants at once, rather than growing them one wait at a time.
+  private func widen(_ state: inout State) {
+    if state.streak >= 1, state.streams < wideStreams { state.streams = wideStreams }
   }
 
   /// Doubles with the streak up to `maxSegment`, and is small enough for

@@ -1,3 +1,4 @@
+import NIOCore
 import ObjectStore
 
 /// The store as the filesystem uses it: every name stored through it joins
@@ -62,4 +63,38 @@ struct ListingAwareStore: ForwardingObjectStore {
     listings.withLock { $0.add(key: destination) }
     return stored
   }
+
+  func partedUpload() -> (any PartedUpload)? {
+    inner.partedUpload().map { ListedPartedUpload(inner: $0, store: self) }
+  }
+}
+
+/// A parted upload whose object joins its directory's listing, as an upload does.
+struct ListedPartedUpload: PartedUpload {
+  let inner: any PartedUpload
+  let store: ListingAwareStore
+
+  var prefix: String { inner.prefix }
+
+  func store(_ source: any UploadSource) async throws -> StoredPart { try await inner.store(source) }
+
+  func read(_ part: StoredPart, range: Range<Int64>) async throws -> ByteBuffer {
+    try await inner.read(part, range: range)
+  }
+
+  func compose(
+    _ parts: [StoredPart], into name: String, attributes: ObjectAttributes, ifGenerationMatch: Int64?
+  ) async throws -> ObjectMetadata {
+    let stored = try await inner.compose(
+      parts, into: name, attributes: attributes, ifGenerationMatch: ifGenerationMatch)
+    store.walks.invalidateListings(under: name)
+    store.listings.withLock { $0.add(key: name) }
+    return stored
+  }
+
+  func combine(_ parts: [StoredPart]) async throws -> StoredPart { try await inner.combine(parts) }
+
+  func remove(_ parts: [StoredPart]) async { await inner.remove(parts) }
+
+  func removeParts(all: Bool) async { await inner.removeParts(all: all) }
 }

@@ -39,7 +39,11 @@ extension CloudStorageClient {
       let parts = try await uploadParts(of: source, under: prefix, made: made)
       let sources = try await composeTree(parts, under: prefix, made: made)
       let object = try await compose(
-        sources, into: name, attributes: attributes, ifGenerationMatch: ifGenerationMatch, source: source)
+        sources, into: name, attributes: attributes, ifGenerationMatch: ifGenerationMatch, size: source.size
+      ) {
+        try await self.ownObject(
+          name, from: source, attributes: attributes, contentType: Self.contentType(attributes))
+      }
       await deleteParts(under: prefix, made: made, listing: false)
       return object
     } catch {
@@ -77,8 +81,7 @@ extension CloudStorageClient {
 
   /// Composes groups of 32 into intermediate composites under the prefix
   /// until one compose can take them all.
-  private func composeTree(_ parts: [Component], under prefix: String, made: Made) async throws -> [Component]
-  {
+  func composeTree(_ parts: [Component], under prefix: String, made: Made) async throws -> [Component] {
     var level = parts
     var round = 0
     let limit = UploadPolicy.composeLimit
@@ -100,7 +103,7 @@ extension CloudStorageClient {
 
   /// An intermediate composite: a new name under this upload's prefix, so a
   /// repeat's 412 can only mean that the first attempt made it.
-  private func composeIntermediate(_ sources: [Component], into name: String) async throws -> ObjectMetadata {
+  func composeIntermediate(_ sources: [Component], into name: String) async throws -> ObjectMetadata {
     let status: Int
     let answer: ByteBuffer
     do {
@@ -118,18 +121,15 @@ extension CloudStorageClient {
   /// The final compose, with every property the single upload would set and
   /// the caller's precondition; repeated after a transient failure only
   /// under a precondition, whose 412 on a repeat is checked as an upload's is.
-  private func compose(
+  func compose(
     _ sources: [Component], into name: String, attributes: ObjectAttributes, ifGenerationMatch: Int64?,
-    source: any UploadSource
+    size: Int64, own: () async throws -> ObjectMetadata
   ) async throws -> ObjectMetadata {
     let (status, answer) = try await sendCompose(
       sources, into: name, attributes: attributes, ifGenerationMatch: ifGenerationMatch,
       idempotent: ifGenerationMatch != nil)
-    if status == 412 {
-      return try await ownObject(
-        name, from: source, attributes: attributes, contentType: Self.contentType(attributes))
-    }
-    return try await uploadedObject(answer, name: name, size: source.size)
+    if status == 412 { return try await own() }
+    return try await uploadedObject(answer, name: name, size: size)
   }
 
   /// `POST …/o/NAME/compose`; each source pinned to its generation. A 412
@@ -165,7 +165,7 @@ extension CloudStorageClient {
   /// Deletes what the upload made (each under its generation), and with
   /// `listing` whatever else its prefix holds. Not cancelled with the
   /// upload; failures are logged, never thrown: the upload's outcome stands.
-  private func deleteParts(under prefix: String, made: Made, listing: Bool) async {
+  func deleteParts(under prefix: String, made: Made, listing: Bool) async {
     await Task {
       var objects = made.objects.withLock { $0 }
       if listing {

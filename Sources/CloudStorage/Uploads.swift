@@ -71,20 +71,32 @@ extension CloudStorageClient {
   func ownObject(
     _ name: String, from source: any UploadSource, attributes: ObjectAttributes, contentType: String
   ) async throws -> ObjectMetadata {
-    guard let live = try? await metadata(of: name), live.size == source.size, let crc = live.crc32c else {
-      throw StorageError.preconditionFailed
+    try await ownObject(name, size: source.size, attributes: attributes, contentType: contentType) {
+      var sum: UInt32 = 0
+      var offset: Int64 = 0
+      while offset < source.size {
+        let piece = try read(
+          source, from: offset, count: Int(min(Int64(uploads.chunkSize), source.size - offset)))
+        sum = CRC32C.update(sum, piece)
+        offset += Int64(piece.readableBytes)
+      }
+      return sum
     }
-    var sum: UInt32 = 0
-    var offset: Int64 = 0
-    while offset < source.size {
-      let piece = try read(
-        source, from: offset, count: Int(min(Int64(uploads.chunkSize), source.size - offset)))
-      sum = CRC32C.update(sum, piece)
-      offset += Int64(piece.readableBytes)
+  }
+
+  /// ``ownObject(_:from:attributes:contentType:)`` for bytes known by their
+  /// size and CRC-32C (`checksum`, computed only once the size matches;
+  /// nil: unknown, and the 412 stands).
+  func ownObject(
+    _ name: String, size: Int64, attributes: ObjectAttributes, contentType: String,
+    checksum: () throws -> UInt32?
+  ) async throws -> ObjectMetadata {
+    guard let live = try? await metadata(of: name), live.size == size, let crc = live.crc32c else {
+      throw StorageError.preconditionFailed
     }
     var sent = attributes
     sent.contentType = contentType
-    guard CRC32C.base64(sum) == crc, ObjectAttributes(of: live) == sent else {
+    guard let sum = try checksum(), CRC32C.base64(sum) == crc, ObjectAttributes(of: live) == sent else {
       throw StorageError.preconditionFailed
     }
     logger.info(

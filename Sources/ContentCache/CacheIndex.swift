@@ -17,6 +17,9 @@ final class CacheEntry: Sendable {
     /// A caller is writing the map file; `dirty`: the map changed since it began.
     var writing = false
     var dirty = false
+    /// An upload's bytes are being made its data file (a link or a copy, then
+    /// the block sums): reads write nothing to it meanwhile.
+    var handingOver = false
   }
 
   let key: EntryKey
@@ -78,6 +81,11 @@ final class CacheIndex: Sendable {
         state.used += counted
       }
     }
+  }
+
+  /// The entry for `key`, if any, as it is (not marked used).
+  func peek(_ key: EntryKey) -> CacheEntry? {
+    state.withLock { $0.slots[key]?.entry }
   }
 
   /// The entry for `key`, marked used; `touch` when its persisted last use is due an update.

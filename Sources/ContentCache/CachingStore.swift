@@ -1,7 +1,9 @@
 import CoreMetrics
+import IOThreads
 import Logging
 import NIOCore
 import ObjectStore
+import Synchronization
 
 /// An ``ObjectStore`` that keeps the bytes read through it on local disk
 /// (``ReadCache``) and serves later reads of the same object generation
@@ -9,20 +11,29 @@ import ObjectStore
 /// forwarded; the metadata passing through teaches the cache each object's
 /// size and CRC-32C. An upload that succeeds leaves its bytes as the entry
 /// of the new generation.
+///
+/// No disk work runs on the read's path or on the concurrency pool: a read
+/// served from disk waits for an ``IOPool`` thread, and bytes read from the
+/// bucket are returned at once and written to disk after, on the pool, as
+/// background work it may refuse (the read is then a miss next time too).
 public final class CachingStore: ForwardingObjectStore {
   public let inner: any ObjectStore
   let cache: ReadCache
+  private let pool: IOPool
   private let facts = ObjectFacts()
   private let metrics: CacheMetrics
+  /// Checks waiting for an object's CRC-32C from the bucket, by number.
+  private let lookups = Mutex<(next: Int, tasks: [Int: Task<Void, Never>])>((0, [:]))
 
   /// A cache of `limit` bytes for `inner`'s bucket under `cacheDirectory`,
-  /// with the entries an earlier mount left there. Without a limit:
-  /// ``defaultLimit``, of the free space there now. Nil (after one log line
-  /// saying why) when the directory cannot be used or another mount of the
-  /// bucket holds it (still after `patience`): the mount then runs without the cache.
+  /// with the entries an earlier mount left there, doing its disk work on
+  /// `pool`. Without a limit: ``defaultLimit``, of the free space there now.
+  /// Nil (after one log line saying why) when the directory cannot be used
+  /// or another mount of the bucket holds it (still after `patience`): the
+  /// mount then runs without the cache.
   public static func open(
-    wrapping inner: any ObjectStore, cacheDirectory: String, limit: Int64?, disk: any CacheDisk = LocalDisk(),
-    patience: Duration = .seconds(5), logger: Logger,
+    wrapping inner: any ObjectStore, cacheDirectory: String, limit: Int64?, pool: IOPool,
+    disk: any CacheDisk = LocalDisk(), patience: Duration = .seconds(5), logger: Logger,
     metrics factory: any MetricsFactory = MetricsSystem.factory
   ) -> CachingStore? {
     let directory: CacheDirectory
@@ -44,7 +55,7 @@ public final class CachingStore: ForwardingObjectStore {
     logger.info(
       "read cache: \(directory.path), \(cache.index.count) entries, \(cache.index.used >> 20) of \(limit >> 20) MiB in use"
     )
-    return CachingStore(inner: inner, cache: cache, metrics: metrics)
+    return CachingStore(inner: inner, cache: cache, pool: pool, metrics: metrics)
   }
 
   /// 1 GiB, but no more than a tenth of the free space: modest enough
@@ -53,9 +64,10 @@ public final class CachingStore: ForwardingObjectStore {
     min(1 << 30, max(0, freeBytes / 10))
   }
 
-  private init(inner: any ObjectStore, cache: ReadCache, metrics: CacheMetrics) {
+  private init(inner: any ObjectStore, cache: ReadCache, pool: IOPool, metrics: CacheMetrics) {
     self.inner = inner
     self.cache = cache
+    self.pool = pool
     self.metrics = metrics
   }
 
@@ -78,9 +90,14 @@ public final class CachingStore: ForwardingObjectStore {
     async throws -> ByteBuffer
   {
     let key = EntryKey(name: name, generation: generation)
-    if let bytes = cache.cached(key, range, spare: spare) {
-      metrics.hit()
-      return bytes
+    if cache.lists(key, range) {
+      let cache = self.cache
+      do {
+        if let bytes = try await pool.run({ cache.cached(key, range, spare: spare) }) {
+          metrics.hit()
+          return bytes
+        }
+      } catch is IOPool.Stopped {}
     }
     metrics.missed()
     let bytes: ByteBuffer
@@ -89,26 +106,67 @@ public final class CachingStore: ForwardingObjectStore {
     } else {
       bytes = try await inner.read(name, generation: generation, range: range)
     }
-    let fact = facts.fact(name, generation: generation)
-    if let complete = cache.keep(key, range, bytes, size: fact?.size, crc: fact?.crc) {
-      await check(complete)
-    }
+    fill(key, range, bytes)
     return bytes
   }
 
-  /// The whole-object check of a complete entry, with the object's CRC-32C
-  /// from what was seen, else from one metadata request. Without it (the
-  /// object has moved on, or the request failed) the entry stays unchecked;
-  /// its blocks are still checked one by one.
-  private func check(_ entry: CacheEntry) async {
-    let key = entry.key
-    var crc =
-      entry.state.withLock { $0.map.objectCRC } ?? facts.fact(key.name, generation: key.generation)?.crc
-    if crc == nil, let object = try? await inner.metadata(of: key.name) {
-      facts.learn(object)
-      if object.generation == key.generation { crc = object.crc32c.flatMap { CRC32C.value(base64: $0) } }
+  /// Queues the writing of bytes just read, and the whole-object check of
+  /// an entry they complete, as background work on the pool; refused there
+  /// (the queue holds its limit), they are dropped and counted.
+  private func fill(_ key: EntryKey, _ range: Range<Int64>, _ bytes: ByteBuffer) {
+    let fact = facts.fact(key.name, generation: key.generation)
+    let accepted = pool.submit(holding: bytes.readableBytes) { [self] in
+      if let complete = cache.keep(key, range, bytes, size: fact?.size, crc: fact?.crc) {
+        check(complete)
+      }
     }
-    if let crc { cache.verify(entry, crc: crc) }
+    if !accepted { metrics.dropped() }
+  }
+
+  /// The whole-object check of a complete entry (on a pool thread), with
+  /// the object's CRC-32C from what was seen, else from one metadata
+  /// request (in a task, the check then queued again). Without it (the
+  /// object has moved on, the request failed, the queue is full) the entry
+  /// stays unchecked; its blocks are still checked one by one.
+  private func check(_ entry: CacheEntry) {
+    let key = entry.key
+    if let crc = entry.state.withLock({ $0.map.objectCRC })
+      ?? facts.fact(key.name, generation: key.generation)?.crc
+    {
+      cache.verify(entry, crc: crc)
+      return
+    }
+    lookups.withLock { state in
+      let number = state.next
+      state.next += 1
+      state.tasks[number] = Task { [self] in
+        defer { _ = lookups.withLock { $0.tasks.removeValue(forKey: number) } }
+        guard let object = try? await inner.metadata(of: key.name) else { return }
+        facts.learn(object)
+        guard object.generation == key.generation,
+          let crc = object.crc32c.flatMap({ CRC32C.value(base64: $0) })
+        else { return }
+        // Ended only once the check has run (or was refused), so `settled()` covers it.
+        await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
+          let queued = pool.submit(holding: 0) { [cache] in
+            cache.verify(entry, crc: crc)
+            done.resume()
+          }
+          if !queued { done.resume() }
+        }
+      }
+    }
+  }
+
+  /// Waits until the disk work queued so far (fills, checks, uploads'
+  /// entries, and the checks they lead to) is done.
+  public func settled() async {
+    while true {
+      await pool.idle()
+      let waiting = lookups.withLock { Array($0.tasks.values) }
+      guard !waiting.isEmpty else { return }
+      for task in waiting { await task.value }
+    }
   }
 
   // MARK: What metadata teaches
@@ -157,7 +215,7 @@ public final class CachingStore: ForwardingObjectStore {
     let object = try await inner.upload(
       name, from: source, attributes: attributes, ifGenerationMatch: ifGenerationMatch)
     facts.learn(object)
-    cache.keep(upload: object, from: source)
+    keep(upload: object, from: source)
     return object
   }
 
@@ -179,5 +237,21 @@ public final class CachingStore: ForwardingObjectStore {
       source, sourceGeneration: sourceGeneration, to: destination, ifGenerationMatch: ifGenerationMatch)
     facts.learn(object)
     return object
+  }
+
+  /// Makes the bytes just stored the entry of the new generation: the
+  /// source's file becomes its data file (a hard link, made now, while the
+  /// bytes are still those stored), its blocks summed after, on the pool;
+  /// where no link can be made, the bytes are copied there instead. Either
+  /// way the caller (a close) does not wait for the disk.
+  private func keep(upload object: ObjectMetadata, from source: any UploadSource) {
+    guard let adopted = cache.adopt(upload: object, from: source) else { return }
+    let accepted = pool.submit(holding: ReadCache.copyChunk) { [cache] in
+      cache.finish(upload: adopted.entry, from: source, linked: adopted.linked, crc: adopted.crc)
+    }
+    if !accepted {
+      cache.forget(adopted.entry)
+      metrics.dropped()
+    }
   }
 }

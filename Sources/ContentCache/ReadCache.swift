@@ -13,8 +13,8 @@ import Synchronization
 /// disk error or a damaged entry makes the read go to the network.
 final class ReadCache: Sendable {
   static let blockSize: Int64 = 64 << 10
-  /// Bytes an upload is copied into the cache in, a whole number of blocks.
-  private static let copyChunk = 1 << 20
+  /// Bytes an upload is summed or copied in, and a whole entry checked in: a whole number of blocks.
+  static let copyChunk = 1 << 20
 
   let directory: CacheDirectory
   let index: CacheIndex
@@ -33,6 +33,13 @@ final class ReadCache: Sendable {
   }
 
   // MARK: Serving
+
+  /// Whether the index lists every block of `range` for the key: a read
+  /// worth trying from disk (``cached(_:_:spare:)`` then checks the bytes).
+  func lists(_ key: EntryKey, _ range: Range<Int64>) -> Bool {
+    guard let entry = index.peek(key) else { return false }
+    return entry.state.withLock { !$0.removed && $0.map.covers(range) != nil }
+  }
 
   /// Bytes `range` of the key's object from disk, when every block they
   /// fall in is present and intact; they land in `spare`'s buffer when it
@@ -109,7 +116,8 @@ final class ReadCache: Sendable {
         map: BlockMap(name: key.name, generation: key.generation, blockSize: Int(Self.blockSize)))
     }
     let present = entry.state.withLock { state -> Set<Int64>? in
-      guard !state.removed, state.map.size == nil || size == nil || state.map.size == size else { return nil }
+      guard !state.removed, !state.handingOver, state.map.size == nil || size == nil || state.map.size == size
+      else { return nil }
       return Set(state.map.blocks.keys)
     }
     guard let present else { return nil }
@@ -293,12 +301,16 @@ final class ReadCache: Sendable {
 
   // MARK: Uploads
 
-  /// Copies the bytes of an object this mount just stored into an entry of
-  /// its new generation, when they fit and match the object's CRC-32C.
-  func keep(upload object: ObjectMetadata, from source: any UploadSource) {
+  /// An entry for the object this mount just stored from `source`, with its
+  /// disk reserved, when it fits; its data file is the source's own file
+  /// (a hard link), else it is empty. ``finish(upload:from:linked:crc:)``
+  /// then lists its blocks. Nil when there is nothing to keep.
+  func adopt(upload object: ObjectMetadata, from source: any UploadSource) -> (
+    entry: CacheEntry, linked: Bool, crc: UInt32
+  )? {
     guard object.size > 0, object.size <= index.limit, source.size == object.size,
       let crc = object.crc32c.flatMap({ CRC32C.value(base64: $0) })
-    else { return }
+    else { return nil }
     let key = EntryKey(name: object.name, generation: object.generation)
     var made = false
     let entry = index.entry(key) {
@@ -306,22 +318,50 @@ final class ReadCache: Sendable {
       var map = BlockMap(name: key.name, generation: key.generation, blockSize: Int(Self.blockSize))
       map.size = object.size
       map.objectCRC = crc
-      return CacheEntry(
+      let entry = CacheEntry(
         key: key, path: directory.entryPath(name: key.name, generation: key.generation), map: map)
+      entry.state.withLock { $0.handingOver = true }
+      return entry
     }
-    guard made else { return }
+    guard made else { return nil }
     guard let victims = index.reserve(object.size, for: entry) else {
       index.remove(entry)
-      return
+      return nil
     }
     delete(victims)
+    disk.remove(entry.dataPath)  // a leftover of an entry removed before
+    return (entry, source.link(to: entry.dataPath), crc)
+  }
+
+  /// Lists the blocks of an adopted upload's entry: reads its data file
+  /// (`linked`) or copies the source into it, summing each block, and
+  /// keeps it only when the whole matches the object's CRC-32C (the bytes
+  /// may have changed since they were stored). Blocking disk work.
+  func finish(upload entry: CacheEntry, from source: any UploadSource, linked: Bool, crc: UInt32) {
+    let size = source.size
     var sums: [Int64: UInt32] = [:]
     var whole: UInt32 = 0
     var offset: Int64 = 0
+    var buffer = ByteBufferAllocator().buffer(capacity: Self.copyChunk)
     do {
-      while offset < object.size {
-        let chunk = try source.read(at: offset, count: Self.copyChunk)
-        guard chunk.readableBytes > 0 else { break }
+      while offset < size {
+        let chunk: ByteBuffer
+        if linked {
+          buffer.clear()
+          let length = Int(min(Int64(Self.copyChunk), size - offset))
+          let count = try buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: length) { raw in
+            try disk.read(
+              entry.dataPath, at: offset, into: UnsafeMutableRawBufferPointer(rebasing: raw[0..<length]))
+          }
+          guard count == length else { break }
+          chunk = buffer
+        } else {
+          chunk = try source.read(at: offset, count: Self.copyChunk)
+          guard chunk.readableBytes > 0 else { break }
+          try chunk.withUnsafeReadableBytes { raw throws(DiskError) in
+            try disk.write(entry.dataPath, at: offset, raw)
+          }
+        }
         whole = CRC32C.update(whole, chunk)
         var at = 0
         while at < chunk.readableBytes {
@@ -331,21 +371,18 @@ final class ReadCache: Sendable {
           }
           at += length
         }
-        try chunk.withUnsafeReadableBytes { raw throws(DiskError) in
-          try disk.write(entry.dataPath, at: offset, raw)
-        }
         offset += Int64(chunk.readableBytes)
       }
-    } catch let error as DiskError {
+    } catch let error as DiskError where !linked {
       writeFailed(entry, error)
       return
     } catch {
-      logger.debug("read cache: not keeping \(object.name) (its staged bytes: \(error))")
+      logger.debug("read cache: not keeping \(entry.key.name) (its staged bytes: \(error))")
       forget(entry)
       return
     }
-    guard offset == object.size, whole == crc else {
-      logger.debug("read cache: not keeping \(object.name): its staged bytes are not what was stored")
+    guard offset == size, whole == crc else {
+      logger.debug("read cache: not keeping \(entry.key.name): its staged bytes are not what was stored")
       forget(entry)
       return
     }
@@ -353,6 +390,7 @@ final class ReadCache: Sendable {
       map.blocks = sums
       map.verified = true
     }
+    entry.state.withLock { $0.handingOver = false }
     metrics.stored(index.used)
   }
 
@@ -379,7 +417,7 @@ final class ReadCache: Sendable {
     forget(entry)
   }
 
-  private func forget(_ entry: CacheEntry) {
+  func forget(_ entry: CacheEntry) {
     index.remove(entry)
     deleteFiles(of: entry)
     metrics.stored(index.used)

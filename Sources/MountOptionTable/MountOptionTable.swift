@@ -160,6 +160,11 @@ public enum MountOptionTable {
   public static let compositePartSize = MountOption<Int>(
     "composite-part-size", value: "MiB", default: 8, unit: .mebibytes,
     "the smallest part of a composite upload; a file of more than 32 parts gets larger ones")
+  public static let streamDiskLimit = MountOption<Int>(
+    "stream-disk-limit", value: "MiB", default: nil,
+    note: "64, at most half the room of `--cache-dir`",
+    "disk a file written in order from its start may hold under `--cache-dir` once it streams (its parts go up while it is written, then leave the disk); at least two parts"
+  )
   public static let cacheDir = MountOption<String>(
     "cache-dir", value: "DIR", default: nil,
     note: "`/var/cache/bucketfs` for root, else `$XDG_CACHE_HOME/bucketfs` (`~/.cache/bucketfs`)",
@@ -200,7 +205,8 @@ public enum MountOptionTable {
     foreground.row, endpoint.row, anonymous.row, credentials.row, accessTokenFile.row,
     allowInsecureHTTP.row, options.row, pageSize.row, metadataTTL.row, negativeTTL.row,
     listCacheTTL.row, requestTimeout.row, retryDeadline.row, uploadThreshold.row, uploadChunkSize.row,
-    compositeUploadThreshold.row, compositePartSize.row, cacheDir.row, readCacheSize.row,
+    compositeUploadThreshold.row, compositePartSize.row, streamDiskLimit.row, cacheDir.row,
+    readCacheSize.row,
     firebaseDownloadTokens.row, refuseReadOnlyXattrs.row, renameDirLimit.row, readAheadBudget.row,
     logLevel.row, logFile.row, metricsAddr.row,
   ]

@@ -15,6 +15,48 @@ public enum CRC32C {
     return ccrc32c_update(crc, base, bytes.count)
   }
 
+  /// The CRC-32C of A followed by B, from the checksums of each and B's
+  /// length (zlib's crc32_combine, with the Castagnoli polynomial): a
+  /// composite object's checksum from its parts'.
+  public static func combine(_ crcA: UInt32, _ crcB: UInt32, lengthB: Int64) -> UInt32 {
+    guard lengthB > 0 else { return crcA }
+    var even = [UInt32](repeating: 0, count: 32)
+    var odd = [UInt32](repeating: 0, count: 32)
+    // The operator for one zero bit, then two, then four.
+    odd[0] = 0x82F6_3B78
+    for n in 1..<32 { odd[n] = 1 << (n - 1) }
+    square(&even, odd)
+    square(&odd, even)
+    var crc = crcA
+    var length = lengthB
+    while length != 0 {
+      square(&even, odd)
+      if length & 1 != 0 { crc = times(even, crc) }
+      length >>= 1
+      if length == 0 { break }
+      square(&odd, even)
+      if length & 1 != 0 { crc = times(odd, crc) }
+      length >>= 1
+    }
+    return crc ^ crcB
+  }
+
+  private static func times(_ matrix: [UInt32], _ vector: UInt32) -> UInt32 {
+    var sum: UInt32 = 0
+    var vector = vector
+    var row = 0
+    while vector != 0 {
+      if vector & 1 != 0 { sum ^= matrix[row] }
+      vector >>= 1
+      row += 1
+    }
+    return sum
+  }
+
+  private static func square(_ result: inout [UInt32], _ matrix: [UInt32]) {
+    for n in 0..<32 { result[n] = times(matrix, matrix[n]) }
+  }
+
   public static func base64(_ crc: UInt32) -> String {
     let bytes = [24, 16, 8, 0].map { UInt8(truncatingIfNeeded: crc >> $0) }
     return ByteBuffer(bytes: bytes).readableBytesView.base64

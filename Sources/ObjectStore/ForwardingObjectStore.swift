@@ -110,4 +110,8 @@ extension ForwardingObjectStore {
     try await inner.move(
       source, sourceGeneration: sourceGeneration, to: destination, ifGenerationMatch: ifGenerationMatch)
   }
+
+  public var partPlan: PartPlan? { inner.partPlan }
+
+  public func partedUpload() -> (any PartedUpload)? { inner.partedUpload() }
 }

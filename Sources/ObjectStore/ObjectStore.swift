@@ -84,9 +84,19 @@ public protocol ObjectStore: Sendable {
   /// bucket cannot move: the caller then copies and deletes.
   func move(_ source: String, sourceGeneration: Int64, to destination: String, ifGenerationMatch: Int64?)
     async throws -> ObjectMetadata
+
+  /// How the store takes large objects in parts; nil when it does not.
+  var partPlan: PartPlan? { get }
+
+  /// A new object made of parts (``PartedUpload``); nil when the store has none.
+  func partedUpload() -> (any PartedUpload)?
 }
 
 extension ObjectStore {
+  public var partPlan: PartPlan? { nil }
+
+  public func partedUpload() -> (any PartedUpload)? { nil }
+
   /// A patch guarded by the metageneration alone.
   public func patch(_ name: String, _ patch: MetadataPatch, ifMetagenerationMatch: Int64?) async throws
     -> ObjectMetadata

@@ -35,6 +35,15 @@ public protocol UploadSource: Sendable {
   /// `count` bytes at `offset`; fewer only at the end. Throws for local
   /// failures (an unreadable stage), which the upload passes on unchanged.
   func read(at offset: Int64, count: Int) throws -> ByteBuffer
+  /// Gives the file holding the source's bytes a second name, `path` (a
+  /// hard link), so a cache can keep the bytes just stored without copying
+  /// them; false where it cannot (bytes in memory, another filesystem). The
+  /// source's owner removes that name before it changes the bytes again.
+  func link(to path: String) -> Bool
+}
+
+extension UploadSource {
+  public func link(to path: String) -> Bool { false }
 }
 
 /// An upload source over bytes in memory.

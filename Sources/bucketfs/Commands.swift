@@ -7,6 +7,7 @@ import ContentCache
 import Credentials
 import Dispatch
 import FUSE
+import IOThreads
 import Logging
 import MetricsExport
 import MountOptionTable
@@ -79,6 +80,8 @@ struct Mount: ParsableCommand {
   var compositeUploadThreshold = T.compositeUploadThreshold.value
   @Option(name: .customLong(T.compositePartSize.name), help: help(T.compositePartSize))
   var compositePartSize = T.compositePartSize.value
+  @Option(name: .customLong(T.streamDiskLimit.name), help: help(T.streamDiskLimit))
+  var streamDiskLimit: Int?
   @Option(name: .customLong(T.readAheadBudget.name), help: help(T.readAheadBudget))
   var readAheadBudget = T.readAheadBudget.value
   @Option(name: .customLong(T.logLevel.name), help: help(T.logLevel))
@@ -117,6 +120,9 @@ struct Mount: ParsableCommand {
     }
     guard (1...(1 << 20)).contains(readAheadBudget) else {
       throw ValidationError("--read-ahead-budget must be 1 to 1048576 MiB")
+    }
+    if let streamDiskLimit, !(1...(1 << 30)).contains(streamDiskLimit) {
+      throw ValidationError("--stream-disk-limit must be 1 to 1073741824 MiB")
     }
     if let readCacheSize, !(0...(1 << 30)).contains(readCacheSize) {
       throw ValidationError("--read-cache-size must be 0 to 1073741824 MiB")
@@ -227,6 +233,7 @@ struct Mount: ParsableCommand {
     configuration.posixAttributes = mountOptions.posixAttributes
     configuration.firebaseDownloadTokens = firebaseDownloadTokens
     configuration.refuseReadOnlyXattrs = refuseReadOnlyXattrs
+    configuration.streamDiskLimit = streamDiskLimit.map { Int64($0) << 20 }
     if let directory = stageDirectory() {
       configuration.stageDirectory = directory
       let others = Recovery.leftovers(
@@ -242,8 +249,11 @@ struct Mount: ParsableCommand {
     configuration.readAheadBudget = readAheadBudget << 20
     configuration.retryDeadline = retryDeadline
 
+    // Blocking file work (the read cache's) runs here, off the concurrency pool.
+    let diskWork = IOPool(threadCount: 4, byteLimit: 64 << 20)
     let fileSystem = BucketFileSystem(
-      store: readCache(around: client, logger: logger), configuration: configuration, logger: logger,
+      store: readCache(around: client, pool: diskWork, logger: logger), configuration: configuration,
+      logger: logger,
       onMounted: { outcome.ready() })
     let session = FUSESession(fileSystem: fileSystem, logger: logger)
     var fuseOptions = FUSE.MountOptions(fsName: "gs://\(source.bucket)\(source.subtree)", subtype: "bucketfs")
@@ -273,6 +283,12 @@ struct Mount: ParsableCommand {
     logger.info("mounted \(where_) at \(mountpoint) (endpoint \(endpoint))")
     session.run()
     session.shutdown(grace: 5)
+    fileSystem.settleBackgroundWork(within: 30)
+    // Fills and uploads' cache entries still queued land; an entry left
+    // incomplete lists only the blocks written, so abandoning is safe too.
+    if !blocking({ await diskWork.shutdown(patience: .seconds(10)) }) {
+      logger.warning("read cache: disk work still running after 10 s; not waiting for it")
+    }
     metricsServer?.stop()
     logger.info("unmounted \(mountpoint)")
   }
@@ -327,11 +343,11 @@ struct Mount: ParsableCommand {
 
   /// The client behind the read cache (MountOptionTable.readCacheSize), or
   /// the client alone when the cache is off or cannot be used.
-  private func readCache(around client: CloudStorageClient, logger: Logger) -> any ObjectStore {
+  private func readCache(around client: CloudStorageClient, pool: IOPool, logger: Logger) -> any ObjectStore {
     if readCacheSize == 0 { return client }
     return CachingStore.open(
       wrapping: client, cacheDirectory: cacheDir ?? defaultCacheDirectory(),
-      limit: readCacheSize.map { Int64($0) << 20 }, logger: logger) ?? client
+      limit: readCacheSize.map { Int64($0) << 20 }, pool: pool, logger: logger) ?? client
   }
 
   /// This mount's staging directory (see ``Recovery/stageDirectory``).

@@ -33,13 +33,16 @@ final class ParallelReadTests: XCTestCase {
 
   /// A reader of `data` through `store`: segments of at most 256 KiB, 16 in
   /// flight at most (4 MiB ahead).
+  /// (`streamBytes`: the file's bytes that warrant one stream from the
+  /// reader's second sequential read; by default 8 MiB, as mounts have.)
   func makeReader(
-    _ base: InMemoryObjectStore, _ store: any ObjectStore, _ data: [UInt8], budget: ReadAheadBudget? = nil
+    _ base: InMemoryObjectStore, _ store: any ObjectStore, _ data: [UInt8], budget: ReadAheadBudget? = nil,
+    streamBytes: Int = 8 << 20
   ) -> FileReader {
     let meta = base.put("f", data: data)
     return FileReader(
       key: "f", generation: meta.generation, size: UInt64(data.count), store: store,
-      maxSegment: Self.segment, maxAhead: 16 * Self.segment, maxStreams: 16,
+      maxSegment: Self.segment, maxAhead: 16 * Self.segment, maxStreams: 16, streamBytes: streamBytes,
       budget: budget ?? ReadAheadBudget(capacity: 64 << 20))
   }
 
@@ -106,6 +109,29 @@ final class ParallelReadTests: XCTestCase {
     XCTAssertLessThanOrEqual(ranges.map(\.count).max() ?? 0, Self.segment)
   }
 
+  func testSequentialReaderOfALargeFileStartsWide() async throws {
+    let (base, store, data) = fixture(12 << 20, holding: true)
+    // 12 MiB at one stream per 1 MiB: twelve streams, from the second read on.
+    let reader = makeReader(base, store, data, streamBytes: 1 << 20)
+    let first = Task { try await reader.read(offset: 0, count: 128 << 10).array }
+    let four = await eventually(30) { store.waiting == 4 }
+    XCTAssertTrue(four, "a first read may be a random reader's: four segments (\(store.waiting))")
+    store.releaseAll()
+    let head = try await first.value
+    // The second sequential read has its bytes at hand; behind it the window
+    // is twelve segments at once: the three the reader has (to 1 MiB), and
+    // nine more (to 3.25 MiB) requested together.
+    var read = head + (try XCTUnwrap(reader.buffered(offset: 128 << 10, count: 128 << 10))).array
+    XCTAssertEqual(reader.inFlight.streams, 12)
+    let nine = await eventually(30) { store.waiting == 9 }
+    XCTAssertTrue(nine, "nine segments requested at once (\(store.waiting))")
+    XCTAssertEqual(reader.inFlight.segments, 9)
+    store.stopHolding()
+    read += try await Self.readAll(reader, from: UInt64(read.count))
+    XCTAssertTrue(read == data)
+    XCTAssertEqual(store.ranges.map(\.count).reduce(0, +), data.count, "each byte fetched once")
+  }
+
   /// A reader that waits only for its first bytes keeps the first window.
   func testReaderThatNeverWaitsAfterTheStartKeepsFourStreams() async throws {
     let (base, store, data) = fixture(8 << 20)
@@ -128,7 +154,8 @@ final class ParallelReadTests: XCTestCase {
 
   func testRandomReadsFetchExactlyTheBytesAsked() async throws {
     let (base, store, data) = fixture(16 << 20)
-    let reader = makeReader(base, store, data)
+    // However large the file: wide streams are for sequential readers.
+    let reader = makeReader(base, store, data, streamBytes: 1 << 20)
     var generator = SplitMix64.forTest(seed: 21)
     var asked: [Range<Int64>] = []
     for _ in 0..<30 {

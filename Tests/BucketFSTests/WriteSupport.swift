@@ -37,7 +37,8 @@ func filesIn(_ directory: String) -> [String] {
 func makeWritingFileSystem(
   _ store: any ObjectStore, stageDirectory: String = makeStageDirectory(), firebase: Bool = false,
   clock: ManualClock = ManualClock(), mimeTypes: String? = "/etc/mime.types",
-  stageFiles: any StageFiles = LocalStageFiles(), metrics: any MetricsFactory = MetricsSystem.factory
+  stageFiles: any StageFiles = LocalStageFiles(), metrics: any MetricsFactory = MetricsSystem.factory,
+  streamDiskLimit: Int64? = nil
 ) -> BucketFileSystem {
   var configuration = Configuration()
   configuration.uid = 1234
@@ -45,6 +46,7 @@ func makeWritingFileSystem(
   configuration.stageDirectory = stageDirectory
   configuration.firebaseDownloadTokens = firebase
   configuration.mimeTypesPath = mimeTypes
+  configuration.streamDiskLimit = streamDiskLimit
   return BucketFileSystem(
     store: store, configuration: configuration, logger: quietLogger, clock: clock.read, onMounted: {},
     stageFiles: stageFiles, metrics: metrics)

@@ -1,7 +1,9 @@
+import IOThreads
 import MetricsTestKit
 import NIOCore
 import ObjectStore
 import StorageFake
+import Synchronization
 import XCTest
 
 @testable import ContentCache
@@ -15,10 +17,17 @@ import XCTest
 final class CachingStoreTests: XCTestCase {
   private var bucket = InMemoryObjectStore(bucket: "b")
   private var directory = ""
+  private var pool: IOPool!
 
   override func setUp() {
     bucket = InMemoryObjectStore(bucket: "b")
     directory = temporaryDirectory(self)
+    pool = IOPool(threadCount: 2, byteLimit: 64 << 20)
+  }
+
+  override func tearDown() async throws {
+    let stopped = await pool.shutdown(patience: .seconds(10))
+    XCTAssertTrue(stopped)
   }
 
   private func open(
@@ -28,7 +37,8 @@ final class CachingStoreTests: XCTestCase {
   {
     try XCTUnwrap(
       CachingStore.open(
-        wrapping: store ?? bucket, cacheDirectory: directory, limit: limit, disk: disk, logger: quiet))
+        wrapping: store ?? bucket, cacheDirectory: directory, limit: limit, pool: pool, disk: disk,
+        logger: quiet))
   }
 
   private var bucketReads: Int { bucket.calls(.read).count }
@@ -38,7 +48,7 @@ final class CachingStoreTests: XCTestCase {
   /// Opens the file as the filesystem does (metadata first), then reads it all.
   private func readAll(_ store: CachingStore, _ name: String) async throws -> [UInt8] {
     let object = try await store.metadata(of: name)
-    return try await store.read(name, generation: object.generation, range: 0..<object.size).bytes
+    return try await store.readSettled(name, generation: object.generation, range: 0..<object.size).bytes
   }
 
   func testASecondReadSendsNoRequest() async throws {
@@ -48,11 +58,11 @@ final class CachingStoreTests: XCTestCase {
     let first = try await readAll(store, "f")
     XCTAssertEqual(first, data)
     XCTAssertEqual(bucketReads, 1)
-    let again = try await store.read("f", generation: object.generation, range: 0..<object.size)
+    let again = try await store.readSettled("f", generation: object.generation, range: 0..<object.size)
     XCTAssertEqual(again.bytes, data)
-    let middle = try await store.read("f", generation: object.generation, range: 70_000..<250_001)
+    let middle = try await store.readSettled("f", generation: object.generation, range: 70_000..<250_001)
     XCTAssertEqual(middle.bytes, Array(data[70_000..<250_001]))
-    let pastEnd = try await store.read("f", generation: object.generation, range: 299_000..<400_000)
+    let pastEnd = try await store.readSettled("f", generation: object.generation, range: 299_000..<400_000)
     XCTAssertEqual(pastEnd.bytes, Array(data[299_000...]))
     XCTAssertEqual(bucketReads, 1, "served from disk")
     XCTAssertEqual(store.bytesInUse, 300_000 + overhead)
@@ -68,7 +78,8 @@ final class CachingStoreTests: XCTestCase {
     let store = try open()
     _ = try await readAll(store, "f")
     let spare = SpareBuffer(ByteBufferAllocator().buffer(capacity: 1 << 20))
-    let bytes = try await store.read("f", generation: object.generation, range: 0..<65536, reusing: spare)
+    let bytes = try await store.readSettled(
+      "f", generation: object.generation, range: 0..<65536, reusing: spare)
     XCTAssertEqual(bytes.bytes, Array(data[0..<65536]))
     XCTAssertEqual(bucketReads, 1)
   }
@@ -81,7 +92,7 @@ final class CachingStoreTests: XCTestCase {
     first = nil  // unmounted: its lock goes with it
     let second = try open()
     XCTAssertEqual(second.bytesInUse, 1 << 20 + overhead)
-    let bytes = try await second.read("dir/f", generation: object.generation, range: 0..<object.size)
+    let bytes = try await second.readSettled("dir/f", generation: object.generation, range: 0..<object.size)
     XCTAssertEqual(bytes.bytes, data)
     XCTAssertEqual(bucketReads, 1)
   }
@@ -96,15 +107,16 @@ final class CachingStoreTests: XCTestCase {
       try await withThrowingTaskGroup(of: Void.self) { group in
         for n in 0..<33 {
           let range = Int64(n * segment)..<Int64(min((n + 1) * segment, data.count))
-          group.addTask { _ = try await store.read("f", generation: object.generation, range: range) }
+          group.addTask { _ = try await store.readSettled("f", generation: object.generation, range: range) }
         }
         try await group.waitForAll()
       }
+      await store.settled()
     }
     let second = try open()
     XCTAssertEqual(
       second.bytesInUse, Int64(data.count) + overhead, "every map write landed, the last one last")
-    let bytes = try await second.read("f", generation: object.generation, range: 0..<object.size)
+    let bytes = try await second.readSettled("f", generation: object.generation, range: 0..<object.size)
     XCTAssertEqual(bytes.bytes, data)
     XCTAssertEqual(bucketReads, 33)
   }
@@ -116,11 +128,11 @@ final class CachingStoreTests: XCTestCase {
     let newData = pattern(100_000, seed: 2)
     let new = bucket.put("f", data: newData)
     XCTAssertNotEqual(old.generation, new.generation)
-    let bytes = try await store.read("f", generation: new.generation, range: 0..<new.size)
+    let bytes = try await store.readSettled("f", generation: new.generation, range: 0..<new.size)
     XCTAssertEqual(bytes.bytes, newData)
     XCTAssertEqual(bucketReads, 2)
     // A handle that pinned the old generation still reads its own bytes, never the new ones.
-    let pinned = try await store.read("f", generation: old.generation, range: 0..<old.size)
+    let pinned = try await store.readSettled("f", generation: old.generation, range: 0..<old.size)
     XCTAssertEqual(pinned.bytes, pattern(100_000, seed: 1))
   }
 
@@ -129,13 +141,13 @@ final class CachingStoreTests: XCTestCase {
     let object = bucket.put("f", data: data)
     let store = try open()
     // Blocks 2 and 3 (131072..<262144) lie wholly inside.
-    let part = try await store.read("f", generation: object.generation, range: 100_000..<300_000)
+    let part = try await store.readSettled("f", generation: object.generation, range: 100_000..<300_000)
     XCTAssertEqual(part.bytes, Array(data[100_000..<300_000]))
     XCTAssertEqual(store.bytesInUse, 2 * 65536 + overhead)
-    let inside = try await store.read("f", generation: object.generation, range: 131_072..<262_144)
+    let inside = try await store.readSettled("f", generation: object.generation, range: 131_072..<262_144)
     XCTAssertEqual(inside.bytes, Array(data[131_072..<262_144]))
     XCTAssertEqual(bucketReads, 1)
-    let across = try await store.read("f", generation: object.generation, range: 120_000..<140_000)
+    let across = try await store.readSettled("f", generation: object.generation, range: 120_000..<140_000)
     XCTAssertEqual(across.bytes, Array(data[120_000..<140_000]))
     XCTAssertEqual(bucketReads, 2, "block 1 was never whole")
   }
@@ -145,12 +157,12 @@ final class CachingStoreTests: XCTestCase {
     let object = bucket.put("f", data: data)
     let store = try open()
     // No metadata seen and the answer as long as asked: block 1's end is unknown.
-    _ = try await store.read("f", generation: object.generation, range: 0..<70_000)
+    _ = try await store.readSettled("f", generation: object.generation, range: 0..<70_000)
     XCTAssertEqual(store.bytesInUse, 65536 + overhead)
     // Asking past the end learns the size: the short block is kept.
-    _ = try await store.read("f", generation: object.generation, range: 65536..<200_000)
+    _ = try await store.readSettled("f", generation: object.generation, range: 65536..<200_000)
     XCTAssertEqual(store.bytesInUse, 70_000 + overhead)
-    let bytes = try await store.read("f", generation: object.generation, range: 0..<70_000)
+    let bytes = try await store.readSettled("f", generation: object.generation, range: 0..<70_000)
     XCTAssertEqual(bytes.bytes, data)
     XCTAssertEqual(bucketReads, 2)
   }
@@ -160,16 +172,17 @@ final class CachingStoreTests: XCTestCase {
     let object = bucket.put("f", data: data)
     let log = CapturedLog()
     let store = try XCTUnwrap(
-      CachingStore.open(wrapping: bucket, cacheDirectory: directory, limit: 64 << 20, logger: log.logger))
+      CachingStore.open(
+        wrapping: bucket, cacheDirectory: directory, limit: 64 << 20, pool: pool, logger: log.logger))
     _ = try await readAll(store, "f")
     let entry = store.cache.directory.entryPath(name: "f", generation: object.generation)
     corrupt(entry + ".data", at: 200_000)
-    let bytes = try await store.read("f", generation: object.generation, range: 0..<object.size)
+    let bytes = try await store.readSettled("f", generation: object.generation, range: 0..<object.size)
     XCTAssertEqual(bytes.bytes, data)
     XCTAssertEqual(bucketReads, 2, "read again from the bucket")
     XCTAssertEqual(log.all.filter { $0.contains("does not match its crc32c") }.count, 1, "\(log.all)")
     // That read filled a fresh entry, which serves again.
-    let again = try await store.read("f", generation: object.generation, range: 0..<object.size)
+    let again = try await store.readSettled("f", generation: object.generation, range: 0..<object.size)
     XCTAssertEqual(again.bytes, data)
     XCTAssertEqual(bucketReads, 2)
   }
@@ -184,7 +197,7 @@ final class CachingStoreTests: XCTestCase {
     // What a power loss may leave: the map renamed into place, the data not all written.
     XCTAssertEqual(truncate(entry + ".data", 100_000), 0)
     let second = try open()
-    let bytes = try await second.read("f", generation: object.generation, range: 0..<object.size)
+    let bytes = try await second.readSettled("f", generation: object.generation, range: 0..<object.size)
     XCTAssertEqual(bytes.bytes, data)
     XCTAssertEqual(bucketReads, 2)
   }
@@ -208,12 +221,13 @@ final class CachingStoreTests: XCTestCase {
     let log = CapturedLog()
     let store = try XCTUnwrap(
       CachingStore.open(
-        wrapping: WrongChecksumStore(bucket), cacheDirectory: directory, limit: 64 << 20, logger: log.logger))
+        wrapping: WrongChecksumStore(bucket), cacheDirectory: directory, limit: 64 << 20, pool: pool,
+        logger: log.logger))
     let bytes = try await readAll(store, "f")
     XCTAssertEqual(bytes, data)
     XCTAssertEqual(store.bytesInUse, 0, "discarded")
     XCTAssertEqual(log.all.filter { $0.contains("do not match the object's crc32c") }.count, 1, "\(log.all)")
-    _ = try await store.read("f", generation: object.generation, range: 0..<object.size)
+    _ = try await store.readSettled("f", generation: object.generation, range: 0..<object.size)
     XCTAssertEqual(bucketReads, 2)
   }
 
@@ -221,7 +235,7 @@ final class CachingStoreTests: XCTestCase {
     let object = bucket.put("f", data: pattern(200_000))
     let store = try open()
     // The size comes from a short answer, the checksum from one metadata request.
-    _ = try await store.read("f", generation: object.generation, range: 0..<300_000)
+    _ = try await store.readSettled("f", generation: object.generation, range: 0..<300_000)
     XCTAssertEqual(bucket.calls(.metadata).count, 1)
     let entry = try XCTUnwrap(store.cache.index.use(EntryKey(name: "f", generation: object.generation)))
     XCTAssertTrue(entry.entry.state.withLock { $0.map.verified })
@@ -259,7 +273,8 @@ final class CachingStoreTests: XCTestCase {
     let log = CapturedLog()
     let store = try XCTUnwrap(
       CachingStore.open(
-        wrapping: bucket, cacheDirectory: directory, limit: 64 << 20, disk: disk, logger: log.logger))
+        wrapping: bucket, cacheDirectory: directory, limit: 64 << 20, pool: pool, disk: disk,
+        logger: log.logger))
     disk.failing.store(true, ordering: .relaxed)
     for _ in 0..<3 {
       let bytes = try await readAll(store, "f")
@@ -271,7 +286,7 @@ final class CachingStoreTests: XCTestCase {
     XCTAssertEqual(fileNames(in: store.cache.directory.path), ["lock"])
     disk.failing.store(false, ordering: .relaxed)
     _ = try await readAll(store, "f")
-    _ = try await store.read("f", generation: object.generation, range: 0..<object.size)
+    _ = try await store.readSettled("f", generation: object.generation, range: 0..<object.size)
     XCTAssertEqual(bucketReads, 4, "kept again once the disk has room")
   }
 
@@ -279,13 +294,14 @@ final class CachingStoreTests: XCTestCase {
     let log = CapturedLog()
     let first = try open()
     let second = CachingStore.open(
-      wrapping: bucket, cacheDirectory: directory, limit: 1 << 20, patience: .milliseconds(200),
+      wrapping: bucket, cacheDirectory: directory, limit: 1 << 20, pool: pool, patience: .milliseconds(200),
       logger: log.logger)
     XCTAssertNil(second)
     XCTAssertEqual(log.all.count, 1)
     XCTAssertTrue(log.all.first?.contains("in use by another mount") ?? false, "\(log.all)")
     let otherBucket = CachingStore.open(
-      wrapping: InMemoryObjectStore(bucket: "other"), cacheDirectory: directory, limit: 1 << 20, logger: quiet
+      wrapping: InMemoryObjectStore(bucket: "other"), cacheDirectory: directory, limit: 1 << 20, pool: pool,
+      logger: quiet
     )
     XCTAssertNotNil(otherBucket)
     withExtendedLifetime(first) {}
@@ -298,14 +314,16 @@ final class CachingStoreTests: XCTestCase {
     let path = try XCTUnwrap(first).cache.directory.path
     first = nil
     let other = InMemoryObjectStore(bucket: "other")
-    var held = CachingStore.open(wrapping: other, cacheDirectory: directory, limit: 500_000, logger: quiet)
+    var held = CachingStore.open(
+      wrapping: other, cacheDirectory: directory, limit: 500_000, pool: pool, logger: quiet)
     XCTAssertNotNil(held)
     XCTAssertLessThanOrEqual(fileNames(in: path).filter { $0.hasSuffix(".data") }.count, 2)
     // A bucket a live mount holds is left alone.
     let live = try open()
     let kept = fileNames(in: path)
     held = nil
-    held = CachingStore.open(wrapping: other, cacheDirectory: directory, limit: 1, logger: quiet)
+    held = CachingStore.open(
+      wrapping: other, cacheDirectory: directory, limit: 1, pool: pool, logger: quiet)
     XCTAssertEqual(fileNames(in: path), kept)
     withExtendedLifetime((live, held)) {}
   }
@@ -315,8 +333,9 @@ final class CachingStoreTests: XCTestCase {
     let store = try open()
     let object = try await store.upload(
       "new", from: BytesSource(data), attributes: ObjectAttributes(), ifGenerationMatch: 0)
+    await store.settled()
     XCTAssertEqual(store.bytesInUse, 500_000 + overhead)
-    let bytes = try await store.read("new", generation: object.generation, range: 0..<object.size)
+    let bytes = try await store.readSettled("new", generation: object.generation, range: 0..<object.size)
     XCTAssertEqual(bytes.bytes, data)
     XCTAssertEqual(bucketReads, 0)
   }
@@ -326,12 +345,93 @@ final class CachingStoreTests: XCTestCase {
     let object = bucket.put("f", data: pattern(100_000))
     let store = try XCTUnwrap(
       CachingStore.open(
-        wrapping: bucket, cacheDirectory: directory, limit: 1 << 20, logger: quiet, metrics: metrics))
+        wrapping: bucket, cacheDirectory: directory, limit: 1 << 20, pool: pool, logger: quiet,
+        metrics: metrics))
     _ = try await readAll(store, "f")
-    _ = try await store.read("f", generation: object.generation, range: 0..<10)
-    _ = try await store.read("f", generation: object.generation, range: 10..<20)
+    _ = try await store.readSettled("f", generation: object.generation, range: 0..<10)
+    _ = try await store.readSettled("f", generation: object.generation, range: 10..<20)
     XCTAssertEqual(try metrics.expectCounter("bucketfs_read_cache_misses_total").totalValue, 1)
     XCTAssertEqual(try metrics.expectCounter("bucketfs_read_cache_hits_total").totalValue, 2)
     XCTAssertEqual(try metrics.expectMeter("bucketfs_read_cache_bytes").lastValue, Double(100_000 + overhead))
+  }
+
+  func testAReadReturnsBeforeItsBytesAreWritten() async throws {
+    let data = pattern(300_000)
+    let object = bucket.put("f", data: data)
+    let disk = HeldDisk()
+    let store = try open(disk: disk)
+    _ = try await store.metadata(of: "f")
+    disk.holdingWrites.store(true, ordering: .releasing)
+    let bytes = try await store.read("f", generation: object.generation, range: 0..<object.size)
+    XCTAssertEqual(bytes.bytes, data, "answered while the disk still holds the write")
+    let writing = await eventually { disk.writesStarted.load(ordering: .relaxed) > 0 }
+    XCTAssertTrue(writing)
+    // Nothing is listed before it is written: a read meanwhile goes to the bucket.
+    _ = try await store.read("f", generation: object.generation, range: 0..<65536)
+    XCTAssertEqual(bucketReads, 2)
+    disk.holdingWrites.store(false, ordering: .releasing)
+    await store.settled()
+    let again = try await store.readSettled("f", generation: object.generation, range: 0..<object.size)
+    XCTAssertEqual(again.bytes, data)
+    XCTAssertEqual(bucketReads, 2, "served from disk once written")
+  }
+
+  func testAFillTheQueueCannotHoldIsDroppedAndALaterMiss() async throws {
+    let metrics = TestMetrics()
+    let data = pattern(300_000)
+    let object = bucket.put("f", data: data)
+    let small = IOPool(threadCount: 2, byteLimit: 200_000)
+    let store = try XCTUnwrap(
+      CachingStore.open(
+        wrapping: bucket, cacheDirectory: directory, limit: 64 << 20, pool: small, logger: quiet,
+        metrics: metrics))
+    _ = try await readAll(store, "f")
+    XCTAssertEqual(try metrics.expectCounter("bucketfs_read_cache_fills_dropped_total").totalValue, 1)
+    XCTAssertEqual(store.bytesInUse, 0)
+    let again = try await store.readSettled("f", generation: object.generation, range: 0..<131_072)
+    XCTAssertEqual(again.bytes, Array(data[0..<131_072]))
+    XCTAssertEqual(bucketReads, 2, "a miss again")
+    // Within the limit, the same read is kept.
+    _ = try await store.readSettled("f", generation: object.generation, range: 0..<131_072)
+    XCTAssertEqual(bucketReads, 2)
+    let stopped = await small.shutdown(patience: .seconds(10))
+    XCTAssertTrue(stopped)
+  }
+
+  func testAnUploadFromAFileBecomesTheEntryWithoutACopy() async throws {
+    let data = pattern(700_000)
+    let disk = HeldDisk()
+    let store = try open(disk: disk)
+    let source = FileSource(path: directory + "/staged", bytes: data)
+    let object = try await store.upload(
+      "new", from: source, attributes: ObjectAttributes(), ifGenerationMatch: 0)
+    await store.settled()
+    let entry = store.cache.directory.entryPath(name: "new", generation: object.generation)
+    XCTAssertEqual(inode(entry + ".data"), inode(source.path), "the uploaded file itself")
+    XCTAssertEqual(disk.writesStarted.load(ordering: .relaxed), 0, "no byte copied")
+    XCTAssertEqual(store.bytesInUse, 700_000 + overhead)
+    unlink(source.path)  // the stage goes when the file is closed
+    let bytes = try await store.readSettled("new", generation: object.generation, range: 0..<object.size)
+    XCTAssertEqual(bytes.bytes, data)
+    XCTAssertEqual(bucketReads, 0)
+  }
+
+  func testAnUploadWhoseFileChangesBeforeItIsSummedIsNotKept() async throws {
+    let data = pattern(300_000)
+    let disk = HeldDisk()
+    let store = try open(disk: disk)
+    let source = FileSource(path: directory + "/staged", bytes: data)
+    disk.holdingReads.store(true, ordering: .releasing)
+    let object = try await store.upload(
+      "new", from: source, attributes: ObjectAttributes(), ifGenerationMatch: 0)
+    let summing = await eventually { disk.readsStarted.load(ordering: .relaxed) > 0 }
+    XCTAssertTrue(summing)
+    corrupt(source.path, at: 1000)  // a write to the file the stage would never let through linked
+    disk.holdingReads.store(false, ordering: .releasing)
+    await store.settled()
+    XCTAssertEqual(store.bytesInUse, 0, "not what was stored: dropped")
+    let bytes = try await store.readSettled("new", generation: object.generation, range: 0..<object.size)
+    XCTAssertEqual(bytes.bytes, data)
+    XCTAssertEqual(bucketReads, 1)
   }
 }

@@ -120,3 +120,95 @@ func corrupt(_ path: String, at offset: Int64) {
 func fileNames(in directory: String) -> [String] {
   LocalDisk().list(directory).map(\.name).sorted()
 }
+
+extension CachingStore {
+  /// A read, then the disk work it queued: what the next read finds.
+  func readSettled(_ name: String, generation: Int64, range: Range<Int64>) async throws -> ByteBuffer {
+    let bytes = try await read(name, generation: generation, range: range)
+    await settled()
+    return bytes
+  }
+
+  func readSettled(_ name: String, generation: Int64, range: Range<Int64>, reusing spare: SpareBuffer)
+    async throws -> ByteBuffer
+  {
+    let bytes = try await read(name, generation: generation, range: range, reusing: spare)
+    await settled()
+    return bytes
+  }
+}
+
+/// The real files, with data writes (or reads) that wait while `holding` is
+/// set: disk work caught in the middle. Counts data writes.
+final class HeldDisk: CacheDisk {
+  let holdingWrites = Atomic<Bool>(false)
+  let holdingReads = Atomic<Bool>(false)
+  let writesStarted = Atomic<Int>(0)
+  let readsStarted = Atomic<Int>(0)
+  private let local = LocalDisk()
+
+  private func wait(while flag: borrowing Atomic<Bool>) {
+    while flag.load(ordering: .acquiring) { usleep(1000) }
+  }
+
+  func write(_ path: String, at offset: Int64, _ bytes: UnsafeRawBufferPointer) throws(DiskError) {
+    writesStarted.add(1, ordering: .relaxed)
+    wait(while: holdingWrites)
+    try local.write(path, at: offset, bytes)
+  }
+  func read(_ path: String, at offset: Int64, into: UnsafeMutableRawBufferPointer) throws(DiskError) -> Int {
+    readsStarted.add(1, ordering: .relaxed)
+    wait(while: holdingReads)
+    return try local.read(path, at: offset, into: into)
+  }
+  func contents(_ path: String) throws(DiskError) -> [UInt8]? { try local.contents(path) }
+  func replace(_ path: String, with bytes: [UInt8]) throws(DiskError) { try local.replace(path, with: bytes) }
+  func remove(_ path: String) { local.remove(path) }
+  func touch(_ path: String) { local.touch(path) }
+  func list(_ directory: String) -> [(name: String, modified: Int64)] { local.list(directory) }
+}
+
+/// Upload bytes in a file of their own, which can be linked as the stage's is.
+struct FileSource: UploadSource {
+  let path: String
+  let size: Int64
+
+  init(path: String, bytes: [UInt8]) {
+    self.path = path
+    self.size = Int64(bytes.count)
+    let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
+    precondition(fd >= 0, "open \(path)")
+    _ = bytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress, $0.count) }
+    close(fd)
+  }
+
+  func read(at offset: Int64, count: Int) throws -> ByteBuffer {
+    var buffer = ByteBufferAllocator().buffer(capacity: count)
+    let fd = open(path, O_RDONLY)
+    defer { close(fd) }
+    let n = buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: count) { raw in
+      max(0, pread(fd, raw.baseAddress, count, off_t(offset)))
+    }
+    _ = n
+    return buffer
+  }
+
+  func link(to path: String) -> Bool {
+    Glibc.link(self.path, path) == 0
+  }
+}
+
+func inode(_ path: String) -> ino_t? {
+  var info = stat()
+  return stat(path, &info) == 0 ? info.st_ino : nil
+}
+
+/// Whether `condition` holds within `seconds`, polled every millisecond.
+func eventually(_ seconds: Double = 10, _ condition: () -> Bool) async -> Bool {
+  let deadline = ContinuousClock.now + .milliseconds(Int(seconds * 1000))
+  while ContinuousClock.now < deadline {
+    if condition() { return true }
+    try? await Task.sleep(for: .milliseconds(1))
+  }
+  return condition()
+}

@@ -18,10 +18,13 @@ public struct LeftoverStage: Sendable, Equatable {
   public let key: String
   public let baseGeneration: Int64
   public let size: Int64
+  /// A streamed file's parts folder: the stage lacks the bytes sent there (holes).
+  public var parts: String? = nil
 
   public var description: String {
     let target = baseGeneration == 0 ? "new object" : "replacing generation \(baseGeneration)"
-    return "\(path): \(size) bytes for \(key) (\(target))"
+    let streamed = parts.map { "; streamed: the bytes sent as parts under \($0) are not in it" } ?? ""
+    return "\(path): \(size) bytes for \(key) (\(target)\(streamed))"
   }
 }
 
@@ -56,7 +59,9 @@ public enum Recovery {
       var info = stat()
       let size = stat(path, &info) == 0 ? Int64(info.st_size) : 0
       found.append(
-        LeftoverStage(path: path, key: record.key, baseGeneration: record.baseGeneration, size: size))
+        LeftoverStage(
+          path: path, key: record.key, baseGeneration: record.baseGeneration, size: size, parts: record.parts)
+      )
     }
     for name in names where name.hasSuffix(".json.tmp") && !isLive(name) { unlink(directory + "/" + name) }
     return found

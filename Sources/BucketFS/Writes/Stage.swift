@@ -26,6 +26,25 @@ protocol StageFiles: Sendable {
   func write(_ fd: Int32, _ data: UnsafeRawBufferPointer, at offset: UInt64) -> Int32
   /// Sets the size of `fd`: 0, or the errno of the failure.
   func truncate(_ fd: Int32, to size: UInt64) -> Int32
+  /// Frees the disk under `range` of `fd` (a hole; the size stays): 0, or the errno.
+  func punch(_ fd: Int32, _ range: Range<Int64>) -> Int32
+}
+
+extension StageFiles {
+  func punch(_ fd: Int32, _ range: Range<Int64>) -> Int32 {
+    guard let fallocate = Self.fallocate else { return EOPNOTSUPP }
+    // FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE
+    while fallocate(fd, 0x02 | 0x01, off_t(range.lowerBound), off_t(range.count)) != 0 {
+      if errno != EINTR { return errno }
+    }
+    return 0
+  }
+
+  /// glibc's fallocate(2), which its Swift module leaves out (it is a GNU extension).
+  private static var fallocate: (@convention(c) (Int32, Int32, off_t, off_t) -> Int32)? {
+    guard let symbol = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "fallocate") else { return nil }
+    return unsafeBitCast(symbol, to: (@convention(c) (Int32, Int32, off_t, off_t) -> Int32).self)
+  }
 }
 
 /// `pwrite` and `ftruncate`, retried after EINTR.
@@ -99,6 +118,8 @@ struct StageRecord: Codable, Equatable {
   var uploaded: Bool
   var fields: [String: String]
   var custom: [String: String]
+  /// Where a streamed file's parts went: the stage lacks their bytes.
+  var parts: String? = nil
 }
 
 /// One staged file: the bytes of a file being written, on disk, never in memory.
@@ -111,6 +132,12 @@ final class Stage: Sendable {
   /// stage left it (they are ordered by the file's gate), counted in
   /// ``StageDirectory/staged`` until the stage is let go.
   private let length = Atomic<Int64>(0)
+  /// Bytes of the data file punched out (stored as parts of a stream): not
+  /// on disk, so not counted as staged.
+  private let punched = Atomic<Int64>(0)
+  /// Second names of the data file (``link(to:)``), removed before its bytes change.
+  private let links = Mutex<[String]>([])
+  private let linked = Atomic<Bool>(false)
 
   init(fd: Int32, path: String, sidecarPath: String, directory: StageDirectory) {
     self.fd = fd
@@ -121,12 +148,13 @@ final class Stage: Sendable {
 
   deinit {
     close(fd)
-    let counted = length.load(ordering: .relaxed)
+    let counted = length.load(ordering: .relaxed) - punched.load(ordering: .relaxed)
     if counted > 0 { directory.staged.decrement(by: Double(counted)) }
   }
 
   /// Writes all of `data` at `offset`: 0, or the errno of the local failure.
   func write(_ data: UnsafeRawBufferPointer, at offset: UInt64) -> Int32 {
+    dropLinks()
     let code = directory.files.write(fd, data, at: offset)
     if data.count > 0 {
       resized(code == 0 ? max(length.load(ordering: .relaxed), Int64(offset) + Int64(data.count)) : nil)
@@ -135,9 +163,59 @@ final class Stage: Sendable {
   }
 
   func truncate(to size: UInt64) -> Int32 {
+    dropLinks()
+    // Holes cut from the whole file are counted by its length again, then dropped.
+    if size == 0 { refilled() }
     let code = directory.files.truncate(fd, to: size)
     resized(code == 0 ? Int64(size) : nil)
     return code
+  }
+
+  /// Frees the disk under `range`, whose bytes are stored elsewhere: 0, or the errno.
+  func punch(_ range: Range<Int64>) -> Int32 {
+    dropLinks()
+    let code = directory.files.punch(fd, range)
+    if code == 0 {
+      punched.add(Int64(range.count), ordering: .relaxed)
+      directory.staged.decrement(by: Double(range.count))
+    }
+    return code
+  }
+
+  /// The punched ranges were written again (or dropped by a truncation to 0).
+  func refilled() {
+    let was = punched.exchange(0, ordering: .relaxed)
+    if was > 0 { directory.staged.increment(by: Double(was)) }
+  }
+
+  /// Gives the data file the second name `path` (a hard link: the read
+  /// cache keeps the bytes just stored as they are); false where the
+  /// filesystem refuses. Called under the file's gate, as writes are.
+  func link(to path: String) -> Bool {
+    guard Glibc.link(self.path, path) == 0 else { return false }
+    links.withLock { $0.append(path) }
+    linked.store(true, ordering: .releasing)
+    return true
+  }
+
+  /// Removes the second names before the bytes change, each only if it
+  /// still names this file (the cache may have replaced or removed it):
+  /// what holds them sees a missing file, never changed bytes.
+  private func dropLinks() {
+    guard linked.load(ordering: .acquiring) else { return }
+    let paths = links.withLock { paths in
+      linked.store(false, ordering: .relaxed)
+      defer { paths = [] }
+      return paths
+    }
+    var own = stat()
+    guard fstat(fd, &own) == 0 else { return }
+    for path in paths {
+      var other = stat()
+      if lstat(path, &other) == 0, other.st_ino == own.st_ino, other.st_dev == own.st_dev {
+        Glibc.unlink(path)
+      }
+    }
   }
 
   /// Records the data file's new length; nil after a failure, which may
@@ -225,5 +303,9 @@ struct StageSource: UploadSource {
       throw StageFailure(code: EIO)
     }
     return bytes
+  }
+
+  func link(to path: String) -> Bool {
+    stage.link(to: path)
   }
 }

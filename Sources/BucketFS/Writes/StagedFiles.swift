@@ -43,6 +43,18 @@ final class StagedFile: Sendable {
     /// Every write handle closed while readers remained: the last reader's
     /// close removes the stage.
     var removeWhenUnread = false
+    /// Every byte was written in order from 0 since the file was last empty:
+    /// it may stream (``WriteStream``).
+    var sequential = false
+    var stream: WriteStream?
+
+    /// What the sidecar says of the file.
+    func record(uploaded: Bool) -> StageRecord {
+      StageRecord(
+        key: key, baseGeneration: baseGeneration, uploaded: uploaded,
+        fields: Dictionary(uniqueKeysWithValues: attributes.fields.map { ($0.key.rawValue, $0.value) }),
+        custom: attributes.custom, parts: stream?.upload.prefix)
+    }
   }
   let state: Mutex<State>
   /// Orders the work on the stage's bytes and sidecar (writes, resizes,
@@ -56,12 +68,7 @@ final class StagedFile: Sendable {
   }
 
   var record: StageRecord {
-    state.withLock { s in
-      StageRecord(
-        key: s.key, baseGeneration: s.baseGeneration, uploaded: s.recordUploaded,
-        fields: Dictionary(uniqueKeysWithValues: s.attributes.fields.map { ($0.key.rawValue, $0.value) }),
-        custom: s.attributes.custom)
-    }
+    state.withLock { $0.record(uploaded: $0.recordUploaded) }
   }
 }
 

@@ -66,14 +66,24 @@ extension Staging {
 
   /// The bytes of a loaded stage, for any handle of the inode; nil when the
   /// inode is not staged or its bytes are still the object's.
-  func bytes(inode: UInt64, handle: UInt64, offset: UInt64, size: Int) throws -> [ByteBuffer]? {
-    guard let (staged, total) = loaded(inode: inode, handle: handle) else { return nil }
-    guard offset < total, size > 0 else { return [] }
-    let count = Int(min(UInt64(size), total - offset))
-    do {
-      return [try staged.stage.read(at: Int64(offset), count: count)]
-    } catch {
-      throw Errno(error.code)
+  /// A streaming file's bytes that left the stage are brought back first;
+  /// a read that raced their leaving is made again.
+  func bytes(inode: UInt64, handle: UInt64, offset: UInt64, size: Int) async throws -> [ByteBuffer]? {
+    while true {
+      guard let (staged, total) = loaded(inode: inode, handle: handle) else { return nil }
+      guard offset < total, size > 0 else { return [] }
+      let count = Int(min(UInt64(size), total - offset))
+      let range = Int64(offset)..<Int64(offset) + Int64(count)
+      if try await bringBackIfGone(staged, range) { continue }
+      let bytes: ByteBuffer
+      do {
+        bytes = try staged.stage.read(at: Int64(offset), count: count)
+      } catch {
+        throw Errno(error.code)
+      }
+      // Bytes are marked gone before they are punched: unmarked now, they were there.
+      if staged.state.withLock({ $0.stream?.gone(range) ?? false }) { continue }
+      return [bytes]
     }
   }
 
@@ -146,6 +156,7 @@ extension Staging {
     let (key, dirty, unlinked, poisoned, uploadedOnce) = closed.state.withLock {
       ($0.key, $0.dirty, $0.unlinked, $0.poisoned, $0.baseGeneration != 0)
     }
+    if unlinked || poisoned != nil { dropStream(closed) }
     let localFault = poisoned != nil && poisoned != .stale
     if dirty && !unlinked && !localFault {
       logger.error(

@@ -22,6 +22,10 @@ final class Staging: Sendable {
   /// Entries of `registry` (staged files and readers of stages): at 0 the
   /// lookups of handles and inodes skip its lock.
   let count = Atomic<Int>(0)
+  /// Numbers the files' streams (``WriteStream``) and background tasks.
+  let streamIDs = Atomic<UInt64>(0)
+  /// Deletes of parts a close or a combine no longer needs (``inBackground(_:)``).
+  let background = Mutex<[UInt64: Task<Void, Never>]>([:])
   private let stages = Mutex<StageDirectory?>(nil)
   /// The calls that write the stages' bytes.
   let stageFiles: any StageFiles
@@ -103,7 +107,6 @@ final class Staging: Sendable {
       throw Errno(error.code)
     }
   }
-
 
   /// Metadata of an object that exists only in a stage, for stat's facts.
   static func placeholder(key: String, bucket: String) -> ObjectMetadata {

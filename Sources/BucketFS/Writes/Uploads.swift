@@ -99,9 +99,20 @@ extension Staging {
       guard let (key, generation, attributes, size) = snapshot else { return }
       let uploaded: ObjectMetadata
       do {
-        uploaded = try await store.upload(
-          key, from: StageSource(stage: staged.stage, size: Int64(size)), attributes: attributes,
-          ifGenerationMatch: generation)
+        if let streamed = try await commitStream(
+          staged, key: key, generation: generation, attributes: attributes, size: size)
+        {
+          uploaded = streamed
+        } else {
+          uploaded = try await store.upload(
+            key, from: StageSource(stage: staged.stage, size: Int64(size)), attributes: attributes,
+            ifGenerationMatch: generation)
+        }
+      } catch let failure as Errno {
+        // The stream's own: already logged and recorded.
+        throw failure
+      } catch let failure as FileSystemError {
+        throw failure
       } catch StorageError.preconditionFailed {
         staged.state.withLock { $0.poisoned = .stale }
         logger.error(

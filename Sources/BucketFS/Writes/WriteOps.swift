@@ -47,7 +47,7 @@ extension Staging {
       inode: inode, stage: stage,
       state: StagedFile.State(
         key: key, baseGeneration: 0, base: nil, attributes: attributes, inferred: inferred, size: 0,
-        loaded: true, dirty: true, handles: 1, modified: .wholeSecondsNow()))
+        loaded: true, dirty: true, handles: 1, modified: .wholeSecondsNow(), sequential: true))
     let failure = stage.writeRecord(staged.record)
     if failure != 0 {
       stage.remove()
@@ -100,8 +100,9 @@ extension Staging {
         key: node.key, baseGeneration: base.generation, base: base, attributes: ObjectAttributes(of: base),
         inferred: inferred, size: emptied ? 0 : UInt64(base.size), loaded: emptied,
         dirty: truncated, handles: 1,
-        modified: truncated ? .wholeSecondsNow() : FileFacts(base).modified ?? RFC3339.parse(base.timeCreated)
-      ))
+        modified: truncated
+          ? .wholeSecondsNow() : FileFacts(base).modified ?? RFC3339.parse(base.timeCreated),
+        sequential: emptied))
     if truncated {
       let failure = stage.writeRecord(staged.record)
       if failure != 0 {
@@ -176,6 +177,7 @@ extension Staging {
       if let answer = unstagedWrite(key, offset: offset, count: data.count) { return try answer.get() }
       if !covered { try await load(staged) }
       try markDirty(staged)
+      try await streamBeforeWrite(staged, offset: offset, count: data.count)
       let code = data.withUnsafeBytes { staged.stage.write($0, at: offset) }
       try staged.state.withLock { s in
         // A local failure poisons the file: its stage may hold part of the
@@ -189,6 +191,7 @@ extension Staging {
         s.modified = .wholeSecondsNow()
         s.mtimeSet = false
       }
+      try streamAfterWrite(staged)
       return data.count
     }
   }
@@ -213,10 +216,7 @@ extension Staging {
   func markDirty(_ staged: StagedFile) throws {
     let record = staged.state.withLock { s -> StageRecord? in
       guard !s.dirty || s.recordUploaded else { return nil }
-      return StageRecord(
-        key: s.key, baseGeneration: s.baseGeneration, uploaded: false,
-        fields: Dictionary(uniqueKeysWithValues: s.attributes.fields.map { ($0.key.rawValue, $0.value) }),
-        custom: s.attributes.custom)
+      return s.record(uploaded: false)
     }
     guard let record else { return }
     let code = staged.stage.writeRecord(record)
@@ -265,6 +265,8 @@ extension Staging {
       // Nothing changes, nothing to upload.
       if loaded && current == size { return }
       if !loaded && size > 0 { try await load(staged, upTo: min(size, current)) }
+      // A stream's bytes come back for any size but 0, which drops them.
+      try await endStream(staged, bringBack: size > 0)
       try markDirty(staged)
       let code = staged.stage.truncate(to: size)
       try staged.state.withLock { s in
@@ -274,6 +276,7 @@ extension Staging {
         }
         s.loaded = true
         s.size = size
+        s.sequential = size == 0
         s.modified = .wholeSecondsNow()
         s.mtimeSet = false
       }

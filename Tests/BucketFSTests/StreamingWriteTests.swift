@@ -1,0 +1,283 @@
+import AsyncHTTPClient
+import CloudStorage
+import FUSE
+import Foundation
+import NIOCore
+import ObjectStore
+import ServiceAccess
+import StorageFake
+import XCTest
+
+@testable import BucketFS
+
+#if canImport(FoundationEssentials)
+  import FoundationEssentials
+#endif
+
+#if canImport(Glibc)
+  import Glibc
+#endif
+
+/// Streaming writes (docs/SEMANTICS.md#writes-streaming) over the real HTTP
+/// client and the fake service: composite above 1 MiB in parts of 256 KiB,
+/// 2 at once, and a stage bound of 1 MiB, so a file of a few MiB streams.
+final class StreamingWriteTests: XCTestCase {
+  var server: FakeStorageServer!
+  var http: HTTPClient!
+  var fs: BucketFileSystem!
+  var stages: String!
+  let bound: Int64 = 1 << 20
+
+  override func setUp() async throws {
+    server = FakeStorageServer(bucket: "demo")
+    try await server.start()
+    var retry = RetryPolicy()
+    retry.initialBackoff = 0.01
+    retry.maxBackoff = 0.05
+    retry.attemptTimeout = 60
+    retry.deadline = 60
+    http = CloudStorageClient.makeHTTPClient(retry: retry)
+    let client = CloudStorageClient(
+      bucket: "demo", endpoint: try Endpoint(server.endpoint), http: http, tokens: nil, retry: retry,
+      uploads: try UploadPolicy(
+        threshold: 256 << 10, chunkSize: 256 << 10, compositeThreshold: 1 << 20, partSize: 256 << 10,
+        parallelParts: 2),
+      logger: quietLogger)
+    stages = makeStageDirectory()
+    fs = makeWritingFileSystem(client, stageDirectory: stages, streamDiskLimit: bound)
+  }
+
+  override func tearDown() async throws {
+    try await http?.shutdown()
+    try await server?.stop()
+  }
+
+  /// Bytes that differ at every offset of interest.
+  private func pattern(_ count: Int, seed: Int = 7) -> [UInt8] {
+    (0..<count).map { UInt8(truncatingIfNeeded: ($0 &* 31) ^ ($0 >> 9) &+ seed) }
+  }
+
+  private var parts: [String] { server.store.names.filter { $0.hasPrefix(UploadPolicy.partDirectory) } }
+
+  /// Writes `data` at `offset` in 128 KiB writes, as the kernel sends a large write.
+  private func write(_ inode: UInt64, _ handle: UInt64, _ data: [UInt8], at offset: Int) async throws {
+    var done = 0
+    while done < data.count {
+      let end = min(done + (128 << 10), data.count)
+      let written = try await fs.writeBytes(inode, handle, at: UInt64(offset + done), Array(data[done..<end]))
+      XCTAssertEqual(written, end - done)
+      done = end
+    }
+  }
+
+  /// The disk the stage files take (allocated blocks, holes not counted).
+  private var stageDisk: Int64 {
+    filesIn(stages).filter { !$0.hasSuffix(".json") }.reduce(0) { total, name in
+      var info = stat()
+      return total + (stat(stages + "/" + name, &info) == 0 ? Int64(info.st_blocks) * 512 : 0)
+    }
+  }
+
+  /// Parts are deleted apart from the close that composed them: bounded wait.
+  private func waitForNoParts() async throws {
+    await fs.staging.settleBackground()
+    for _ in 0..<200 where !parts.isEmpty { try await Task.sleep(for: .milliseconds(20)) }
+    XCTAssertEqual(parts, [])
+  }
+
+  func testPartsGoUpWhileTheFileIsWrittenAndLeaveTheStage() async throws {
+    let data = pattern(6 << 20)
+    let (inode, handle) = try await fs.createFile("big.bin")
+    var peak: Int64 = 0
+    for start in stride(from: 0, to: data.count, by: 512 << 10) {
+      try await write(inode, handle, Array(data[start..<min(start + (512 << 10), data.count)]), at: start)
+      peak = max(peak, stageDisk)
+    }
+    XCTAssertLessThanOrEqual(peak, bound + (128 << 10), "the stage holds the bound (and one write) at most")
+    // Writes waited for room: all but the bound's worth are stored before close.
+    let stored = server.requests(.uploadChunk).count
+    XCTAssertGreaterThanOrEqual(stored, Int((Int64(data.count) - bound) >> 18) - 1)
+    XCTAssertNil(server.store.object("big.bin"), "no object before close")
+    try await fs.close(inode, handle)
+    XCTAssertEqual(server.store.data("big.bin"), data)
+    let composes = server.requests(.compose).filter { $0.objectName == "big.bin" }
+    XCTAssertEqual(composes.count, 1, "24 parts: one compose of the object")
+    XCTAssertEqual(composes.first?.query["ifGenerationMatch"], "0")
+    try await waitForNoParts()
+  }
+
+  func testEach8StoredPartsAreCombinedSoTheCloseComposesFewSources() async throws {
+    let data = pattern(10 << 20)  // 40 parts
+    let (inode, handle) = try await fs.createFile("long.bin")
+    try await write(inode, handle, data, at: 0)
+    try await fs.close(inode, handle)
+    XCTAssertEqual(server.store.data("long.bin"), data)
+    let composes = server.requests(.compose)
+    XCTAssertEqual(
+      composes.count, 6, "5 groups of 8 parts combined while written, then the close's one compose")
+    let final = try XCTUnwrap(composes.last)
+    XCTAssertEqual(final.objectName, "long.bin")
+    let body = try JSONSerialization.jsonObject(with: Data(final.body)) as? [String: Any]
+    XCTAssertEqual((body?["sourceObjects"] as? [Any])?.count, 5, "the 5 combined parts")
+    XCTAssertEqual(server.store.componentCount("long.bin"), 40)
+    try await waitForNoParts()
+  }
+
+  func testASmallFileAndOneBelowTheThresholdAreUnchanged() async throws {
+    let small = pattern(100 << 10)
+    let (i1, h1) = try await fs.createFile("small.bin")
+    try await write(i1, h1, small, at: 0)
+    try await fs.close(i1, h1)
+    let medium = pattern(600 << 10)
+    let (i2, h2) = try await fs.createFile("medium.bin")
+    try await write(i2, h2, medium, at: 0)
+    try await fs.close(i2, h2)
+    XCTAssertEqual(server.store.data("small.bin"), small)
+    XCTAssertEqual(server.store.data("medium.bin"), medium)
+    XCTAssertEqual(server.requests(.compose).count, 0)
+    XCTAssertNotNil(server.store.object("medium.bin")?.md5Hash, "not a composite")
+  }
+
+  func testAWriteBehindTheStreamBringsTheBytesBack() async throws {
+    var data = pattern(4 << 20)
+    let (inode, handle) = try await fs.createFile("f.bin")
+    try await write(inode, handle, data, at: 0)
+    XCTAssertFalse(parts.isEmpty)
+    let patch = [UInt8](repeating: 0xAB, count: 5000)
+    try await write(inode, handle, patch, at: 100_000)
+    data.replaceSubrange(100_000..<105_000, with: patch)
+    let more = pattern(1 << 20, seed: 3)
+    try await write(inode, handle, more, at: data.count)
+    data += more
+    try await fs.close(inode, handle)
+    XCTAssertEqual(server.store.data("f.bin"), data)
+    try await waitForNoParts()
+  }
+
+  func testTruncatingDownThenUpKeepsExactlyTheBytes() async throws {
+    let data = pattern(4 << 20)
+    let (inode, handle) = try await fs.createFile("t.bin")
+    try await write(inode, handle, data, at: 0)
+    _ = try await fs.setattr(inode: inode, handle: handle, changes: AttributeChanges(size: 3_000_001))
+    _ = try await fs.setattr(inode: inode, handle: handle, changes: AttributeChanges(size: 3_500_000))
+    let expected = Array(data[0..<3_000_001]) + [UInt8](repeating: 0, count: 499_999)
+    let staged = try await fs.readAll(inode, handle)
+    XCTAssertEqual(staged, expected)
+    try await fs.close(inode, handle)
+    XCTAssertEqual(server.store.data("t.bin"), expected)
+    try await waitForNoParts()
+  }
+
+  func testTruncatingToZeroDropsTheStreamAndStartsAgain() async throws {
+    let (inode, handle) = try await fs.createFile("z.bin")
+    try await write(inode, handle, pattern(3 << 20), at: 0)
+    _ = try await fs.setattr(inode: inode, handle: handle, changes: AttributeChanges(size: 0))
+    let data = pattern(3 << 20, seed: 9)
+    try await write(inode, handle, data, at: 0)
+    try await fs.close(inode, handle)
+    XCTAssertEqual(server.store.data("z.bin"), data)
+    try await waitForNoParts()
+  }
+
+  func testReadingAnUploadedPartGivesTheBytesWritten() async throws {
+    var data = pattern(4 << 20)
+    let (inode, handle) = try await fs.createFile("r.bin")
+    try await write(inode, handle, data, at: 0)
+    let read = try await fs.read(inode: inode, handle: handle, offset: 0, size: 65536)
+    XCTAssertEqual(read.flatMap { Array($0.readableBytesView) }, Array(data[0..<65536]))
+    let whole = try await fs.readAll(inode, handle)
+    XCTAssertEqual(whole, data)
+    let more = pattern(2 << 20, seed: 5)
+    try await write(inode, handle, more, at: data.count)
+    data += more
+    try await fs.close(inode, handle)
+    XCTAssertEqual(server.store.data("r.bin"), data)
+    try await waitForNoParts()
+  }
+
+  func testTwoHandlesSeeAndStoreExactlyWhatWasWritten() async throws {
+    var data = pattern(3 << 20)
+    let (inode, first) = try await fs.createFile("two.bin")
+    try await write(inode, first, data, at: 0)
+    let second = try await fs.open(inode: inode, flags: O_RDWR).handle
+    // Appending through the other handle continues the stream.
+    let tail = pattern(1 << 20, seed: 11)
+    try await write(inode, second, tail, at: data.count)
+    data += tail
+    let seen = try await fs.readAll(inode, second)
+    XCTAssertEqual(seen, data)
+    try await write(inode, second, Array("X".utf8), at: 10)
+    data[10] = UInt8(ascii: "X")
+    let more = pattern(1 << 20, seed: 13)
+    try await write(inode, first, more, at: data.count)
+    data += more
+    try await fs.close(inode, second)
+    try await fs.close(inode, first)
+    XCTAssertEqual(server.store.data("two.bin"), data)
+    try await waitForNoParts()
+  }
+
+  func testAnObjectThatAppearedMeanwhileGivesESTALEAndNoPartsAreLeft() async throws {
+    let (inode, handle) = try await fs.createFile("race.bin")
+    try await write(inode, handle, pattern(4 << 20), at: 0)
+    XCTAssertFalse(parts.isEmpty)
+    server.store.put("race.bin", data: Array("theirs".utf8))
+    await XCTAssertErrno(.stale) { try await self.fs.flush(inode: inode, handle: handle) }
+    XCTAssertEqual(parts, [], "deleted before the close returns")
+    XCTAssertEqual(text(server.store.data("race.bin")), "theirs")
+    await XCTAssertErrno(.stale) { try await self.fs.flush(inode: inode, handle: handle) }
+    fs.release(inode: inode, handle: handle)
+  }
+
+  func testAnOverwriteComposesUnderTheOpenedGenerationWithItsMetadata() async throws {
+    let old = server.store.put(
+      "o.bin", data: [1, 2, 3], contentType: "text/x-big", custom: ["k": "v"])
+    let (inode, handle) = try await fs.openFile("o.bin", flags: O_WRONLY | O_TRUNC)
+    let data = pattern(3 << 20)
+    try await write(inode, handle, data, at: 0)
+    try await fs.close(inode, handle)
+    XCTAssertEqual(server.requests(.compose).last?.query["ifGenerationMatch"], String(old.generation))
+    XCTAssertEqual(server.store.data("o.bin"), data)
+    let meta = try XCTUnwrap(server.store.object("o.bin"))
+    XCTAssertEqual(meta.contentType, "text/x-big")
+    XCTAssertEqual(meta.custom["k"], "v")
+    XCTAssertNotNil(meta.custom[Staging.mtimeKey])
+    try await waitForNoParts()
+  }
+
+  func testFsyncStoresWhatWasWrittenAndLaterPartsComposeOntoIt() async throws {
+    let first = pattern(2_500_000)
+    let (inode, handle) = try await fs.createFile("sync.bin")
+    try await write(inode, handle, first, at: 0)
+    try await fs.fsync(inode: inode, handle: handle, dataOnly: false)
+    XCTAssertEqual(server.store.data("sync.bin"), first, "fsync: everything written so far is the object")
+    try await waitForNoParts()
+    let synced = try XCTUnwrap(server.store.object("sync.bin"))
+    let second = pattern(2 << 20, seed: 17)
+    try await write(inode, handle, second, at: first.count)
+    XCTAssertEqual(server.store.data("sync.bin"), first, "later bytes only at the next commit")
+    try await fs.close(inode, handle)
+    XCTAssertEqual(server.store.data("sync.bin"), first + second)
+    XCTAssertEqual(server.requests(.compose).last?.query["ifGenerationMatch"], String(synced.generation))
+    try await waitForNoParts()
+  }
+
+  func testAnUnlinkedStreamingFileLeavesNoParts() async throws {
+    let (inode, handle) = try await fs.createFile("gone.bin")
+    try await write(inode, handle, pattern(3 << 20), at: 0)
+    XCTAssertFalse(parts.isEmpty)
+    let root = try await fs.inode(at: "")
+    try await fs.unlink(parent: root, name: "gone.bin")
+    try await fs.close(inode, handle)
+    try await waitForNoParts()
+    XCTAssertNil(server.store.object("gone.bin"))
+  }
+
+  func testCRC32CCombinesAsTheServiceComposes() {
+    let a = pattern(1000)
+    let b = pattern(777, seed: 2)
+    let crc = { (bytes: [UInt8]) in bytes.withUnsafeBytes { CRC32C.update(0, $0) } }
+    XCTAssertEqual(CRC32C.combine(crc(a), crc(b), lengthB: Int64(b.count)), crc(a + b))
+    XCTAssertEqual(CRC32C.combine(crc(a), crc([]), lengthB: 0), crc(a))
+  }
+}
