@@ -12,7 +12,7 @@ import stat
 import subprocess
 
 import fakegcs as F
-from conftest import run
+from conftest import deviates, run
 
 MODE = "goog-reserved-posix-mode"
 UID = "goog-reserved-posix-uid"
@@ -78,6 +78,45 @@ def test_chmod_chown_and_create_mode_persist(client, bucket, mount):
     assert (stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid) == (0o750, 4321, 5432)
     assert stat.S_IMODE(os.stat(again.p("d", "secret")).st_mode) == 0o700
     assert stat.S_IMODE(os.stat(again.p("d")).st_mode) == 0o701
+
+
+def test_cold_ls_l_takes_subdirectory_modes_from_the_listing(client, bucket, mount):
+    """The parent's listing asks includeTrailingDelimiter, so each
+    subdirectory's placeholder (or its absence) comes with it: a cold `ls -l`
+    sends no metadata GET (docs/SEMANTICS.md#attributes-modes)."""
+    client.upload(bucket, F.Obj("a/", b"", metadata={MODE: "700"}))
+    client.upload(bucket, F.Obj("a/f", b"x"))
+    client.upload(bucket, F.Obj("b/", b""))
+    client.upload(bucket, F.Obj("c/f", b"x"))
+    m = mount(bucket)
+    m.proxy.settle()
+    m.proxy.reset()
+    # The mount's root: no lookup (and no walk of it) before its listing.
+    lines = run(["ls", "-l", m.path]).stdout.splitlines()[1:]
+    shown = {line.split()[-1]: line.split()[0] for line in lines}
+    assert shown == {"a": "drwx------", "b": "drwxr-xr-x", "c": "drwxr-xr-x"}, lines
+    m.proxy.settle()
+    counts = m.proxy.counts()
+    assert counts["metadata"] == 0, m.describe()
+    lists = m.proxy.records("list")
+    assert len(lists) == 1, m.describe()
+    assert lists[0].params.get("includeTrailingDelimiter") == ["true"], str(lists[0])
+
+
+@deviates("fake-gcs-server", "includeTrailingDelimiter with paging: placeholders and prefixes come again "
+          "on later pages and the page token loops (tests/EMULATOR-NOTES.md)")
+def test_paged_listing_of_subdirectories_with_placeholders(client, bucket, mount):
+    names = [f"d{i}" for i in range(5)]
+    for i, name in enumerate(names):
+        client.upload(bucket, F.Obj(name + "/", b"", metadata={MODE: "700"} if i % 2 else {}))
+        client.upload(bucket, F.Obj(f"{name}/f", b"x"))
+        client.upload(bucket, F.Obj(f"f{i}", b"x"))
+    m = mount(bucket, "", "--page-size", "2")
+    lines = run(["ls", "-l", m.path]).stdout.splitlines()[1:]
+    shown = sorted((line.split()[-1], line.split()[0]) for line in lines)
+    want = sorted([(f"f{i}", "-rw-r--r--") for i in range(5)]
+                  + [(n, "drwx------" if i % 2 else "drwxr-xr-x") for i, n in enumerate(names)])
+    assert shown == want, lines
 
 
 def make_tree(root) -> None:

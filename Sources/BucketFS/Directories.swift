@@ -65,7 +65,7 @@ final class Directories: Sendable {
     let diagnostics = self.diagnostics
     let stream = DirectoryStream(
       prefix: key, store: store, pageSize: configuration.pageSize, clock: clock, listed: listed,
-      onConflict: { diagnostics.warnConflict($0) })
+      placeholders: configuration.posixAttributes, onConflict: { diagnostics.warnConflict($0) })
     let handle = handles.next()
     let inFlight = staging.inFlight(in: key)
     streams.withLock { $0[handle] = Handle(stream: stream, inFlight: inFlight, walked: walked) }

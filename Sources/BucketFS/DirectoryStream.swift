@@ -1,5 +1,14 @@
 import ObjectStore
 
+extension ObjectMetadata {
+  /// What a listing shows of directory `key` that has no placeholder:
+  /// generation 0, no keys (its stat shows the mount's defaults).
+  static func noPlaceholder(_ key: String) -> ObjectMetadata {
+    ObjectMetadata(
+      bucket: "", name: key, size: 0, generation: 0, metageneration: 0, timeCreated: "", updated: "")
+  }
+}
+
 /// One entry of a directory listing.
 struct ListedEntry: Sendable {
   let name: String
@@ -22,6 +31,10 @@ actor DirectoryStream {
   let prefix: String
   private let store: any ObjectStore
   private let pageSize: Int
+  /// Lists with includeTrailingDelimiter: each subdirectory's placeholder
+  /// comes with its prefix, so its stored mode and owner (or that it has
+  /// none) are known from the listing (docs/SEMANTICS.md#attributes-modes).
+  private let placeholders: Bool
   private let onConflict: @Sendable (String) -> Void
   private let clock: @Sendable () -> Double
 
@@ -33,6 +46,9 @@ actor DirectoryStream {
   /// Files that may yet turn out to be shadowed by a directory of the same
   /// name on a later page (the directory wins, docs/SEMANTICS.md#listing-conflicts).
   private var deferred: [ListedEntry] = []
+  /// Placeholders that came at the end of a page without their prefix (the
+  /// service puts both on one page, but its reference does not promise it).
+  private var unmatched: [String: ObjectMetadata] = [:]
   /// Pages fetched since the start, and the next one when already under way.
   private var pagesFetched = 0
   private var prefetch: Task<DatedPage, any Error>?
@@ -51,12 +67,13 @@ actor DirectoryStream {
   /// made it); a rewind lists again.
   init(
     prefix: String, store: any ObjectStore, pageSize: Int, clock: @escaping @Sendable () -> Double,
-    listed: [ListedEntry]? = nil,
+    listed: [ListedEntry]? = nil, placeholders: Bool = true,
     onConflict: @escaping @Sendable (String) -> Void
   ) {
     self.prefix = prefix
     self.store = store
     self.pageSize = pageSize
+    self.placeholders = placeholders
     self.clock = clock
     self.onConflict = onConflict
     if let listed {
@@ -99,6 +116,7 @@ actor DirectoryStream {
     nextPageToken = nil
     started = false
     deferred = []
+    unmatched = [:]
     tokens = []
   }
 
@@ -164,18 +182,22 @@ actor DirectoryStream {
 
   /// Holds the stream weakly, so that dropping it cancels the prefetch.
   private func lister() -> @Sendable (String?, Int) async throws -> DatedPage {
-    let (store, prefix, pageSize, pass, clock) = (
-      self.store, self.prefix, self.pageSize, self.pass, self.clock
+    let (store, prefix, pageSize, pass, clock, trailing) = (
+      self.store, self.prefix, self.pageSize, self.pass, self.clock, self.placeholders
     )
     let stream = WeakStream(self)
     return { token, number in
       // The first page's token is never used early (goal: one call for a reader that stops there).
       guard number >= 2 else {
-        let page = try await store.list(prefix: prefix, delimiter: "/", pageSize: pageSize, pageToken: token)
+        let page = try await store.list(
+          prefix: prefix, delimiter: "/", includeTrailingDelimiter: trailing, pageSize: pageSize,
+          pageToken: token)
         return DatedPage(page: page, answeredAt: clock())
       }
-      let page = try await store.list(prefix: prefix, delimiter: "/", pageSize: pageSize, pageToken: token) {
-        next in
+      let page = try await store.list(
+        prefix: prefix, delimiter: "/", includeTrailingDelimiter: trailing, pageSize: pageSize,
+        pageToken: token
+      ) { next in
         Task { await stream.value?.tokenArrived(next, page: number, pass: pass) }
       }
       return DatedPage(page: page, answeredAt: clock())
@@ -189,17 +211,31 @@ actor DirectoryStream {
 
   /// Turns a page into entries in the service's order: invalid names and the
   /// directory's own placeholder dropped, files shadowed by a directory dropped.
+  /// Subdirectories' placeholders (items ending in `/`) are never files: they
+  /// are the metadata of their directory's entry.
   private func absorb(_ page: ListPage, answeredAt: Double) -> [ListedEntry] {
     let hasMore = page.nextPageToken != nil
     let lastKey = [page.items.last?.name, page.prefixes.last].compactMap { $0 }.max(by: Names.precedes)
+    var found = unmatched
+    unmatched = [:]
+    if placeholders {
+      for item in page.items where Names.directoryComponent(listed: item.name, under: prefix) != nil {
+        found[item.name] = item
+      }
+    }
     var directories: [ListedEntry] = []
     var names = Set<ObjectKey>()
     for listed in page.prefixes {
       guard let name = Names.directoryComponent(listed: listed, under: prefix) else { continue }
       names.insert(ObjectKey(name))
       directories.append(
-        ListedEntry(name: String(name), kind: .directory, key: listed, metadata: nil, answeredAt: answeredAt))
+        ListedEntry(
+          name: String(name), kind: .directory, key: listed,
+          metadata: placeholder(of: listed, in: &found, hasMore: hasMore, lastKey: lastKey),
+          answeredAt: answeredAt))
     }
+    // Only a placeholder at the page's end can be waiting for its prefix.
+    if hasMore, let lastKey { unmatched = found.filter { !Names.precedes($0.key, lastKey) } }
     var files: [ListedEntry] = []
     let carried = deferred
     deferred = []
@@ -231,6 +267,22 @@ actor DirectoryStream {
       }
     }
     return result
+  }
+
+  /// A subdirectory's placeholder from the page; one of generation 0 when
+  /// the listing shows it has none; nil when not known (not asked for, or
+  /// the page ends with the prefix: then stat reads it).
+  private func placeholder(
+    of listed: String, in found: inout [String: ObjectMetadata], hasMore: Bool, lastKey: String?
+  ) -> ObjectMetadata? {
+    guard placeholders else { return nil }
+    if let item = found.removeValue(forKey: listed) { return item }
+    // The service pages one sequence of items and prefixes in name order
+    // (maxResults counts both), and a placeholder sorts first under its
+    // prefix: anything listed after the prefix, or the listing's end, means
+    // there is none. Only at the page's end could it still come next.
+    guard !hasMore || lastKey.map({ Names.precedes(listed, $0) }) == true else { return nil }
+    return .noPlaceholder(listed)
   }
 
   /// Whether a file is shown now; a file whose directory twin could still

@@ -163,8 +163,10 @@ struct InodeTable: Sendable {
       }
     } else if kind == .directory {
       node.fetchedAt = now
-      // A directory's facts are its placeholder's (a flat listing shows it, or its absence).
-      if let facts { node.facts = facts }
+      // A directory's facts are its placeholder's (a listing shows it, or its
+      // absence); a page sent before a chmod answered never undoes it.
+      let late = metadata.map { $0.generation != 0 && Self.isOlder($0, than: node.facts) } ?? false
+      if let facts, !late { node.facts = facts }
     }
     self[inode] = node
     return inode

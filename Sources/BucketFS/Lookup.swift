@@ -166,9 +166,7 @@ final class Lookups: Sendable {
     guard let item else { return nil }
     if Names.same(item.name, directoryKey) { return item }
     guard flat else { return nil }
-    return ObjectMetadata(
-      bucket: item.bucket, name: directoryKey, size: 0, generation: 0, metageneration: 0, timeCreated: "",
-      updated: "")
+    return .noPlaceholder(directoryKey)
   }
 
   /// The directory wins over an object of the same name.
@@ -215,6 +213,7 @@ final class Lookups: Sendable {
     // older than a negative answer may be remembered.
     let maxAge = min(configuration.metadataTTL, configuration.negativeTTL)
     let (store, pageSize, clock) = (self.store, configuration.pageSize, self.clock)
+    let trailing = configuration.posixAttributes
     return bursts.withLock { bursts in
       var burst = bursts[ObjectKey(parentKey), default: Burst()]
       burst.inFlight += 1
@@ -222,8 +221,10 @@ final class Lookups: Sendable {
       if burst.page == nil, burst.inFlight >= Self.burstSize {
         burst.pageAskedAt = now
         burst.page = Task {
+          // With the subdirectories' placeholders: their stored modes come free.
           let page = try await store.list(
-            prefix: parentKey, delimiter: "/", pageSize: pageSize, pageToken: nil)
+            prefix: parentKey, delimiter: "/", includeTrailingDelimiter: trailing, pageSize: pageSize,
+            pageToken: nil)
           return DatedPage(page: page, answeredAt: clock())
         }
       }
@@ -240,6 +241,15 @@ final class Lookups: Sendable {
     }
   }
 
+  /// The directory's placeholder as the page (asked with
+  /// includeTrailingDelimiter, one that tells) shows it: the item, or one of
+  /// generation 0 when it has none; the page lists past the prefix (resolve).
+  private func placeholder(_ directoryKey: String, in page: ListPage) -> ObjectMetadata? {
+    guard configuration.posixAttributes else { return nil }
+    if let item = page.items.first(where: { Names.same($0.name, directoryKey) }) { return item }
+    return .noPlaceholder(directoryKey)
+  }
+
   /// The answer to a lookup from the first page of its directory's listing,
   /// when that page is enough to tell; nil when the name may be further on.
   private func resolve(fileKey: String, directoryKey: String, from answered: DatedPage) -> Entry? {
@@ -252,7 +262,8 @@ final class Lookups: Sendable {
     let metadata = page.items.first { Names.same($0.name, fileKey) }
     if page.prefixes.contains(where: { Names.same($0, directoryKey) }) {
       if metadata != nil { diagnostics.warnConflict(fileKey) }
-      return entries.directory(nodes.rememberDirectory(directoryKey, at: now))
+      return entries.directory(
+        nodes.rememberDirectory(directoryKey, at: now, placeholder: placeholder(directoryKey, in: page)))
     }
     guard let metadata else { return .negative(timeout: configuration.negativeTTL) }
     return entries.object(fileKey, metadata, at: now)

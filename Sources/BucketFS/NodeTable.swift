@@ -93,10 +93,7 @@ final class NodeTable: Sendable {
   func notePlaceholder(inode: UInt64, _ placeholder: ObjectMetadata?, at now: Double) -> FileFacts {
     withLock { table in
       let key = table[inode]?.key ?? ""
-      let facts = FileFacts(
-        placeholder
-          ?? ObjectMetadata(
-            bucket: "", name: key, size: 0, generation: 0, metageneration: 0, timeCreated: "", updated: ""))
+      let facts = FileFacts(placeholder ?? .noPlaceholder(key))
       if table[inode]?.kind == .directory {
         table[inode]?.facts = facts
         table[inode]?.fetchedAt = now

@@ -58,10 +58,7 @@ struct TreeListing {
           // Either way its stored mode and owner are known (PosixAttributes.swift).
           let placeholder =
             end == bytes.endIndex
-            ? item
-            : ObjectMetadata(
-              bucket: item.bucket, name: key, size: 0, generation: 0, metageneration: 0, timeCreated: "",
-              updated: "")
+            ? item : .noPlaceholder(key)
           stack[parent].entries.append(
             ListedEntry(
               name: String(component), kind: .directory, key: key, metadata: placeholder,

@@ -75,35 +75,40 @@ public final class CloudStorageClient: ObjectStore {
 
   // MARK: - ObjectStore
 
-  public func list(prefix: String, delimiter: String?, pageSize: Int, pageToken: String?) async throws
-    -> ListPage
-  {
-    try await list(prefix, delimiter, pageSize, pageToken, nextPageToken: nil)
+  public func list(
+    prefix: String, delimiter: String?, includeTrailingDelimiter: Bool, pageSize: Int, pageToken: String?
+  ) async throws -> ListPage {
+    try await list(prefix, delimiter, includeTrailingDelimiter, pageSize, pageToken, nextPageToken: nil)
   }
 
   /// The token is picked out of the body before the page is decoded (a scan
   /// that skips the items, a fraction of the decode): a reader paging through
   /// a directory has its next request on the wire while this page is decoded.
   public func list(
-    prefix: String, delimiter: String?, pageSize: Int, pageToken: String?,
+    prefix: String, delimiter: String?, includeTrailingDelimiter: Bool, pageSize: Int, pageToken: String?,
     nextPageToken: @escaping @Sendable (String) -> Void
   ) async throws -> ListPage {
-    try await list(prefix, delimiter, pageSize, pageToken, nextPageToken: nextPageToken)
+    try await list(
+      prefix, delimiter, includeTrailingDelimiter, pageSize, pageToken, nextPageToken: nextPageToken)
   }
 
   public func list(prefix: String, delimiter: String?, pageSize: Int, pageToken: String?, endOffset: String)
     async throws -> ListPage
   {
-    try await list(prefix, delimiter, pageSize, pageToken, endOffset: endOffset, nextPageToken: nil)
+    try await list(prefix, delimiter, false, pageSize, pageToken, endOffset: endOffset, nextPageToken: nil)
   }
 
   /// Without a taker for the token, no scan for it.
   private func list(
-    _ prefix: String, _ delimiter: String?, _ pageSize: Int, _ pageToken: String?, endOffset: String? = nil,
-    nextPageToken: (@Sendable (String) -> Void)?
+    _ prefix: String, _ delimiter: String?, _ includeTrailingDelimiter: Bool, _ pageSize: Int,
+    _ pageToken: String?, endOffset: String? = nil, nextPageToken: (@Sendable (String) -> Void)?
   ) async throws -> ListPage {
     var query = [("prefix", prefix), ("maxResults", String(pageSize)), ("fields", Fields.list)]
-    if let delimiter { query.append(("delimiter", delimiter)) }
+    if let delimiter {
+      query.append(("delimiter", delimiter))
+      // The placeholders of subdirectories come in `items` too, with their metadata.
+      if includeTrailingDelimiter { query.append(("includeTrailingDelimiter", "true")) }
+    }
     if let pageToken { query.append(("pageToken", pageToken)) }
     if let endOffset { query.append(("endOffset", endOffset)) }
     let body = try await send(

@@ -177,22 +177,23 @@ public final class CachingStore: ForwardingObjectStore {
     return object
   }
 
-  public func list(prefix: String, delimiter: String?, pageSize: Int, pageToken: String?) async throws
-    -> ListPage
-  {
+  public func list(
+    prefix: String, delimiter: String?, includeTrailingDelimiter: Bool, pageSize: Int, pageToken: String?
+  ) async throws -> ListPage {
     let page = try await inner.list(
-      prefix: prefix, delimiter: delimiter, pageSize: pageSize, pageToken: pageToken)
+      prefix: prefix, delimiter: delimiter, includeTrailingDelimiter: includeTrailingDelimiter,
+      pageSize: pageSize, pageToken: pageToken)
     for item in page.items { facts.learn(item) }
     return page
   }
 
   public func list(
-    prefix: String, delimiter: String?, pageSize: Int, pageToken: String?,
+    prefix: String, delimiter: String?, includeTrailingDelimiter: Bool, pageSize: Int, pageToken: String?,
     nextPageToken: @escaping @Sendable (String) -> Void
   ) async throws -> ListPage {
     let page = try await inner.list(
-      prefix: prefix, delimiter: delimiter, pageSize: pageSize, pageToken: pageToken,
-      nextPageToken: nextPageToken)
+      prefix: prefix, delimiter: delimiter, includeTrailingDelimiter: includeTrailingDelimiter,
+      pageSize: pageSize, pageToken: pageToken, nextPageToken: nextPageToken)
     for item in page.items { facts.learn(item) }
     return page
   }

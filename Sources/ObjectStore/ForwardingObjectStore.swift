@@ -20,10 +20,12 @@ import NIOCore
 /// }
 ///
 /// func list(
-///   prefix: String, delimiter: String?, pageSize: Int, pageToken: String?,
+///   prefix: String, delimiter: String?, includeTrailingDelimiter: Bool, pageSize: Int, pageToken: String?,
 ///   nextPageToken: @escaping @Sendable (String) -> Void
 /// ) async throws -> ListPage {
-///   let page = try await list(prefix: prefix, delimiter: delimiter, pageSize: pageSize, pageToken: pageToken)
+///   let page = try await list(
+///     prefix: prefix, delimiter: delimiter, includeTrailingDelimiter: includeTrailingDelimiter,
+///     pageSize: pageSize, pageToken: pageToken)
 ///   if let token = page.nextPageToken { nextPageToken(token) }
 ///   return page
 /// }
@@ -36,19 +38,21 @@ public protocol ForwardingObjectStore: ObjectStore {
 extension ForwardingObjectStore {
   public var bucket: String { inner.bucket }
 
-  public func list(prefix: String, delimiter: String?, pageSize: Int, pageToken: String?) async throws
-    -> ListPage
-  {
-    try await inner.list(prefix: prefix, delimiter: delimiter, pageSize: pageSize, pageToken: pageToken)
+  public func list(
+    prefix: String, delimiter: String?, includeTrailingDelimiter: Bool, pageSize: Int, pageToken: String?
+  ) async throws -> ListPage {
+    try await inner.list(
+      prefix: prefix, delimiter: delimiter, includeTrailingDelimiter: includeTrailingDelimiter,
+      pageSize: pageSize, pageToken: pageToken)
   }
 
   public func list(
-    prefix: String, delimiter: String?, pageSize: Int, pageToken: String?,
+    prefix: String, delimiter: String?, includeTrailingDelimiter: Bool, pageSize: Int, pageToken: String?,
     nextPageToken: @escaping @Sendable (String) -> Void
   ) async throws -> ListPage {
     try await inner.list(
-      prefix: prefix, delimiter: delimiter, pageSize: pageSize, pageToken: pageToken,
-      nextPageToken: nextPageToken)
+      prefix: prefix, delimiter: delimiter, includeTrailingDelimiter: includeTrailingDelimiter,
+      pageSize: pageSize, pageToken: pageToken, nextPageToken: nextPageToken)
   }
 
   public func list(prefix: String, delimiter: String?, pageSize: Int, pageToken: String?, endOffset: String)

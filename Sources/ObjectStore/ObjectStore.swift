@@ -9,16 +9,22 @@ public protocol ObjectStore: Sendable {
   /// The bucket's name, for `user.bucket` and messages.
   var bucket: String { get }
 
-  /// One page of objects and prefixes directly under `prefix`.
-  func list(prefix: String, delimiter: String?, pageSize: Int, pageToken: String?) async throws
-    -> ListPage
-
-  /// As ``list(prefix:delimiter:pageSize:pageToken:)``, and hands the page's
-  /// `nextPageToken` (when there is one) to `nextPageToken` as soon as it is
-  /// known, which may be before the page is decoded and returned: a reader
-  /// that wants the next page can ask for it without waiting for this one.
+  /// One page of objects and prefixes directly under `prefix`. With
+  /// `includeTrailingDelimiter` (the JSON API's parameter of that name, only
+  /// with a delimiter), an object whose name past the prefix ends in its
+  /// only delimiter (a placeholder `prefix/dir/`) is in `items` as well as
+  /// its prefix in `prefixes`, on the same page.
   func list(
-    prefix: String, delimiter: String?, pageSize: Int, pageToken: String?,
+    prefix: String, delimiter: String?, includeTrailingDelimiter: Bool, pageSize: Int, pageToken: String?
+  ) async throws -> ListPage
+
+  /// As ``list(prefix:delimiter:includeTrailingDelimiter:pageSize:pageToken:)``,
+  /// and hands the page's `nextPageToken` (when there is one) to
+  /// `nextPageToken` as soon as it is known, which may be before the page is
+  /// decoded and returned: a reader that wants the next page can ask for it
+  /// without waiting for this one.
+  func list(
+    prefix: String, delimiter: String?, includeTrailingDelimiter: Bool, pageSize: Int, pageToken: String?,
     nextPageToken: @escaping @Sendable (String) -> Void
   ) async throws -> ListPage
 
@@ -99,12 +105,32 @@ extension ObjectStore {
   }
 
   public func list(
+    prefix: String, delimiter: String?, includeTrailingDelimiter: Bool, pageSize: Int, pageToken: String?,
+    nextPageToken: @escaping @Sendable (String) -> Void
+  ) async throws -> ListPage {
+    let page = try await list(
+      prefix: prefix, delimiter: delimiter, includeTrailingDelimiter: includeTrailingDelimiter,
+      pageSize: pageSize, pageToken: pageToken)
+    if let token = page.nextPageToken { nextPageToken(token) }
+    return page
+  }
+
+  /// Without `includeTrailingDelimiter`: placeholders of subdirectories come as prefixes only.
+  public func list(prefix: String, delimiter: String?, pageSize: Int, pageToken: String?) async throws
+    -> ListPage
+  {
+    try await list(
+      prefix: prefix, delimiter: delimiter, includeTrailingDelimiter: false, pageSize: pageSize,
+      pageToken: pageToken)
+  }
+
+  public func list(
     prefix: String, delimiter: String?, pageSize: Int, pageToken: String?,
     nextPageToken: @escaping @Sendable (String) -> Void
   ) async throws -> ListPage {
-    let page = try await list(prefix: prefix, delimiter: delimiter, pageSize: pageSize, pageToken: pageToken)
-    if let token = page.nextPageToken { nextPageToken(token) }
-    return page
+    try await list(
+      prefix: prefix, delimiter: delimiter, includeTrailingDelimiter: false, pageSize: pageSize,
+      pageToken: pageToken, nextPageToken: nextPageToken)
   }
 
   public func read(_ name: String, generation: Int64, range: Range<Int64>, reusing spare: SpareBuffer)

@@ -48,9 +48,12 @@ final class HeldAnswerStore: ForwardingObjectStore, Sendable {
     return answer
   }
 
-  func list(prefix: String, delimiter: String?, pageSize: Int, pageToken: String?) async throws -> ListPage {
+  func list(
+    prefix: String, delimiter: String?, includeTrailingDelimiter: Bool, pageSize: Int, pageToken: String?
+  ) async throws -> ListPage {
     let page = try await base.list(
-      prefix: prefix, delimiter: delimiter, pageSize: pageSize, pageToken: pageToken)
+      prefix: prefix, delimiter: delimiter, includeTrailingDelimiter: includeTrailingDelimiter,
+      pageSize: pageSize, pageToken: pageToken)
     return await deliver(.list, page)
   }
 
@@ -64,10 +67,12 @@ final class HeldAnswerStore: ForwardingObjectStore, Sendable {
 
   /// Through the held list: the page's token too comes only once released.
   func list(
-    prefix: String, delimiter: String?, pageSize: Int, pageToken: String?,
+    prefix: String, delimiter: String?, includeTrailingDelimiter: Bool, pageSize: Int, pageToken: String?,
     nextPageToken: @escaping @Sendable (String) -> Void
   ) async throws -> ListPage {
-    let page = try await list(prefix: prefix, delimiter: delimiter, pageSize: pageSize, pageToken: pageToken)
+    let page = try await list(
+      prefix: prefix, delimiter: delimiter, includeTrailingDelimiter: includeTrailingDelimiter,
+      pageSize: pageSize, pageToken: pageToken)
     if let token = page.nextPageToken { nextPageToken(token) }
     return page
   }

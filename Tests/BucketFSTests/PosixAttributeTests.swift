@@ -191,24 +191,6 @@ final class PosixAttributeTests: XCTestCase {
     XCTAssertEqual(madeAgain.permissions, 0o700)
   }
 
-  func testADirectoryListedWithoutItsPlaceholderIsReadAtStat() async throws {
-    let store = InMemoryObjectStore(bucket: "demo")
-    store.put("top/sub/", data: [], custom: ["goog-reserved-posix-mode": "711"])
-    store.put("top/sub/f", data: bytes("x"))
-    let clock = ManualClock()
-    let fs = makeFileSystem(store, clock: clock)
-    let top = try await fs.inode(at: "top")
-    // Past the second in which top's opendir would take its lookup's flat page (which
-    // shows the placeholder): a delimiter listing, as any later `ls`.
-    clock.advance(fs.walks.followWindow)
-    let listed = try await fs.entries(of: top)
-    let sub = try XCTUnwrap(listed.first { $0.0 == "sub" }?.1)
-    // Not known from the parent's listing: no attribute timeout, so stat asks.
-    XCTAssertEqual(sub.attributeTimeout, 0)
-    let (attributes, _) = try await fs.getattr(inode: sub.attributes!.inode)
-    XCTAssertEqual(attributes.permissions, 0o711)
-  }
-
   func testAFlatListingTellsEachDirectorysPlaceholderOrItsAbsence() {
     let store = InMemoryObjectStore(bucket: "demo")
     let items = [

@@ -32,6 +32,24 @@ final class RequestShapeTests: XCTestCase {
     }
   }
 
+  func testListAsksForTrailingDelimiterItemsOnlyWhenTold() async throws {
+    try await withFakeServer { server, client in
+      server.store.put("d/s/", data: [], custom: ["goog-reserved-posix-mode": "700"])
+      server.store.put("d/s/f", data: [1])
+      let page = try await client.list(
+        prefix: "d/", delimiter: "/", includeTrailingDelimiter: true, pageSize: 10, pageToken: nil)
+      XCTAssertEqual(page.prefixes, ["d/s/"])
+      XCTAssertEqual(page.items.map(\.name), ["d/s/"])
+      XCTAssertEqual(page.items.first?.custom["goog-reserved-posix-mode"], "700", "fields= keeps metadata")
+      _ = try await client.list(prefix: "d/", delimiter: "/", pageSize: 10, pageToken: nil)
+      // Without a delimiter it would mean nothing: not sent.
+      _ = try await client.list(
+        prefix: "d/", delimiter: nil, includeTrailingDelimiter: true, pageSize: 10, pageToken: nil)
+      XCTAssertEqual(
+        server.requests(.list).map { $0.query["includeTrailingDelimiter"] }, ["true", nil, nil])
+    }
+  }
+
   func testListWithoutDelimiterOmitsIt() async throws {
     try await withFakeServer { server, client in
       server.store.put("d/a/b", data: [1])

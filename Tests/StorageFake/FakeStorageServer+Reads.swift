@@ -13,6 +13,14 @@ extension FakeStorageServer {
       }
       pageSize = value
     }
+    var includeTrailingDelimiter = false
+    if let text = query["includeTrailingDelimiter"] {
+      guard let value = Bool(text) else {
+        throw HTTPError(
+          400, "Invalid value for includeTrailingDelimiter: \(text)", reason: "invalidParameter")
+      }
+      includeTrailingDelimiter = value
+    }
     let (prefix, token) = (query["prefix"] ?? "", query["pageToken"].flatMap { $0.isEmpty ? nil : $0 })
     let page =
       if let endOffset = query["endOffset"] {
@@ -21,7 +29,8 @@ extension FakeStorageServer {
           endOffset: endOffset)
       } else {
         try await store.list(
-          prefix: prefix, delimiter: query["delimiter"], pageSize: pageSize, pageToken: token)
+          prefix: prefix, delimiter: query["delimiter"], includeTrailingDelimiter: includeTrailingDelimiter,
+          pageSize: pageSize, pageToken: token)
       }
     return .json(200, Resources.list(page, endpoint: endpoint))
   }

@@ -255,21 +255,27 @@ public final class InMemoryObjectStore: ObjectStore, @unchecked Sendable {
 
   // MARK: ObjectStore
 
-  public func list(prefix: String, delimiter: String?, pageSize: Int, pageToken: String?) async throws
-    -> ListPage
-  {
-    try await list(prefix, delimiter, pageSize, pageToken, endOffset: nil)
+  public func list(
+    prefix: String, delimiter: String?, includeTrailingDelimiter: Bool, pageSize: Int, pageToken: String?
+  ) async throws -> ListPage {
+    try await list(prefix, delimiter, includeTrailingDelimiter, pageSize, pageToken, endOffset: nil)
   }
 
   /// As the service: names (and prefixes) from `prefix` up to, not including, `endOffset`.
   public func list(prefix: String, delimiter: String?, pageSize: Int, pageToken: String?, endOffset: String)
     async throws -> ListPage
   {
-    try await list(prefix, delimiter, pageSize, pageToken, endOffset: endOffset)
+    try await list(prefix, delimiter, false, pageSize, pageToken, endOffset: endOffset)
   }
 
+  /// As the service lists: in byte order, `pageSize` entries at most, where
+  /// a prefix counts once and so does, with `includeTrailingDelimiter`, the
+  /// placeholder item that comes with it (the placeholder is the first name
+  /// under its prefix, so the two are one entry of the listing and never on
+  /// different pages).
   private func list(
-    _ prefix: String, _ delimiter: String?, _ pageSize: Int, _ pageToken: String?, endOffset: String?
+    _ prefix: String, _ delimiter: String?, _ includeTrailingDelimiter: Bool, _ pageSize: Int,
+    _ pageToken: String?, endOffset: String?
   ) async throws -> ListPage {
     if delimiter == nil { state.withLock { $0.flatLists.append(prefix) } }
     try await enter(.list(prefix: prefix, pageToken: pageToken))
@@ -294,11 +300,15 @@ public final class InMemoryObjectStore: ObjectStore, @unchecked Sendable {
       var items: [ObjectMetadata] = []
       var prefixes: [String] = []
       var last: PageToken?
-      while i < end && items.count + prefixes.count < limit {
+      var entries = 0
+      while i < end && entries < limit {
         let key = keys[i]
+        entries += 1
         if let delimiterKey, let cut = key.endOfFirst(delimiterKey, from: prefixKey.count) {
           let collapsed = Key(key[0..<cut])
           prefixes.append(String(decoding: collapsed, as: UTF8.self))
+          // Ends in its only delimiter past the prefix: the placeholder, first under its prefix.
+          if includeTrailingDelimiter && cut == key.count { items.append(s.objects[key]!.meta) }
           last = .prefix(collapsed)
           i = Self.endOfKeys(withPrefix: collapsed, in: keys)
         } else {
@@ -315,14 +325,16 @@ public final class InMemoryObjectStore: ObjectStore, @unchecked Sendable {
   }
 
   public func list(
-    prefix: String, delimiter: String?, pageSize: Int, pageToken: String?,
+    prefix: String, delimiter: String?, includeTrailingDelimiter: Bool, pageSize: Int, pageToken: String?,
     nextPageToken: @escaping @Sendable (String) -> Void
   ) async throws -> ListPage {
     // Taken in the order calls start: with several under way, which one wakes first is not fixed.
     let (lead, fault) = state.withLock { s in
       (s.tokenLead, s.tokenLead == nil || s.decodeFaults.isEmpty ? nil : s.decodeFaults.removeFirst())
     }
-    let page = try await list(prefix: prefix, delimiter: delimiter, pageSize: pageSize, pageToken: pageToken)
+    let page = try await list(
+      prefix: prefix, delimiter: delimiter, includeTrailingDelimiter: includeTrailingDelimiter,
+      pageSize: pageSize, pageToken: pageToken)
     if let token = page.nextPageToken { nextPageToken(token) }
     guard let lead else { return page }
     do { try await Task.sleep(for: lead) } catch { throw StorageError.cancelled }

@@ -29,21 +29,23 @@ public final class RecordingStore: ObjectStore {
     return base.bucket
   }
 
-  public func list(prefix: String, delimiter: String?, pageSize: Int, pageToken: String?) async throws
-    -> ListPage
-  {
+  public func list(
+    prefix: String, delimiter: String?, includeTrailingDelimiter: Bool, pageSize: Int, pageToken: String?
+  ) async throws -> ListPage {
     note(.list)
-    return try await base.list(prefix: prefix, delimiter: delimiter, pageSize: pageSize, pageToken: pageToken)
+    return try await base.list(
+      prefix: prefix, delimiter: delimiter, includeTrailingDelimiter: includeTrailingDelimiter,
+      pageSize: pageSize, pageToken: pageToken)
   }
 
   public func list(
-    prefix: String, delimiter: String?, pageSize: Int, pageToken: String?,
+    prefix: String, delimiter: String?, includeTrailingDelimiter: Bool, pageSize: Int, pageToken: String?,
     nextPageToken: @escaping @Sendable (String) -> Void
   ) async throws -> ListPage {
     note(.listHandingToken)
     return try await base.list(
-      prefix: prefix, delimiter: delimiter, pageSize: pageSize, pageToken: pageToken,
-      nextPageToken: nextPageToken)
+      prefix: prefix, delimiter: delimiter, includeTrailingDelimiter: includeTrailingDelimiter,
+      pageSize: pageSize, pageToken: pageToken, nextPageToken: nextPageToken)
   }
 
   public func list(prefix: String, delimiter: String?, pageSize: Int, pageToken: String?, endOffset: String)
@@ -121,11 +123,17 @@ extension RecordingStore {
     var seen = Exercise()
     base.put("d/a", data: [1, 2, 3])
     base.put("d/b", data: [4])
+    // A subdirectory's placeholder: an item only when includeTrailingDelimiter reaches the base.
+    base.put("d/s/", data: [])
     let object = base.object("d/a")!
     seen.bucket = store.bucket
-    seen.listed = try await store.list(prefix: "d/", delimiter: "/", pageSize: 1, pageToken: nil).items.count
+    seen.listed = try await store.list(
+      prefix: "d/", delimiter: "/", includeTrailingDelimiter: true, pageSize: 10, pageToken: nil
+    ).items.count
     let handed = Locked<String?>(nil)
-    let page = try await store.list(prefix: "d/", delimiter: "/", pageSize: 1, pageToken: nil) { token in
+    let page = try await store.list(
+      prefix: "d/", delimiter: "/", includeTrailingDelimiter: true, pageSize: 1, pageToken: nil
+    ) { token in
       handed.withLock { $0 = token }
     }
     seen.handedToken = handed.withLock { $0 } == page.nextPageToken && page.nextPageToken != nil
@@ -155,9 +163,8 @@ extension RecordingStore {
   public struct Exercise: Sendable, Equatable {
     /// What a store that changes none of the answers shows, in bucket "b".
     public static let unchanged = Exercise(
-      bucket: "b", listed: 1, handedToken: true, listedBefore: ["d/a"], metadata: "d/a", read: [1, 2, 3],
-      readReusing: [2, 3],
-      patchedCustom: ["k": "v"], names: ["d/a", "d/c", "d/f"])
+      bucket: "b", listed: 3, handedToken: true, listedBefore: ["d/a"], metadata: "d/a", read: [1, 2, 3],
+      readReusing: [2, 3], patchedCustom: ["k": "v"], names: ["d/a", "d/c", "d/f", "d/s/"])
 
     public var bucket = ""
     public var listed = 0

@@ -47,19 +47,22 @@ final class ForwardingObjectStoreTests: XCTestCase {
       try await read(name, generation: generation, range: range)
     }
 
-    func list(prefix: String, delimiter: String?, pageSize: Int, pageToken: String?) async throws -> ListPage
-    {
+    func list(
+      prefix: String, delimiter: String?, includeTrailingDelimiter: Bool, pageSize: Int, pageToken: String?
+    ) async throws -> ListPage {
       counts.withLock { $0.lists += 1 }
       return try await inner.list(
-        prefix: prefix, delimiter: delimiter, pageSize: pageSize, pageToken: pageToken)
+        prefix: prefix, delimiter: delimiter, includeTrailingDelimiter: includeTrailingDelimiter,
+        pageSize: pageSize, pageToken: pageToken)
     }
 
     func list(
-      prefix: String, delimiter: String?, pageSize: Int, pageToken: String?,
+      prefix: String, delimiter: String?, includeTrailingDelimiter: Bool, pageSize: Int, pageToken: String?,
       nextPageToken: @escaping @Sendable (String) -> Void
     ) async throws -> ListPage {
       let page = try await list(
-        prefix: prefix, delimiter: delimiter, pageSize: pageSize, pageToken: pageToken)
+        prefix: prefix, delimiter: delimiter, includeTrailingDelimiter: includeTrailingDelimiter,
+        pageSize: pageSize, pageToken: pageToken)
       if let token = page.nextPageToken { nextPageToken(token) }
       return page
     }
