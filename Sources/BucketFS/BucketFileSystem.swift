@@ -21,8 +21,8 @@ public final class BucketFileSystem: FileSystem, Sendable {
   let handles = HandleNumbers()
   /// Tree walks and the listings they fetch ahead (SubtreeWalk.swift).
   let walks: SubtreeWalks
-  /// Complete listings of directories, for absent names (CompleteListings.swift).
-  let listings: SharedListings
+  /// What is known of each directory's contents (DirectoryCache.swift).
+  let cache: DirectoryCache
   /// Memory read-ahead may hold, shared by all open files.
   let readAhead: ReadAheadBudget
   /// Small files fetched ahead of a reader going through a directory (SiblingPrefetch.swift).
@@ -55,47 +55,47 @@ public final class BucketFileSystem: FileSystem, Sendable {
     stageFiles: any StageFiles, metrics: any MetricsFactory = MetricsSystem.factory
   ) {
     let diagnostics = Diagnostics(logger: logger)
-    let listings = SharedListings()
-    let walks = SubtreeWalks(
-      store: inner, pageSize: configuration.pageSize, freshness: configuration.metadataTTL, logger: logger,
-      clock: clock, onConflict: { diagnostics.warnConflict($0) })
     let kernelListings = KernelListings(ttl: configuration.listCacheTTL, clock: clock)
-    let store = ListingAwareStore(
-      inner: inner, listings: listings, walks: walks, kernelListings: kernelListings, clock: clock)
+    let cache = DirectoryCache(
+      pageSize: configuration.pageSize, freshness: configuration.metadataTTL, kernelListings: kernelListings,
+      clock: clock, onConflict: { diagnostics.warnConflict($0) })
+    let walks = SubtreeWalks(
+      cache: cache, store: inner, logger: logger, clock: clock, onConflict: { diagnostics.warnConflict($0) })
+    let store = ListingAwareStore(inner: inner, cache: cache, clock: clock)
     let nodes = NodeTable(configuration: configuration, store: store, diagnostics: diagnostics, clock: clock)
     kernelListings.nodes.withLock { $0 = nodes }
     let readAhead = ReadAheadBudget(capacity: configuration.readAheadBudget, metrics: metrics)
-    let prefetch = SiblingPrefetch(store: inner, budget: readAhead, clock: clock)
+    let prefetch = SiblingPrefetch(store: inner, budget: readAhead, cache: cache, clock: clock)
     let reads = Reads(
       nodes: nodes, store: store, configuration: configuration, diagnostics: diagnostics, budget: readAhead,
       prefetch: prefetch)
     let staging = Staging(
-      stageFiles: stageFiles, nodes: nodes, reads: reads, handles: handles, listings: listings, store: store,
+      stageFiles: stageFiles, nodes: nodes, reads: reads, handles: handles, listings: cache, store: store,
       configuration: configuration, diagnostics: diagnostics, clock: clock, metrics: metrics)
     let entries = AttributeBuilder(
-      nodes: nodes, staging: staging, walks: walks, configuration: configuration, mountTime: Timestamp.now(),
+      nodes: nodes, staging: staging, cache: cache, configuration: configuration, mountTime: Timestamp.now(),
       clock: clock)
     self.configuration = configuration
     self.diagnostics = diagnostics
     self.onMounted = onMounted
     self.nodes = nodes
     self.walks = walks
-    self.listings = listings
+    self.cache = cache
     self.readAhead = readAhead
     self.prefetch = prefetch
     self.reads = reads
     self.staging = staging
     self.entries = entries
     self.lookups = Lookups(
-      nodes: nodes, entries: entries, listings: listings, walks: walks, store: store,
-      configuration: configuration, diagnostics: diagnostics, clock: clock)
+      nodes: nodes, entries: entries, cache: cache, store: store, configuration: configuration,
+      diagnostics: diagnostics, clock: clock)
     self.kernelListings = kernelListings
     self.directories = Directories(
-      nodes: nodes, entries: entries, staging: staging, handles: handles, walks: walks, listings: listings,
-      prefetch: prefetch, kernelListings: kernelListings,
+      nodes: nodes, entries: entries, staging: staging, handles: handles, walks: walks, cache: cache,
+      kernelListings: kernelListings,
       store: store, configuration: configuration, diagnostics: diagnostics, clock: clock)
     self.namespace = Namespace(
-      nodes: nodes, entries: entries, staging: staging, reads: reads, walks: walks, listings: listings,
+      nodes: nodes, entries: entries, staging: staging, reads: reads, cache: cache,
       store: store, configuration: configuration, diagnostics: diagnostics, clock: clock)
     self.links = Symlinks(
       nodes: nodes, entries: entries, store: store, configuration: configuration, diagnostics: diagnostics,

@@ -3,7 +3,7 @@ import ObjectStore
 import Synchronization
 
 /// Directory handles over ``DirectoryStream``s: what each readdir pass
-/// shows, and what it tells the walks, the prefetch and the complete listings.
+/// shows, and what it tells the walks and the directory cache.
 final class Directories: Sendable {
   /// One directory handle: its listing, then the files created in it and
   /// not stored yet, which a pass shows after the listed entries.
@@ -22,8 +22,7 @@ final class Directories: Sendable {
   let handles: HandleNumbers
   /// Tree walks and the listings they fetch ahead (SubtreeWalk.swift).
   let walks: SubtreeWalks
-  let listings: SharedListings
-  let prefetch: SiblingPrefetch
+  let cache: DirectoryCache
   let kernelListings: KernelListings
   let store: any ObjectStore
   let configuration: Configuration
@@ -33,8 +32,8 @@ final class Directories: Sendable {
   init(
     nodes: NodeTable, entries: AttributeBuilder, staging: Staging, handles: HandleNumbers,
     walks: SubtreeWalks,
-    listings: SharedListings,
-    prefetch: SiblingPrefetch, kernelListings: KernelListings, store: any ObjectStore,
+    cache: DirectoryCache,
+    kernelListings: KernelListings, store: any ObjectStore,
     configuration: Configuration, diagnostics: Diagnostics,
     clock: @escaping @Sendable () -> Double
   ) {
@@ -43,8 +42,7 @@ final class Directories: Sendable {
     self.staging = staging
     self.handles = handles
     self.walks = walks
-    self.listings = listings
-    self.prefetch = prefetch
+    self.cache = cache
     self.kernelListings = kernelListings
     self.store = store
     self.configuration = configuration
@@ -82,11 +80,10 @@ final class Directories: Sendable {
         streams[handle]?.inFlight = inFlight
         streams[handle]?.end = nil
       }
-      let now = clock()
-      listings.withLock { $0.startPass(handle: handle, directory: stream.prefix, at: now) }
+      cache.passStarted(handle: handle, directory: stream.prefix)
     }
     var listedNames: [(String, Double)] = []
-    defer { notePass(handle: handle, names: listedNames, complete: false) }
+    defer { cache.passListed(handle: handle, names: listedNames, complete: false) }
     let own = entries.attributes(inode: inode, kind: .directory, facts: nil)
     let dot = Entry(attributes: own, entryTimeout: 0, attributeTimeout: 0)
     if offset == 0, !buffer.add(name: ".", entry: dot, nextOffset: 1) { return }
@@ -99,7 +96,7 @@ final class Directories: Sendable {
     var files: [SiblingPrefetch.File] = []
     defer {
       walks.read(stream.prefix, subdirectories: subdirectories)
-      prefetch.listed(stream.prefix, files: files)
+      cache.readdirGave(stream.prefix, files: files)
     }
     while true {
       let batch: ArraySlice<ListedEntry>
@@ -116,7 +113,7 @@ final class Directories: Sendable {
         throw failure
       }
       if batch.isEmpty {
-        notePass(handle: handle, names: listedNames, complete: true)
+        cache.passListed(handle: handle, names: listedNames, complete: true)
         listedNames = []
         addInFlight(handle: handle, from: index, into: buffer)
         return
@@ -175,19 +172,10 @@ final class Directories: Sendable {
     }
   }
 
-  /// Names a readdir pass handed the kernel; `complete` at its end.
-  private func notePass(handle: UInt64, names: [(String, Double)], complete: Bool) {
-    guard !names.isEmpty || complete else { return }
-    listings.withLock { listings in
-      for (name, answeredAt) in names { listings.note(handle: handle, name: name, answeredAt: answeredAt) }
-      if complete { listings.finishPass(handle: handle) }
-    }
-  }
-
   func releasedir(handle: UInt64) {
     if let released = streams.withLock({ $0.removeValue(forKey: handle) }), released.walked {
       walks.released(released.stream.prefix)
     }
-    listings.withLock { $0.dropPass(handle: handle) }
+    cache.passEnded(handle: handle)
   }
 }

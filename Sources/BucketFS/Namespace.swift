@@ -14,8 +14,8 @@ final class Namespace: Sendable {
   let entries: AttributeBuilder
   let staging: Staging
   let reads: Reads
-  let walks: SubtreeWalks
-  let listings: SharedListings
+  /// Told what a fresh look at the bucket found (the store tells it every write).
+  let cache: DirectoryCache
   let store: any ObjectStore
   let configuration: Configuration
   let diagnostics: Diagnostics
@@ -23,16 +23,15 @@ final class Namespace: Sendable {
   var logger: Logger { diagnostics.logger }
 
   init(
-    nodes: NodeTable, entries: AttributeBuilder, staging: Staging, reads: Reads, walks: SubtreeWalks,
-    listings: SharedListings, store: any ObjectStore, configuration: Configuration, diagnostics: Diagnostics,
+    nodes: NodeTable, entries: AttributeBuilder, staging: Staging, reads: Reads, cache: DirectoryCache,
+    store: any ObjectStore, configuration: Configuration, diagnostics: Diagnostics,
     clock: @escaping @Sendable () -> Double
   ) {
     self.nodes = nodes
     self.entries = entries
     self.staging = staging
     self.reads = reads
-    self.walks = walks
-    self.listings = listings
+    self.cache = cache
     self.store = store
     self.configuration = configuration
     self.diagnostics = diagnostics
@@ -43,8 +42,6 @@ final class Namespace: Sendable {
     try checkWritable()
     let parentKey = try nodes.node(parent, kind: .directory).key
     let key = try Names.key(name, under: parentKey, for: .existing)
-    // Kept tree listings that could show the name go, whatever the outcome.
-    defer { walks.invalidateListings(under: key) }
     if staging.unlinkNeverStored(key) { return }
     let (inode, metadata) = try await existingFile(key)
     do {
@@ -69,7 +66,6 @@ final class Namespace: Sendable {
     let parentKey = try nodes.node(parent, kind: .directory).key
     let fileKey = try Names.key(name, under: parentKey, for: .newDirectory)
     let directoryKey = fileKey + "/"
-    defer { walks.invalidateListings(under: directoryKey) }
     // The bucket decides, not a held node: an implicit directory vanishes with its last object.
     let found = try await lookInBucket(fileKey: fileKey, directoryKey: directoryKey)
     if found.file != nil || found.directory != nil { throw Errno.exists }
@@ -111,7 +107,6 @@ final class Namespace: Sendable {
     if special != nil, !configuration.posixAttributes { throw Errno.notPermitted }
     let parentKey = try nodes.node(parent, kind: .directory).key
     let key = try Names.key(name, under: parentKey, for: .newFile)
-    defer { walks.invalidateListings(under: key) }
     let found = try await lookInBucket(fileKey: key, directoryKey: key + "/")
     if found.file != nil || found.directory != nil || staging.isInFlight(key: key) { throw Errno.exists }
     let (fileAttributes, inferred) = staging.newFileAttributes(name: name, mode: mode & 0o7777)
@@ -140,7 +135,6 @@ final class Namespace: Sendable {
     let parentKey = try nodes.node(parent, kind: .directory).key
     let fileKey = try Names.key(name, under: parentKey, for: .existing)
     let directoryKey = fileKey + "/"
-    defer { walks.invalidateListings(under: directoryKey) }
     let held = nodes.held(fileKey: fileKey, directoryKey: directoryKey)
     if let kind = held.kind, kind != .directory { throw Errno.notDirectory }
     // A file created in it and not stored yet is in it (docs/SEMANTICS.md#writes-in-flight).
@@ -221,6 +215,10 @@ final class Namespace: Sendable {
   /// list call of two entries (a page may come back short with a token, so
   /// follow tokens while only the placeholder has shown up).
   func contents(of directoryKey: String) async throws -> DirectoryContents {
+    // What is kept of the name may be older than what this finds; the
+    // operation that asks may end here (EEXIST, ENOTEMPTY) or go on to a
+    // write, which the store reports in turn.
+    defer { cache.invalidate(.touched(directoryKey)) }
     var placeholder: ObjectMetadata?
     var token: String?
     for _ in 0..<4 {
@@ -246,6 +244,7 @@ final class Namespace: Sendable {
   /// command acts on the current version.
   func changedMeanwhile(_ key: String, operation: String) async -> Errno {
     logger.warning("\(operation) \(key): changed by someone else meanwhile; left as it is")
+    cache.invalidate(.touched(key))
     if (try? await nodes.optionalMetadata(key)) == nil {
       nodes.forgetKey(key)
     } else {

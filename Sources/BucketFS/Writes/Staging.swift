@@ -34,7 +34,7 @@ final class Staging: Sendable {
   let nodes: NodeTable
   let reads: Reads
   let handles: HandleNumbers
-  let listings: SharedListings
+  let listings: DirectoryCache
   let store: any ObjectStore
   let configuration: Configuration
   let diagnostics: Diagnostics
@@ -44,7 +44,7 @@ final class Staging: Sendable {
 
   init(
     stageFiles: any StageFiles, nodes: NodeTable, reads: Reads, handles: HandleNumbers,
-    listings: SharedListings, store: any ObjectStore, configuration: Configuration,
+    listings: DirectoryCache, store: any ObjectStore, configuration: Configuration,
     diagnostics: Diagnostics, clock: @escaping @Sendable () -> Double, metrics: any MetricsFactory
   ) {
     self.stageFiles = stageFiles

@@ -59,7 +59,7 @@ extension Staging {
       registry.handles[handle] = staged
     }
     count.add(1, ordering: .relaxed)
-    listings.withLock { $0.add(key: key) }
+    listings.invalidate(.createdInFlight(key))
     return (inode, handle)
   }
 
