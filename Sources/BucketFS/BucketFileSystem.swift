@@ -63,7 +63,7 @@ public final class BucketFileSystem: FileSystem, Sendable {
       cache: cache, store: inner, logger: logger, clock: clock, onConflict: { diagnostics.warnConflict($0) })
     let store = ListingAwareStore(inner: inner, cache: cache, clock: clock)
     let nodes = NodeTable(configuration: configuration, store: store, diagnostics: diagnostics, clock: clock)
-    kernelListings.nodes.withLock { $0 = nodes }
+    kernelListings.attach(nodes: nodes)
     let readAhead = ReadAheadBudget(capacity: configuration.readAheadBudget, metrics: metrics)
     let prefetch = SiblingPrefetch(store: inner, budget: readAhead, cache: cache, clock: clock)
     let reads = Reads(
@@ -113,7 +113,7 @@ public final class BucketFileSystem: FileSystem, Sendable {
 
   public func mounted(kernel: KernelCache) {
     reads.kernel.withLock { $0 = kernel }
-    kernelListings.kernel.withLock { $0 = kernel }
+    kernelListings.attach(kernel: kernel)
     onMounted()
   }
 

@@ -20,18 +20,29 @@ final class KernelListings: Sendable {
 
   let ttl: Double
   /// Set once the node table exists (it is made over the store that reports changes here).
-  let nodes = Mutex<NodeTable?>(nil)
+  private let nodes = Mutex<NodeTable?>(nil)
   private let clock: @Sendable () -> Double
   /// When each directory's kernel listing was last filled (its `opendir`),
   /// by directory key; bounded, the oldest fills dropped first.
   private let filled = Mutex<[ObjectKey: Double]>([:])
-  let kernel = Mutex<KernelCache>(.none)
+  /// `.none` until INIT.
+  private let kernel = Mutex<KernelCache>(.none)
   static let capacity = 4096
   private static let notifications = DispatchQueue(label: "bucketfs.list-cache-notifications")
 
   init(ttl: Double, clock: @escaping @Sendable () -> Double) {
     self.ttl = ttl
     self.clock = clock
+  }
+
+  /// The node table, once it exists: the inodes of changed directories come from it.
+  func attach(nodes table: NodeTable) {
+    nodes.withLock { $0 = table }
+  }
+
+  /// The kernel, at INIT: where the changed directories' listings are dropped.
+  func attach(kernel cache: KernelCache) {
+    kernel.withLock { $0 = cache }
   }
 
   /// nil when the cache is off: the kernel keeps nothing.

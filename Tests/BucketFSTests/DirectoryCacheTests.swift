@@ -1,4 +1,5 @@
 import ObjectStore
+import StorageFake
 import XCTest
 
 @testable import BucketFS
@@ -121,5 +122,35 @@ final class DirectoryCacheTests: XCTestCase {
     clock.advance(cache.freshness)
     XCTAssertNil(cache.known("x", in: "a/"))
     XCTAssertNil(cache.take("a/"))
+  }
+
+  /// The store is the one place writes reach the cache: a write that
+  /// succeeds changes the sets, one that fails (a 412: another client's
+  /// change) drops the kept listings that show its name and changes no set.
+  func testTheStoreTellsEveryWriteWhateverItsOutcome() async throws {
+    let cache = makeCache()
+    let base = InMemoryObjectStore(bucket: "b")
+    let x = base.put("a/x", data: [1])
+    _ = base.put("a/y", data: [2])
+    let store = ListingAwareStore(inner: base, cache: cache, clock: clock.read)
+    pass(cache, "a/", ["x", "y"])
+    cache.keep([("a/", [])], epoch: cache.epoch)
+    do {
+      try await store.delete("a/y", ifGenerationMatch: 999)
+      XCTFail("a wrong generation must fail")
+    } catch StorageError.preconditionFailed {}
+    XCTAssertNil(cache.known("y", in: "a/"), "the kept listing went")
+    let now = clock.read()
+    XCTAssertFalse(
+      cache.knownAbsent(directory: "a/", name: "y", now: now, ttl: 60), "a failed delete removes nothing")
+    try await store.delete("a/x", ifGenerationMatch: x.generation)
+    XCTAssertTrue(cache.knownAbsent(directory: "a/", name: "x", now: now, ttl: 60))
+    _ = try await store.upload(
+      "a/z", from: BytesSource([3]), attributes: ObjectAttributes(), ifGenerationMatch: 0)
+    XCTAssertFalse(cache.knownAbsent(directory: "a/", name: "z", now: now, ttl: 60))
+    _ = try await store.upload(
+      "a/d/", from: BytesSource([]), attributes: ObjectAttributes(), ifGenerationMatch: 0)
+    XCTAssertFalse(cache.knownAbsent(directory: "a/", name: "d", now: now, ttl: 60))
+    XCTAssertTrue(cache.knownAbsent(directory: "a/d/", name: "any", now: now, ttl: 60), "created empty")
   }
 }
