@@ -20,18 +20,28 @@ final class KernelListings: Sendable {
 
   let ttl: Double
   /// Set once the node table exists (it is made over the store that reports changes here).
-  let nodes = Mutex<NodeTable?>(nil)
+  private let nodes = Mutex<NodeTable?>(nil)
   private let clock: @Sendable () -> Double
   /// When each directory's kernel listing was last filled (its `opendir`),
   /// by directory key; bounded, the oldest fills dropped first.
   private let filled = Mutex<[ObjectKey: Double]>([:])
-  let kernel = Mutex<KernelCache>(.none)
+  private let kernel = Mutex<KernelCache>(.none)
   static let capacity = 4096
   private static let notifications = DispatchQueue(label: "bucketfs.list-cache-notifications")
 
   init(ttl: Double, clock: @escaping @Sendable () -> Double) {
     self.ttl = ttl
     self.clock = clock
+  }
+
+  /// The node table, once made: changes are told to the kernel by inode.
+  func attach(_ nodes: NodeTable) {
+    self.nodes.withLock { $0 = nodes }
+  }
+
+  /// The kernel to tell, once mounted.
+  func mounted(kernel: KernelCache) {
+    self.kernel.withLock { $0 = kernel }
   }
 
   /// nil when the cache is off: the kernel keeps nothing.
@@ -61,7 +71,7 @@ final class KernelListings: Sendable {
     }
     guard !dropped.isEmpty else { return }
     guard let nodes = nodes.withLock({ $0 }) else { return }
-    let inodes = nodes.withLock { table in dropped.compactMap { table.inode(of: $0) } }
+    let inodes = nodes.inodes(of: dropped)
     let kernel = self.kernel.withLock { $0 }
     Self.notifications.async {
       for inode in inodes { kernel.invalidate(inode: inode) }
