@@ -75,7 +75,8 @@ public final class BucketFileSystem: FileSystem, Sendable {
       nodes: nodes, store: store, configuration: configuration, diagnostics: diagnostics, budget: readAhead,
       prefetch: prefetch, tasks: tasks)
     let staging = Staging(
-      stageFiles: stageFiles, diskWork: diskWork, nodes: nodes, reads: reads, handles: handles, listings: listings, store: store,
+      stageFiles: stageFiles, diskWork: diskWork, nodes: nodes, reads: reads, handles: handles,
+      listings: listings, store: store,
       configuration: configuration, diagnostics: diagnostics, clock: clock, metrics: metrics, tasks: tasks)
     let entries = AttributeBuilder(
       nodes: nodes, staging: staging, walks: walks, configuration: configuration, mountTime: Timestamp.now(),

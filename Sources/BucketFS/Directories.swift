@@ -130,7 +130,8 @@ final class Directories: Sendable {
         let facts = listed.metadata.map(FileFacts.init)
         // The held node's kind and facts when newer than the page's.
         let (inode, kind, shown) = nodes.listed(
-          listed.key, kind: listed.kind, metadata: listed.metadata, facts: facts, at: now, counting: buffer.isPlus)
+          listed.key, kind: listed.kind, metadata: listed.metadata, facts: facts, at: now,
+          counting: buffer.isPlus)
         let next = UInt64(index) + 3
         guard
           buffer.add(

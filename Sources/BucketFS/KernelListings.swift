@@ -24,7 +24,7 @@ final class KernelListings: Sendable {
   private let clock: @Sendable () -> Double
   /// When each directory's kernel listing was last filled (its `opendir`),
   /// by directory key; bounded, the oldest fills dropped first.
-  private let filled = Mutex<[ObjectKey: Double]>([:])
+  private let filled = Mutex(BoundedMap<ObjectKey, Double>(capacity: KernelListings.capacity))
   private let kernel = Mutex<KernelCache>(.none)
   static let capacity = 4096
   private static let notifications = DispatchQueue(label: "bucketfs.list-cache-notifications")
@@ -50,12 +50,10 @@ final class KernelListings: Sendable {
     let now = clock()
     return filled.withLock { filled in
       if let at = filled[ObjectKey(key)], now - at < ttl { return .keep }
-      if filled.count >= Self.capacity {
-        filled = filled.filter { now - $0.value < ttl }
-        if filled.count >= Self.capacity { filled.removeAll() }
-      }
-      // Counted from before the listing is asked for: never kept past the TTL.
-      filled[ObjectKey(key)] = now
+      // Counted from before the listing is asked for: never kept past the
+      // TTL. Put last in line: the oldest fills are dropped first.
+      filled.remove(ObjectKey(key))
+      filled.insert(now, for: ObjectKey(key))
       return .fill
     }
   }
@@ -67,7 +65,10 @@ final class KernelListings: Sendable {
     guard ttl > 0 else { return }
     let directories = Self.directories(holding: key)
     let dropped = filled.withLock { filled in
-      directories.filter { filled.removeValue(forKey: ObjectKey($0)) != nil }
+      directories.filter { directory in
+        defer { filled.remove(ObjectKey(directory)) }
+        return filled[ObjectKey(directory)] != nil
+      }
     }
     guard !dropped.isEmpty else { return }
     guard let nodes = nodes.withLock({ $0 }) else { return }

@@ -279,7 +279,9 @@ final class SubtreeWalks: Sendable {
     let id = state.nextFetch
     state.nextFetch += 1
     let epoch = state.epoch
-    let task = tasks.start(.cancel) { [weak self] () -> Void in await self?.fetch(key, pages: pages, id: id, epoch: epoch) }
+    let task = tasks.start(.cancel) { [weak self] () -> Void in
+      await self?.fetch(key, pages: pages, id: id, epoch: epoch)
+    }
     state.fetches[ObjectKey(key)] = Fetch(id: id, task: task)
     return task
   }

@@ -279,7 +279,8 @@ struct PartSource: UploadSource {
 
   func load(at offset: Int64, count: Int) async throws -> ByteBuffer {
     let available = max(0, min(Int64(count), size - offset))
-    return trimmed(try await whole.load(at: range.lowerBound + offset, count: Int(available)), to: Int(available))
+    return trimmed(
+      try await whole.load(at: range.lowerBound + offset, count: Int(available)), to: Int(available))
   }
 
   private func trimmed(_ piece: ByteBuffer, to available: Int) -> ByteBuffer {

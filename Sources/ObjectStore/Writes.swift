@@ -47,7 +47,9 @@ public protocol UploadSource: Sendable {
 
 extension UploadSource {
   public func link(to path: String) -> Bool { false }
-  public func load(at offset: Int64, count: Int) async throws -> ByteBuffer { try read(at: offset, count: count) }
+  public func load(at offset: Int64, count: Int) async throws -> ByteBuffer {
+    try read(at: offset, count: count)
+  }
 }
 
 /// An upload source over bytes in memory.

@@ -68,7 +68,7 @@ final class StageLinkTests: XCTestCase {
       func note() {
         let fd = open("/proc/thread-self/comm", O_RDONLY)
         var name = [UInt8](repeating: 0, count: 32)
-        let count = fd < 0 ? 0 : max(read(fd, &name, name.count), 0)
+        let count = fd < 0 ? 0 : max(Glibc.read(fd, &name, name.count), 0)
         if fd >= 0 { close(fd) }
         names.withLock { seen.append(String(decoding: name.prefix(count), as: UTF8.self)) }
       }
@@ -88,9 +88,9 @@ final class StageLinkTests: XCTestCase {
     let stage = try directory.makeStage()
     let written = await stage.write([1, 2, 3, 4], at: 0)
     let truncated = await stage.truncate(to: 3)
-    let read = try await stage.read(at: 0, count: 10)
+    let readBack = try await stage.read(at: 0, count: 10)
     XCTAssertEqual([written, truncated], [0, 0])
-    XCTAssertEqual(Array(read.readableBytesView), [1, 2, 3])
+    XCTAssertEqual(Array(readBack.readableBytesView), [1, 2, 3])
     XCTAssertEqual(files.names.withLock { files.seen.count }, 2)
     XCTAssertTrue(files.names.withLock { files.seen.allSatisfy { $0.hasPrefix("TP-") } }, "\(files.seen)")
     _ = await pool.shutdown(patience: .seconds(5))

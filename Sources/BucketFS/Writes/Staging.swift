@@ -46,7 +46,8 @@ final class Staging: Sendable {
   var logger: Logger { diagnostics.logger }
 
   init(
-    stageFiles: any StageFiles, diskWork: IOPool? = nil, nodes: NodeTable, reads: Reads, handles: HandleNumbers,
+    stageFiles: any StageFiles, diskWork: IOPool? = nil, nodes: NodeTable, reads: Reads,
+    handles: HandleNumbers,
     listings: SharedListings, store: any ObjectStore, configuration: Configuration,
     diagnostics: Diagnostics, clock: @escaping @Sendable () -> Double, metrics: any MetricsFactory,
     tasks: BackgroundTasks

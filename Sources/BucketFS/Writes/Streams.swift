@@ -145,7 +145,9 @@ extension Staging {
         let range = stream.end..<(stream.end + stream.nextPartSize)
         guard range.upperBound <= Int64(s.size) else { break }
         var part = WriteStream.Part(range: range)
-        part.task = tasks.start(.finish) { await self.uploadPart(staged, stream: id, range: range, via: upload) }
+        part.task = tasks.start(.finish) {
+          await self.uploadPart(staged, stream: id, range: range, via: upload)
+        }
         stream.parts.append(part)
         stream.end = range.upperBound
         stream.started += 1

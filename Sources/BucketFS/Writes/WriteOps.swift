@@ -36,8 +36,10 @@ extension Staging {
     let (attributes, inferred) = newFileAttributes(name: name, mode: mode & 0o7777)
     let now = clock()
     let bucket = store.bucket
-    let inode = nodes.created(key, kind: .file, facts: FileFacts(Self.placeholder(key: key, bucket: bucket)), at: now)
-      .inode
+    let inode = nodes.created(
+      key, kind: .file, facts: FileFacts(Self.placeholder(key: key, bucket: bucket)), at: now
+    )
+    .inode
     let handle = handles.next()
     let staged = StagedFile(
       inode: inode, stage: stage,
