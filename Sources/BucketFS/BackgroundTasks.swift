@@ -37,16 +37,18 @@ final class BackgroundTasks: Sendable {
     _ body: @escaping @Sendable () async throws -> Success
   ) -> Task<Success, any Error> {
     // Registered under the lock the task takes to leave: never left behind.
-    state.withLock { state in
+    let (task, late) = state.withLock { state in
       let id = state.nextID
       state.nextID += 1
       let task = Task(priority: priority) {
         defer { self.ended(id) }
         return try await body()
       }
-      hold(task, id: id, atUnmount, &state)
-      return task
+      return (task, hold(task, id: id, atUnmount, &state))
     }
+    // Outside the lock: cancellation handlers run on the spot.
+    if late { task.cancel() }
+    return task
   }
 
   /// ``start(_:priority:_:)`` for work that cannot fail.
@@ -54,16 +56,17 @@ final class BackgroundTasks: Sendable {
   func start<Success: Sendable>(
     _ atUnmount: AtUnmount, priority: TaskPriority? = nil, _ body: @escaping @Sendable () async -> Success
   ) -> Task<Success, Never> {
-    state.withLock { state in
+    let (task, late) = state.withLock { state in
       let id = state.nextID
       state.nextID += 1
       let task = Task(priority: priority) {
         defer { self.ended(id) }
         return await body()
       }
-      hold(task, id: id, atUnmount, &state)
-      return task
+      return (task, hold(task, id: id, atUnmount, &state))
     }
+    if late { task.cancel() }
+    return task
   }
 
   /// Tasks under way (for tests).
@@ -95,12 +98,14 @@ final class BackgroundTasks: Sendable {
     }
   }
 
+  /// Holds `task`; whether it is cache work started once the unmount began
+  /// (to be cancelled at once).
   private func hold<Success, Failure>(
     _ task: Task<Success, Failure>, id: UInt64, _ atUnmount: AtUnmount, _ state: inout State
-  ) {
+  ) -> Bool {
     state.entries[id] = Entry(
       atUnmount: atUnmount, cancel: { task.cancel() }, wait: { _ = await task.result })
-    if state.settling && atUnmount == .cancel { task.cancel() }
+    return state.settling && atUnmount == .cancel
   }
 
   private func ended(_ id: UInt64) {
