@@ -24,8 +24,7 @@ final class KernelListings: Sendable {
   private let clock: @Sendable () -> Double
   /// When each directory's kernel listing was last filled (its `opendir`),
   /// by directory key; bounded, the oldest fills dropped first.
-  private let filled = Mutex<[ObjectKey: Double]>([:])
-  /// `.none` until INIT.
+  private let filled = Mutex(BoundedMap<ObjectKey, Double>(capacity: KernelListings.capacity))
   private let kernel = Mutex<KernelCache>(.none)
   static let capacity = 4096
   private static let notifications = DispatchQueue(label: "bucketfs.list-cache-notifications")
@@ -35,14 +34,14 @@ final class KernelListings: Sendable {
     self.clock = clock
   }
 
-  /// The node table, once it exists: the inodes of changed directories come from it.
-  func attach(nodes table: NodeTable) {
-    nodes.withLock { $0 = table }
+  /// The node table, once made: changes are told to the kernel by inode.
+  func attach(_ nodes: NodeTable) {
+    self.nodes.withLock { $0 = nodes }
   }
 
-  /// The kernel, at INIT: where the changed directories' listings are dropped.
-  func attach(kernel cache: KernelCache) {
-    kernel.withLock { $0 = cache }
+  /// The kernel to tell, once mounted.
+  func mounted(kernel: KernelCache) {
+    self.kernel.withLock { $0 = kernel }
   }
 
   /// nil when the cache is off: the kernel keeps nothing.
@@ -51,12 +50,10 @@ final class KernelListings: Sendable {
     let now = clock()
     return filled.withLock { filled in
       if let at = filled[ObjectKey(key)], now - at < ttl { return .keep }
-      if filled.count >= Self.capacity {
-        filled = filled.filter { now - $0.value < ttl }
-        if filled.count >= Self.capacity { filled.removeAll() }
-      }
-      // Counted from before the listing is asked for: never kept past the TTL.
-      filled[ObjectKey(key)] = now
+      // Counted from before the listing is asked for: never kept past the
+      // TTL. Put last in line: the oldest fills are dropped first.
+      filled.remove(ObjectKey(key))
+      filled.insert(now, for: ObjectKey(key))
       return .fill
     }
   }
@@ -68,11 +65,14 @@ final class KernelListings: Sendable {
     guard ttl > 0 else { return }
     let directories = Self.directories(holding: key)
     let dropped = filled.withLock { filled in
-      directories.filter { filled.removeValue(forKey: ObjectKey($0)) != nil }
+      directories.filter { directory in
+        defer { filled.remove(ObjectKey(directory)) }
+        return filled[ObjectKey(directory)] != nil
+      }
     }
     guard !dropped.isEmpty else { return }
     guard let nodes = nodes.withLock({ $0 }) else { return }
-    let inodes = nodes.withLock { table in dropped.compactMap { table.inode(of: $0) } }
+    let inodes = nodes.inodes(of: dropped)
     let kernel = self.kernel.withLock { $0 }
     Self.notifications.async {
       for inode in inodes { kernel.invalidate(inode: inode) }

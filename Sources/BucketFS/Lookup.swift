@@ -31,14 +31,18 @@ final class Lookups: Sendable {
   /// What is known of each directory: lookups are answered from it and fill it.
   let cache: DirectoryCache
   let store: any ObjectStore
+  /// Owns the tasks this starts (BackgroundTasks.swift).
+  let tasks: BackgroundTasks
   let configuration: Configuration
   let diagnostics: Diagnostics
   let clock: @Sendable () -> Double
 
   init(
     nodes: NodeTable, entries: AttributeBuilder, cache: DirectoryCache, store: any ObjectStore,
-    configuration: Configuration, diagnostics: Diagnostics, clock: @escaping @Sendable () -> Double
+    configuration: Configuration, diagnostics: Diagnostics, clock: @escaping @Sendable () -> Double,
+    tasks: BackgroundTasks
   ) {
+    self.tasks = tasks
     self.nodes = nodes
     self.entries = entries
     self.cache = cache
@@ -215,7 +219,7 @@ final class Lookups: Sendable {
       if burst.page != nil, now - burst.pageAskedAt > maxAge { burst.page = nil }
       if burst.page == nil, burst.inFlight >= Self.burstSize {
         burst.pageAskedAt = now
-        burst.page = Task {
+        burst.page = tasks.start(.cancel) {
           // With the subdirectories' placeholders: their stored modes come free.
           let page = try await store.list(
             prefix: parentKey, delimiter: "/", includeTrailingDelimiter: trailing, pageSize: pageSize,

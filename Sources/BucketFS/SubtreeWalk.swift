@@ -38,6 +38,8 @@ final class SubtreeWalks: Sendable {
   let cache: DirectoryCache
   private let store: any ObjectStore
   private let clock: @Sendable () -> Double
+  /// Owns the tasks this starts (BackgroundTasks.swift).
+  let tasks: BackgroundTasks
   private let onConflict: @Sendable (String) -> Void
   private let logger: Logger
   var pageSize: Int { cache.pageSize }
@@ -77,10 +79,12 @@ final class SubtreeWalks: Sendable {
 
   init(
     cache: DirectoryCache, store: any ObjectStore, logger: Logger, clock: @escaping @Sendable () -> Double,
+    tasks: BackgroundTasks,
     onConflict: @escaping @Sendable (String) -> Void
   ) {
     self.cache = cache
     self.store = store
+    self.tasks = tasks
     self.logger = logger
     self.clock = clock
     self.onConflict = onConflict
@@ -188,7 +192,9 @@ final class SubtreeWalks: Sendable {
     let id = state.nextFetch
     state.nextFetch += 1
     let epoch = state.epoch
-    let task = Task { [weak self] () -> Void in await self?.fetch(key, pages: pages, id: id, epoch: epoch) }
+    let task = tasks.start(.cancel) { [weak self] () -> Void in
+      await self?.fetch(key, pages: pages, id: id, epoch: epoch)
+    }
     state.fetches[ObjectKey(key)] = Fetch(id: id, task: task)
     return task
   }

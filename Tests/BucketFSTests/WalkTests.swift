@@ -155,7 +155,7 @@ final class WalkTests: XCTestCase {
       onConflict: { _ in })
     let walks = SubtreeWalks(
       cache: cache, store: InMemoryObjectStore(bucket: "b"), logger: quietLogger, clock: clock.read,
-      onConflict: { _ in })
+      tasks: BackgroundTasks(), onConflict: { _ in })
     for d in 0..<100 {
       walks.read("d\(d)/", subdirectories: (0..<30).map { "d\(d)/s\($0)/" })
       XCTAssertLessThanOrEqual(walks.siblingKeysHeld, 8 * 10 + 20)
