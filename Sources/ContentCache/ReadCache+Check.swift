@@ -32,7 +32,13 @@ extension ReadCache {
     for index in 0..<count {
       guard let block = map.blocks[index] else { return nil }
       let length = map.length(of: index)
-      sum = index == 0 ? block : length == blockSize ? Self.shift(sum) ^ block : CRC32C.combine(sum, block, lengthB: length)
+      if index == 0 {
+        sum = block
+      } else if length == blockSize {
+        sum = Self.shift(sum) ^ block
+      } else {
+        sum = CRC32C.combine(sum, block, lengthB: length)  // the short last block
+      }
     }
     return sum
   }

@@ -411,7 +411,8 @@ final class CachingStoreTests: XCTestCase {
     let object = bucket.put("f", data: data)
     let paced = IOPool(threadCount: 2, byteLimit: 64 << 20, quiet: .seconds(1), maxDeferral: .seconds(30))
     let store = try XCTUnwrap(
-      CachingStore.open(wrapping: bucket, cacheDirectory: directory, limit: 64 << 20, pool: paced, logger: quiet))
+      CachingStore.open(
+        wrapping: bucket, cacheDirectory: directory, limit: 64 << 20, pool: paced, logger: quiet))
     _ = try await store.metadata(of: "f")
     // Reads of the file's four 64 KiB pieces, one after another, then of all of it.
     for piece in 0..<4 {
@@ -432,9 +433,11 @@ final class CachingStoreTests: XCTestCase {
 
   func testAFillHeldTooLongRunsWhileReadsStillCome() async throws {
     let object = bucket.put("f", data: pattern(65536))
-    let paced = IOPool(threadCount: 2, byteLimit: 64 << 20, quiet: .seconds(60), maxDeferral: .milliseconds(100))
+    let paced = IOPool(
+      threadCount: 2, byteLimit: 64 << 20, quiet: .seconds(60), maxDeferral: .milliseconds(100))
     let store = try XCTUnwrap(
-      CachingStore.open(wrapping: bucket, cacheDirectory: directory, limit: 64 << 20, pool: paced, logger: quiet))
+      CachingStore.open(
+        wrapping: bucket, cacheDirectory: directory, limit: 64 << 20, pool: paced, logger: quiet))
     _ = try await store.metadata(of: "f")
     _ = try await store.read("f", generation: object.generation, range: 0..<object.size)
     let landed = await eventually { store.bytesInUse == object.size + self.overhead }
