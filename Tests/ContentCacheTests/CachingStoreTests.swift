@@ -446,6 +446,23 @@ final class CachingStoreTests: XCTestCase {
     XCTAssertTrue(stopped)
   }
 
+  func testAnUnmountWritesTheFillsStillWaitingForAPause() async throws {
+    let data = pattern(200_000)
+    let object = bucket.put("f", data: data)
+    let paced = IOPool(threadCount: 2, byteLimit: 64 << 20, quiet: .seconds(60), maxDeferral: .seconds(60))
+    let store = try XCTUnwrap(
+      CachingStore.open(
+        wrapping: bucket, cacheDirectory: directory, limit: 64 << 20, pool: paced, logger: quiet))
+    _ = try await store.metadata(of: "f")
+    _ = try await store.read("f", generation: object.generation, range: 0..<object.size)
+    XCTAssertEqual(store.bytesInUse, 0, "waiting for a pause")
+    let start = ContinuousClock.now
+    let stopped = await paced.shutdown(patience: .seconds(10))
+    XCTAssertTrue(stopped)
+    XCTAssertLessThan(ContinuousClock.now - start, .seconds(5), "no wait for the pause once stopping")
+    XCTAssertEqual(store.bytesInUse, object.size + overhead, "written before the pool stopped")
+  }
+
   func testAnUploadFromAFileBecomesTheEntryWithoutACopy() async throws {
     let data = pattern(700_000)
     let disk = HeldDisk()
