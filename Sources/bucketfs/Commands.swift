@@ -250,9 +250,9 @@ struct Mount: ParsableCommand {
     configuration.retryDeadline = retryDeadline
 
     // Blocking file work (the read cache's) runs here, off the concurrency
-    // pool; its fills wait for a pause of 50 ms in the reads, up to 1 s.
+    // pool; its fills wait for a pause of 250 ms in the reads, up to 1 s.
     let diskWork = IOPool(
-      threadCount: 4, byteLimit: 64 << 20, quiet: .milliseconds(50), maxDeferral: .seconds(1))
+      threadCount: 4, byteLimit: 64 << 20, quiet: .milliseconds(250), maxDeferral: .seconds(1))
     let fileSystem = BucketFileSystem(
       store: readCache(around: client, pool: diskWork, logger: logger), configuration: configuration,
       logger: logger,
