@@ -249,14 +249,15 @@ struct Mount: ParsableCommand {
     configuration.readAheadBudget = readAheadBudget << 20
     configuration.retryDeadline = retryDeadline
 
-    // Blocking file work (the read cache's) runs here, off the concurrency
-    // pool; its fills wait for a pause of 250 ms in the reads, up to 1 s.
+    // Blocking file work (the read cache's and the stages') runs here, off
+    // the concurrency pool; the cache's fills wait for a pause of 250 ms in
+    // the reads, up to 1 s.
     let diskWork = IOPool(
       threadCount: 4, byteLimit: 64 << 20, quiet: .milliseconds(250), maxDeferral: .seconds(1))
     let fileSystem = BucketFileSystem(
       store: readCache(around: client, pool: diskWork, logger: logger), configuration: configuration,
       logger: logger,
-      onMounted: { outcome.ready() })
+      onMounted: { outcome.ready() }, diskWork: diskWork)
     let session = FUSESession(fileSystem: fileSystem, logger: logger)
     var fuseOptions = FUSE.MountOptions(fsName: "gs://\(source.bucket)\(source.subtree)", subtype: "bucketfs")
     fuseOptions.readOnly = mountOptions.readOnly
