@@ -163,7 +163,8 @@ public final class BucketFileSystem: FileSystem, Sendable {
     }
     if done.wait(timeout: .now() + seconds) == .timedOut {
       diagnostics.logger.warning(
-        "unmounting with part deletes still under way; `bucketfs clean-parts` removes what they leave")
+        "unmounting with uploads or part deletes still under way after \(Int(seconds)) s; `bucketfs clean-parts` removes the parts they leave"
+      )
     }
   }
 }
