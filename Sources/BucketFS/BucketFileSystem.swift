@@ -18,7 +18,8 @@ public final class BucketFileSystem: FileSystem, Sendable {
   private let onMounted: @Sendable () -> Void
   /// Inodes, their facts and metadata.
   let nodes: NodeTable
-  let handles = HandleNumbers()
+  /// Every open handle: files, stages and directories (Handles.swift).
+  let handles = HandleTable()
   /// Tree walks and the listings they fetch ahead (SubtreeWalk.swift).
   let walks: SubtreeWalks
   /// Complete listings of directories, for absent names (CompleteListings.swift).
@@ -28,6 +29,8 @@ public final class BucketFileSystem: FileSystem, Sendable {
   /// Small files fetched ahead of a reader going through a directory (SiblingPrefetch.swift).
   let prefetch: SiblingPrefetch
   let reads: Reads
+  /// What bucketfs chose of the files it stored, and which it created lately.
+  let provenance: Provenance
   let staging: Staging
   let entries: AttributeBuilder
   let lookups: Lookups
@@ -67,10 +70,11 @@ public final class BucketFileSystem: FileSystem, Sendable {
     let readAhead = ReadAheadBudget(capacity: configuration.readAheadBudget, metrics: metrics)
     let prefetch = SiblingPrefetch(store: inner, budget: readAhead, clock: clock)
     let reads = Reads(
-      nodes: nodes, store: store, configuration: configuration, diagnostics: diagnostics, budget: readAhead,
-      prefetch: prefetch)
+      nodes: nodes, handles: handles, store: store, configuration: configuration, diagnostics: diagnostics,
+      budget: readAhead, prefetch: prefetch)
+    let provenance = Provenance(configuration: configuration, clock: clock)
     let staging = Staging(
-      stageFiles: stageFiles, nodes: nodes, reads: reads, handles: handles, listings: listings, store: store,
+      stageFiles: stageFiles, nodes: nodes, provenance: provenance, listings: listings, store: store,
       configuration: configuration, diagnostics: diagnostics, clock: clock, metrics: metrics)
     let entries = AttributeBuilder(
       nodes: nodes, staging: staging, walks: walks, configuration: configuration, mountTime: Timestamp.now(),
@@ -84,6 +88,7 @@ public final class BucketFileSystem: FileSystem, Sendable {
     self.readAhead = readAhead
     self.prefetch = prefetch
     self.reads = reads
+    self.provenance = provenance
     self.staging = staging
     self.entries = entries
     self.lookups = Lookups(
@@ -95,13 +100,15 @@ public final class BucketFileSystem: FileSystem, Sendable {
       prefetch: prefetch, kernelListings: kernelListings,
       store: store, configuration: configuration, diagnostics: diagnostics, clock: clock)
     self.namespace = Namespace(
-      nodes: nodes, entries: entries, staging: staging, reads: reads, walks: walks, listings: listings,
+      nodes: nodes, entries: entries, staging: staging, provenance: provenance, reads: reads, walks: walks,
+      listings: listings,
       store: store, configuration: configuration, diagnostics: diagnostics, clock: clock)
     self.links = Symlinks(
       nodes: nodes, entries: entries, store: store, configuration: configuration, diagnostics: diagnostics,
       clock: clock)
     self.xattrs = Xattrs(
-      nodes: nodes, staging: staging, store: store, configuration: configuration, diagnostics: diagnostics,
+      nodes: nodes, staging: staging, provenance: provenance, store: store, configuration: configuration,
+      diagnostics: diagnostics,
       clock: clock)
   }
 
