@@ -2,12 +2,6 @@ import FUSE
 import NIOCore
 import ObjectStore
 
-#if canImport(FoundationEssentials)
-  import FoundationEssentials
-#else
-  import Foundation
-#endif
-
 #if canImport(Glibc)
   import Glibc
 #endif
