@@ -85,13 +85,4 @@ final class HandleTableTests: XCTestCase {
     XCTAssertEqual(fs.staging.inodes.count, 0)
     XCTAssertEqual(fs.handles.count(), 0)
   }
-
-  func testAReadHandleOpenedBeforeTheFileWasStagedReadsTheStageOnceItHoldsTheBytes() async throws {
-    let (inode, reader) = try await fs.openFile("f", flags: O_RDONLY)
-    let writer = try await fs.open(inode: inode, flags: O_RDWR | O_TRUNC).handle
-    try await fs.writeText(inode, writer, at: 0, "new")
-    await XCTAssertEqualAsync(text(try await fs.readAll(inode, reader)), "new")
-    try await fs.close(inode, writer)
-    fs.release(inode: inode, handle: reader)
-  }
 }
