@@ -20,6 +20,8 @@ final class Reads: Sendable {
   /// The open handles, whose readers a rename retargets.
   let handles: HandleTable
   let store: any ObjectStore
+  /// Owns the tasks this starts (BackgroundTasks.swift).
+  let tasks: BackgroundTasks
   let configuration: Configuration
   let diagnostics: Diagnostics
   /// Memory read-ahead may hold, shared by all open files.
@@ -29,8 +31,9 @@ final class Reads: Sendable {
 
   init(
     nodes: NodeTable, handles: HandleTable, store: any ObjectStore, configuration: Configuration,
-    diagnostics: Diagnostics, budget: ReadAheadBudget, prefetch: SiblingPrefetch
+    diagnostics: Diagnostics, budget: ReadAheadBudget, prefetch: SiblingPrefetch, tasks: BackgroundTasks
   ) {
+    self.tasks = tasks
     self.state = Mutex(State(readDeadlines: ReadDeadlines(seconds: configuration.retryDeadline)))
     self.nodes = nodes
     self.handles = handles
@@ -55,11 +58,8 @@ final class Reads: Sendable {
       key: node.key, generation: facts.generation, size: facts.size, store: store,
       maxSegment: configuration.readAheadMaxChunk, maxAhead: configuration.readAheadMaxBytes,
       maxStreams: configuration.readAheadMaxStreams,
-      budget: budget, prefetched: prefetch.opened(node.key, generation: facts.generation))
-    let keepCache = nodes.withLock { table in
-      defer { table[inode]?.openedGeneration = facts.generation }
-      return table[inode]?.openedGeneration == facts.generation
-    }
+      budget: budget, prefetched: prefetch.opened(node.key, generation: facts.generation), tasks: tasks)
+    let keepCache = nodes.recordOpen(inode, generation: facts.generation)
     return (reader, keepCache)
   }
 
@@ -70,7 +70,7 @@ final class Reads: Sendable {
       key: base.name, generation: base.generation, size: UInt64(base.size), store: store,
       maxSegment: configuration.readAheadMaxChunk, maxAhead: configuration.readAheadMaxBytes,
       maxStreams: configuration.readAheadMaxStreams,
-      budget: budget)
+      budget: budget, tasks: tasks)
   }
 
   func readInline(_ reader: FileReader, offset: UInt64, size: Int) -> [ByteBuffer]? {

@@ -41,7 +41,7 @@ extension CloudStorageClient {
   ) async throws -> ObjectMetadata {
     let contentType = Self.contentType(attributes)
     let metadata = try Self.objectBody(name: name, attributes: attributes, contentType: contentType)
-    var media = try read(source, from: 0, count: Int(source.size))
+    var media = try await read(source, from: 0, count: Int(source.size))
     let boundary = Self.boundary(notIn: media)
     var body = ByteBufferAllocator().buffer(capacity: media.readableBytes + metadata.count + 512)
     body.writeString("--\(boundary)\r\nContent-Type: application/json; charset=UTF-8\r\n\r\n")
@@ -73,7 +73,7 @@ extension CloudStorageClient {
       var sum: UInt32 = 0
       var offset: Int64 = 0
       while offset < source.size {
-        let piece = try read(
+        let piece = try await read(
           source, from: offset, count: Int(min(Int64(uploads.chunkSize), source.size - offset)))
         sum = CRC32C.update(sum, piece)
         offset += Int64(piece.readableBytes)
@@ -87,14 +87,14 @@ extension CloudStorageClient {
   /// nil: unknown, and the 412 stands).
   func ownObject(
     _ name: String, size: Int64, attributes: ObjectAttributes, contentType: String,
-    checksum: () throws -> UInt32?
+    checksum: () async throws -> UInt32?
   ) async throws -> ObjectMetadata {
     guard let live = try? await metadata(of: name), live.size == size, let crc = live.crc32c else {
       throw StorageError.preconditionFailed
     }
     var sent = attributes
     sent.contentType = contentType
-    guard let sum = try checksum(), CRC32C.base64(sum) == crc, ObjectAttributes(of: live) == sent else {
+    guard let sum = try await checksum(), CRC32C.base64(sum) == crc, ObjectAttributes(of: live) == sent else {
       throw StorageError.preconditionFailed
     }
     logger.info(
@@ -128,11 +128,11 @@ extension CloudStorageClient {
   /// `count` bytes of `source` from `offset`, read in pieces of at most one
   /// chunk; the source's own buffer when one piece holds them all (no copy:
   /// an upload holds about one chunk). A source that ends early is a local failure.
-  func read(_ source: any UploadSource, from offset: Int64, count: Int) throws -> ByteBuffer {
+  func read(_ source: any UploadSource, from offset: Int64, count: Int) async throws -> ByteBuffer {
     var buffer: ByteBuffer?
     var done = 0
     while done < count {
-      var piece = try source.read(at: offset + Int64(done), count: min(uploads.chunkSize, count - done))
+      var piece = try await source.load(at: offset + Int64(done), count: min(uploads.chunkSize, count - done))
       guard piece.readableBytes > 0 else {
         throw StorageError.badRequest(
           "upload source ended at \(offset + Int64(done)) of \(source.size) bytes")

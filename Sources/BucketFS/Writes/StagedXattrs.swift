@@ -22,9 +22,7 @@ extension Xattrs {
     guard let property = XattrName(name) else { throw Errno.notSupported }
     if configuration.readOnly { throw Errno.readOnly }
     guard let staged = staging.file(inode: inode) else {
-      if case .readOnly = property, let key = nodes.withLock({ $0[inode]?.key }),
-        provenance.isRecentlyCreated(key)
-      {
+      if case .readOnly = property, let key = nodes.key(of: inode), provenance.isRecentlyCreated(key) {
         return true
       }
       return false

@@ -92,7 +92,7 @@ extension Staging {
   /// After a write: starts the stream once the file passes the composite
   /// threshold (or holds as much as the bound lets it), and the uploads of
   /// the parts now complete.
-  func streamAfterWrite(_ staged: StagedFile) throws {
+  func streamAfterWrite(_ staged: StagedFile) async throws {
     let candidate = staged.state.withLock { s -> Int64? in
       guard s.stream == nil, s.sequential, s.loaded, !s.unlinked, s.poisoned == nil else { return nil }
       return Int64(s.size)
@@ -100,7 +100,7 @@ extension Staging {
     if let size = candidate, let plan = store.partPlan, size > plan.partSize {
       let bound = streamBound(staged.stage, plan: plan, holding: size)
       if size > min(plan.threshold, bound - plan.partSize), let upload = store.partedUpload() {
-        try startStream(staged, upload: upload, plan: plan, bound: bound)
+        try await startStream(staged, upload: upload, plan: plan, bound: bound)
       }
     }
     launchParts(staged)
@@ -118,7 +118,7 @@ extension Staging {
   }
 
   private func startStream(_ staged: StagedFile, upload: any PartedUpload, plan: PartPlan, bound: Int64)
-    throws
+    async throws
   {
     let id = streamIDs.wrappingAdd(1, ordering: .relaxed).newValue
     let record = staged.state.withLock { s -> StageRecord in
@@ -126,7 +126,7 @@ extension Staging {
       return s.record(uploaded: false)
     }
     // The sidecar says where the stage's missing bytes went, for the next mount.
-    let code = staged.stage.writeRecord(record)
+    let code = await staged.stage.writeRecord(record)
     if code != 0 {
       staged.state.withLock { $0.stream = nil }
       throw diagnostics.localFailure(code, key: record.key)
@@ -145,7 +145,9 @@ extension Staging {
         let range = stream.end..<(stream.end + stream.nextPartSize)
         guard range.upperBound <= Int64(s.size) else { break }
         var part = WriteStream.Part(range: range)
-        part.task = Task { await self.uploadPart(staged, stream: id, range: range, via: upload) }
+        part.task = tasks.start(.finish) {
+          await self.uploadPart(staged, stream: id, range: range, via: upload)
+        }
         stream.parts.append(part)
         stream.end = range.upperBound
         stream.started += 1
@@ -162,7 +164,7 @@ extension Staging {
     async
   {
     do {
-      let part = try await upload.store(StageRangeSource(stage: staged.stage, range: range))
+      let part = try await upload.store(StageSource(stage: staged.stage, range: range))
       let current = staged.state.withLock { s -> Bool in
         guard s.stream?.id == id, let index = s.stream?.parts.firstIndex(where: { $0.range == range }) else {
           return false
@@ -172,7 +174,7 @@ extension Staging {
       }
       guard current else { return }
       combineIfReady(staged, stream: id)
-      let code = staged.stage.punch(range)
+      let code = await staged.stage.punch(range)
       if code == 0 {
         staged.state.withLock { s in if s.stream?.id == id { s.stream?.gone += Int64(range.count) } }
       } else if diagnostics.firstWarning("punch:" + staged.stage.path) {
@@ -205,7 +207,9 @@ extension Staging {
       guard pieces.count == slice.count, let first = slice.first, let last = slice.last else { return }
       let range = first.range.lowerBound..<last.range.upperBound
       let upload = stream.upload
-      stream.combining = Task { await self.combine(staged, stream: id, pieces, range: range, via: upload) }
+      stream.combining = tasks.start(.finish) {
+        await self.combine(staged, stream: id, pieces, range: range, via: upload)
+      }
       s.stream = stream
     }
   }
@@ -331,7 +335,7 @@ extension Staging {
           key: key,
           context: .read)
       }
-      let code = bytes.withUnsafeReadableBytes { staged.stage.write($0, at: UInt64(start + at)) }
+      let code = await staged.stage.write(bytes, at: UInt64(start + at))
       if code != 0 {
         staged.state.withLock { $0.poisoned = Errno(code) }
         throw diagnostics.localFailure(code, key: key)
@@ -368,7 +372,7 @@ extension Staging {
       if stream.end < Int64(size) {
         sources.append(
           try await stream.upload.store(
-            StageRangeSource(stage: staged.stage, range: stream.end..<Int64(size))))
+            StageSource(stage: staged.stage, range: stream.end..<Int64(size))))
       }
       uploaded = try await stream.upload.compose(
         sources, into: key, attributes: attributes, ifGenerationMatch: generation)
@@ -408,23 +412,12 @@ extension Staging {
   /// Runs `body` apart from the caller (the deletes of parts no longer
   /// needed); an unmount waits for what is under way (``settleBackground()``).
   func inBackground(_ body: @escaping @Sendable () async -> Void) {
-    let id = streamIDs.wrappingAdd(1, ordering: .relaxed).newValue
-    // Registered under the lock the task takes to leave: never left behind.
-    background.withLock { tasks in
-      tasks[id] = Task.detached(priority: .utility) {
-        await body()
-        _ = self.background.withLock { $0.removeValue(forKey: id) }
-      }
-    }
+    tasks.start(.finish, priority: .utility, body)
   }
 
   /// Awaits the background work under way, and any it starts.
   func settleBackground() async {
-    while true {
-      let tasks = background.withLock { Array($0.values) }
-      if tasks.isEmpty { return }
-      for task in tasks { await task.value }
-    }
+    await tasks.finish()
   }
 
   // MARK: - Reads and release
@@ -450,20 +443,5 @@ extension Staging {
       staged.state.withLock { $0.stream = nil }
       await upload.removeParts(all: true)
     }
-  }
-}
-
-/// `range` of a stage as an upload reads it.
-struct StageRangeSource: UploadSource {
-  let stage: Stage
-  let range: Range<Int64>
-
-  var size: Int64 { Int64(range.count) }
-
-  func read(at offset: Int64, count: Int) throws -> ByteBuffer {
-    let count = Int(max(0, min(Int64(count), size - offset)))
-    let bytes = try stage.read(at: range.lowerBound + offset, count: count)
-    guard bytes.readableBytes == count else { throw StageFailure(code: EIO) }
-    return bytes
   }
 }
