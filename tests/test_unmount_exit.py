@@ -17,7 +17,7 @@ import time
 
 import fakegcs as F
 import pytest
-from conftest import SESSION_TMP, _unescape_mount, unmount_and_wait, wait_for
+from conftest import SESSION_TMP, _unescape_mount, pids_with_arg, unmount_and_wait, wait_for
 
 MiB = 1 << 20
 
@@ -69,3 +69,26 @@ def test_the_daemon_exits_promptly_after_reads_with_fills_held(client, bucket, m
     with open(again.p("big.bin"), "rb") as f:
         assert f.read() == data
     assert took < 15, f"{took:.1f} s"
+
+
+def test_a_lazy_unmount_serves_open_files_until_they_are_closed(client, bucket, mount):
+    data = os.urandom(3 * MiB)
+    client.upload(bucket, F.Obj("open.bin", data))
+    m = mount(bucket, "", "--read-cache-size", "0")
+    place = os.path.realpath(m.path)
+    f = open(m.p("open.bin"), "rb")
+    try:
+        assert f.read(MiB) == data[:MiB]
+        subprocess.run(["umount", "-l", m.path], check=True)
+        assert wait_for(lambda: not holds(os.getpid(), place), 10)
+        # The watch gives a plain unmount a second, then checks every second: an
+        # open file must keep the daemon serving past that. (Only a daemon that
+        # ends too early fails here, so a slow machine cannot make this fail.)
+        deadline = time.monotonic() + 2.5
+        while time.monotonic() < deadline:
+            assert pids_with_arg(place), f"the daemon ended with a file open\n{m.describe()}"
+            time.sleep(0.1)
+        assert f.read() == data[MiB:]
+    finally:
+        f.close()
+    assert wait_for(lambda: not pids_with_arg(place), 15), f"daemon still running after the last close\n{m.describe()}"

@@ -155,6 +155,9 @@ public final class BucketFileSystem: FileSystem, Sendable {
     }
   }
 
+  /// Files and directories open now (of any process, through any namespace's view of the mount).
+  public var openHandleCount: Int { handles.count() }
+
   /// Ends, within at most `seconds`, the work the mount started apart from
   /// any request: cache fills are cancelled, and uploads and the deletes of
   /// streamed parts awaited. Called once the session has ended, so an

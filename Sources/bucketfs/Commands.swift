@@ -285,9 +285,9 @@ struct Mount: ParsableCommand {
       ServiceManager.notify("STOPPING=1")
       session.requestExit()
     }
-    let watch = MountWatch.start(path: resolvedMountpoint) {
+    let watch = MountWatch.start(path: resolvedMountpoint, isIdle: { fileSystem.openHandleCount == 0 }) {
       logger.warning(
-        "\(mountpoint) was unmounted but the kernel keeps the mount (another mount namespace holds a copy): ending it"
+        "\(mountpoint) was unmounted, nothing is open, but the kernel keeps the mount (another mount namespace holds a copy): ending it"
       )
       session.requestExit()
     }

@@ -14,15 +14,23 @@ import Synchronization
 /// holding the cache directory, until that namespace ends: minutes or never.
 /// This thread sees the mount go from /proc/self/mountinfo (polled with
 /// POLLPRI, which the kernel raises on every change of the table, and every
-/// second besides) and, if the loop has not ended a second later, asks it to.
-/// The copy in the other namespace then answers ENOTCONN.
+/// second besides) and, once the loop has not ended a second later and no
+/// file or directory is open, asks it to. The copy in the other namespace
+/// then answers ENOTCONN. Open handles keep it serving: after a lazy unmount
+/// (`umount -l`) the files still open through the detached mount work until
+/// they are closed, as the kernel itself would have it.
 final class MountWatch: Sendable {
   private let identity: MountTable.Entry
+  private let isIdle: @Sendable () -> Bool
   private let onLingering: @Sendable () -> Void
   private let stopped = Atomic<Bool>(false)
 
-  private init(identity: MountTable.Entry, onLingering: @escaping @Sendable () -> Void) {
+  private init(
+    identity: MountTable.Entry, isIdle: @escaping @Sendable () -> Bool,
+    onLingering: @escaping @Sendable () -> Void
+  ) {
     self.identity = identity
+    self.isIdle = isIdle
     self.onLingering = onLingering
   }
 
@@ -30,10 +38,12 @@ final class MountWatch: Sendable {
   /// before the mount: resolving it after would ask the mount itself);
   /// nil when it is not in the table. `onLingering` runs once, on the
   /// watcher's thread, if the mount leaves and ``stop()`` has not been called
-  /// a second later.
-  static func start(path: String, onLingering: @escaping @Sendable () -> Void) -> MountWatch? {
+  /// a second later, at the first check (every second) where `isIdle` holds.
+  static func start(
+    path: String, isIdle: @escaping @Sendable () -> Bool, onLingering: @escaping @Sendable () -> Void
+  ) -> MountWatch? {
     guard let identity = MountTable.entries().last(where: { $0.mountpoint == path }) else { return nil }
-    let watch = MountWatch(identity: identity, onLingering: onLingering)
+    let watch = MountWatch(identity: identity, isIdle: isIdle, onLingering: onLingering)
     var thread = pthread_t()
     let context = Unmanaged.passRetained(watch).toOpaque()
     let created = pthread_create(
@@ -68,8 +78,11 @@ final class MountWatch: Sendable {
       // By ID and device, not place: a mount moved elsewhere is still this one.
       let present = MountTable.entries().contains { $0.id == identity.id && $0.device == identity.device }
       guard !present else { continue }
-      // A plain unmount ends the loop at the same moment: give it a second.
-      for _ in 0..<100 where !isStopped { usleep(10_000) }
+      // A plain unmount ends the loop at the same moment: give it a second,
+      // then as long as a handle is open (a lazy unmount's files).
+      repeat {
+        for _ in 0..<100 where !isStopped { usleep(10_000) }
+      } while !isStopped && !isIdle()
       if !isStopped { onLingering() }
       return
     }
