@@ -5,6 +5,7 @@ leaves under .bucketfs-parts/, seen through the JSON API and the proxy."""
 from __future__ import annotations
 
 import errno
+import json
 import os
 import tempfile
 
@@ -35,16 +36,18 @@ def part_uploads(m) -> list:
 
 
 def upload_name(record) -> str:
-    """The object an upload request names: in its query, else in its JSON or multipart metadata."""
-    for pair in record.query.split("&"):
-        if pair.startswith("name="):
-            return pair[5:]
+    """The object an upload request names: in its query (media), its JSON body
+    (a resumable session's start) or its multipart body's metadata part."""
+    params = record.params
+    if "name" in params:
+        return params["name"][0]
     body = record.body or b""
-    start = body.find(b'"name"')
-    if start < 0:
+    if "uploadType=multipart" in record.query:
+        body = body.split(b"\r\n\r\n", 1)[-1].split(b"\r\n--", 1)[0]
+    try:
+        return json.loads(body or b"{}").get("name", "")
+    except ValueError:
         return ""
-    value = body[start + 6:].split(b'"', 2)
-    return value[1].decode() if len(value) > 2 else ""
 
 
 def close_refused_with_estale(f) -> None:
