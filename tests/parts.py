@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import errno
 import json
-import os
 import tempfile
 
-from conftest import SESSION_TMP, run, wait_for
+from conftest import SESSION_TMP
 
 PARTS = ".bucketfs-parts/"
 
@@ -63,17 +62,3 @@ def close_refused_with_estale(f) -> None:
                 f.close()
             except OSError:
                 pass
-
-
-def kill_and_unmount(m, fd: int) -> None:
-    """kill -9 of the mount's daemon while `fd` is open on it, then the mount taken down."""
-    try:
-        m.proc.kill()
-        m.proc.wait(10)
-    finally:
-        try:
-            os.close(fd)
-        except OSError:
-            pass
-    run(["fusermount3", "-u", "-z", m.path], check=False)
-    wait_for(lambda: not os.path.ismount(m.path), 10)

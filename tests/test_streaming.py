@@ -22,8 +22,8 @@ import time
 
 import pytest
 
-from conftest import SESSION_TMP, deviates, run, wait_for
-from parts import close_refused_with_estale, composes, kill_and_unmount, mount_rw, part_uploads, parts_left
+from conftest import SESSION_TMP, deviates, kill_and_unmount, run, wait_for
+from parts import close_refused_with_estale, composes, mount_rw, part_uploads, parts_left
 
 SMALL = ("--composite-upload-threshold", "1", "--composite-part-size", "1", "--stream-disk-limit", "2")
 STREAM_MIB = int(os.environ.get("BUCKETFS_E2E_STREAM_MIB", "256"))
