@@ -84,7 +84,7 @@ let package = Package(
     .target(
       name: "BucketFS",
       dependencies: [
-        "FUSE", "ObjectStore", .product(name: "Logging", package: "swift-log"),
+        "FUSE", "IOThreads", "ObjectStore", .product(name: "Logging", package: "swift-log"),
         .product(name: "CoreMetrics", package: "swift-metrics"),
         .product(name: "NIOCore", package: "swift-nio"),
       ]
@@ -132,7 +132,7 @@ let package = Package(
     .testTarget(
       name: "BucketFSTests",
       dependencies: [
-        "BucketFS", "CloudStorage", "FUSE", "ObjectStore", "ServiceAccess", "StorageFake",
+        "BucketFS", "CloudStorage", "FUSE", "IOThreads", "ObjectStore", "ServiceAccess", "StorageFake",
         .product(name: "AsyncHTTPClient", package: "async-http-client"),
         .product(name: "Logging", package: "swift-log"),
         .product(name: "MetricsTestKit", package: "swift-metrics"),

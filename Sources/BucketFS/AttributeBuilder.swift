@@ -30,7 +30,7 @@ struct AttributeBuilder: Sendable {
   /// when not, the defaults with no attribute timeout, so the kernel's
   /// next stat asks ``getattr(inode:)``, which reads the placeholder.
   func directory(_ inode: UInt64) -> Entry {
-    entry(inode: inode, kind: .directory, facts: nodes.withLock { $0[inode]?.facts })
+    entry(inode: inode, kind: .directory, facts: nodes.facts(of: inode))
   }
 
   /// The bucket's root has no placeholder to store attributes on.
@@ -92,32 +92,22 @@ struct AttributeBuilder: Sendable {
 
   /// An entry for a key the kernel already holds with fresh metadata; counts the lookup.
   func cached(_ key: String) -> Entry? {
-    let now = clock()
-    let ttl = configuration.metadataTTL
-    let found: (UInt64, Node)? = nodes.withLock { table in
-      guard let inode = table.inode(of: key), var node = table[inode], now - node.fetchedAt < ttl else {
-        return nil
-      }
-      node.lookups += 1
-      table[inode] = node
-      return (inode, node)
-    }
-    guard let (inode, node) = found else { return nil }
+    guard let (inode, node) = nodes.retainFresh(key) else { return nil }
     return entry(inode: inode, kind: node.kind, facts: node.facts, answeredAt: node.fetchedAt)
   }
 
   /// An entry for a staged file the kernel holds, so a lookup of a file
   /// not yet uploaded finds it; counts the lookup.
   func staged(key: String) -> Entry? {
-    guard staging.isActive, let inode = nodes.withLock({ $0.inode(of: key) }),
+    guard staging.isActive, let inode = nodes.inode(of: key),
       let staged = staging.file(inode: inode), !staged.state.withLock({ $0.unlinked })
     else { return nil }
-    nodes.withLock { $0[inode]?.lookups += 1 }
+    nodes.retain(inode)
     return self.staged(inode)
   }
 
   func staged(_ inode: UInt64) -> Entry {
-    let facts = nodes.withLock { $0[inode]?.facts }
+    let facts = nodes.facts(of: inode)
     return entry(
       inode: inode, kind: .file, facts: facts ?? FileFacts(Staging.placeholder(key: "", bucket: "")))
   }

@@ -1,6 +1,7 @@
 import CoreMetrics
 import Dispatch
 import FUSE
+import IOThreads
 import Logging
 import ObjectStore
 
@@ -16,6 +17,8 @@ public final class BucketFileSystem: FileSystem, Sendable {
   let configuration: Configuration
   let diagnostics: Diagnostics
   private let onMounted: @Sendable () -> Void
+  /// Owns every task started apart from a request (BackgroundTasks.swift).
+  let tasks: BackgroundTasks
   /// Inodes, their facts and metadata.
   let nodes: NodeTable
   let handles = HandleNumbers()
@@ -41,43 +44,47 @@ public final class BucketFileSystem: FileSystem, Sendable {
   public convenience init(
     store: any ObjectStore, configuration: Configuration, logger: Logger,
     clock: @escaping @Sendable () -> Double = BucketFileSystem.monotonicSeconds,
-    onMounted: @escaping @Sendable () -> Void = {}, metrics: any MetricsFactory = MetricsSystem.factory
+    onMounted: @escaping @Sendable () -> Void = {}, metrics: any MetricsFactory = MetricsSystem.factory,
+    diskWork: IOPool? = nil
   ) {
     self.init(
       store: store, configuration: configuration, logger: logger, clock: clock, onMounted: onMounted,
-      stageFiles: LocalStageFiles(), metrics: metrics)
+      stageFiles: LocalStageFiles(), metrics: metrics, diskWork: diskWork)
   }
 
   /// `metrics` gets the gauges `bucketfs_read_ahead_bytes` and `bucketfs_staged_bytes`.
   init(
     store inner: any ObjectStore, configuration: Configuration, logger: Logger,
     clock: @escaping @Sendable () -> Double, onMounted: @escaping @Sendable () -> Void,
-    stageFiles: any StageFiles, metrics: any MetricsFactory = MetricsSystem.factory
+    stageFiles: any StageFiles, metrics: any MetricsFactory = MetricsSystem.factory, diskWork: IOPool? = nil
   ) {
     let diagnostics = Diagnostics(logger: logger)
+    let tasks = BackgroundTasks()
     let listings = SharedListings()
     let walks = SubtreeWalks(
       store: inner, pageSize: configuration.pageSize, freshness: configuration.metadataTTL, logger: logger,
-      clock: clock, onConflict: { diagnostics.warnConflict($0) })
+      clock: clock, tasks: tasks, onConflict: { diagnostics.warnConflict($0) })
     let kernelListings = KernelListings(ttl: configuration.listCacheTTL, clock: clock)
     let store = ListingAwareStore(
       inner: inner, listings: listings, walks: walks, kernelListings: kernelListings, clock: clock)
     let nodes = NodeTable(configuration: configuration, store: store, diagnostics: diagnostics, clock: clock)
-    kernelListings.nodes.withLock { $0 = nodes }
+    kernelListings.attach(nodes)
     let readAhead = ReadAheadBudget(capacity: configuration.readAheadBudget, metrics: metrics)
-    let prefetch = SiblingPrefetch(store: inner, budget: readAhead, clock: clock)
+    let prefetch = SiblingPrefetch(store: inner, budget: readAhead, clock: clock, tasks: tasks)
     let reads = Reads(
       nodes: nodes, store: store, configuration: configuration, diagnostics: diagnostics, budget: readAhead,
-      prefetch: prefetch)
+      prefetch: prefetch, tasks: tasks)
     let staging = Staging(
-      stageFiles: stageFiles, nodes: nodes, reads: reads, handles: handles, listings: listings, store: store,
-      configuration: configuration, diagnostics: diagnostics, clock: clock, metrics: metrics)
+      stageFiles: stageFiles, diskWork: diskWork, nodes: nodes, reads: reads, handles: handles,
+      listings: listings, store: store,
+      configuration: configuration, diagnostics: diagnostics, clock: clock, metrics: metrics, tasks: tasks)
     let entries = AttributeBuilder(
       nodes: nodes, staging: staging, walks: walks, configuration: configuration, mountTime: Timestamp.now(),
       clock: clock)
     self.configuration = configuration
     self.diagnostics = diagnostics
     self.onMounted = onMounted
+    self.tasks = tasks
     self.nodes = nodes
     self.walks = walks
     self.listings = listings
@@ -88,12 +95,12 @@ public final class BucketFileSystem: FileSystem, Sendable {
     self.entries = entries
     self.lookups = Lookups(
       nodes: nodes, entries: entries, listings: listings, walks: walks, store: store,
-      configuration: configuration, diagnostics: diagnostics, clock: clock)
+      configuration: configuration, diagnostics: diagnostics, clock: clock, tasks: tasks)
     self.kernelListings = kernelListings
     self.directories = Directories(
       nodes: nodes, entries: entries, staging: staging, handles: handles, walks: walks, listings: listings,
       prefetch: prefetch, kernelListings: kernelListings,
-      store: store, configuration: configuration, diagnostics: diagnostics, clock: clock)
+      store: store, configuration: configuration, diagnostics: diagnostics, clock: clock, tasks: tasks)
     self.namespace = Namespace(
       nodes: nodes, entries: entries, staging: staging, reads: reads, walks: walks, listings: listings,
       store: store, configuration: configuration, diagnostics: diagnostics, clock: clock)
@@ -112,8 +119,8 @@ public final class BucketFileSystem: FileSystem, Sendable {
   }
 
   public func mounted(kernel: KernelCache) {
-    reads.kernel.withLock { $0 = kernel }
-    kernelListings.kernel.withLock { $0 = kernel }
+    reads.mounted(kernel: kernel)
+    kernelListings.mounted(kernel: kernel)
     onMounted()
   }
 
@@ -141,18 +148,20 @@ public final class BucketFileSystem: FileSystem, Sendable {
     }
   }
 
-  /// Waits, at most `seconds`, for work the mount started apart from any
-  /// request (the deletes of streamed parts after a close): called once
-  /// the session has ended, so an unmount leaves no parts behind.
+  /// Ends, within at most `seconds`, the work the mount started apart from
+  /// any request: cache fills are cancelled, and uploads and the deletes of
+  /// streamed parts awaited. Called once the session has ended, so an
+  /// unmount leaves no parts behind.
   public func settleBackgroundWork(within seconds: Double) {
     let done = DispatchSemaphore(value: 0)
-    let staging = self.staging
+    let tasks = self.tasks
+    // The one task no owner holds: the unmount's own, awaited here.
     Task.detached {
-      await staging.settleBackground()
+      await tasks.settle()
       done.signal()
     }
     if done.wait(timeout: .now() + seconds) == .timedOut {
-      staging.logger.warning(
+      diagnostics.logger.warning(
         "unmounting with part deletes still under way; `bucketfs clean-parts` removes what they leave")
     }
   }

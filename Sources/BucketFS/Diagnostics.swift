@@ -27,7 +27,7 @@ struct FileSystemError: Error, CustomStringConvertible {
 final class Diagnostics: Sendable {
   let logger: Logger
   /// Keys already warned about (conflicts, access denied), bounded.
-  private let warned = Mutex<Set<ObjectKey>>([])
+  private let warned = Mutex(BoundedMap<ObjectKey, Bool>(capacity: 10_000))
 
   init(logger: Logger) {
     self.logger = logger
@@ -85,8 +85,9 @@ final class Diagnostics: Sendable {
 
   func firstWarning(_ key: String) -> Bool {
     warned.withLock { warned in
-      if warned.count > 10_000 { warned.removeAll() }
-      return warned.insert(ObjectKey(key)).inserted
+      guard warned[ObjectKey(key)] == nil else { return false }
+      warned.insert(true, for: ObjectKey(key))
+      return true
     }
   }
 }

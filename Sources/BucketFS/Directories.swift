@@ -26,6 +26,8 @@ final class Directories: Sendable {
   let prefetch: SiblingPrefetch
   let kernelListings: KernelListings
   let store: any ObjectStore
+  /// Owns the tasks this starts (BackgroundTasks.swift).
+  let tasks: BackgroundTasks
   let configuration: Configuration
   let diagnostics: Diagnostics
   let clock: @Sendable () -> Double
@@ -36,8 +38,9 @@ final class Directories: Sendable {
     listings: SharedListings,
     prefetch: SiblingPrefetch, kernelListings: KernelListings, store: any ObjectStore,
     configuration: Configuration, diagnostics: Diagnostics,
-    clock: @escaping @Sendable () -> Double
+    clock: @escaping @Sendable () -> Double, tasks: BackgroundTasks
   ) {
+    self.tasks = tasks
     self.nodes = nodes
     self.entries = entries
     self.staging = staging
@@ -65,7 +68,7 @@ final class Directories: Sendable {
     let diagnostics = self.diagnostics
     let stream = DirectoryStream(
       prefix: key, store: store, pageSize: configuration.pageSize, clock: clock, listed: listed,
-      placeholders: configuration.posixAttributes, onConflict: { diagnostics.warnConflict($0) })
+      placeholders: configuration.posixAttributes, tasks: tasks, onConflict: { diagnostics.warnConflict($0) })
     let handle = handles.next()
     let inFlight = staging.inFlight(in: key)
     streams.withLock { $0[handle] = Handle(stream: stream, inFlight: inFlight, walked: walked) }
@@ -126,15 +129,9 @@ final class Directories: Sendable {
         let now = listed.answeredAt
         let facts = listed.metadata.map(FileFacts.init)
         // The held node's kind and facts when newer than the page's.
-        let (inode, kind, shown): (UInt64, Node.Kind, FileFacts?) = nodes.withLock { table in
-          if buffer.isPlus {
-            let inode = table.remember(
-              key: listed.key, kind: listed.kind, metadata: listed.metadata, facts: facts, at: now)
-            return (inode, table[inode]?.kind ?? listed.kind, table[inode]?.facts ?? facts)
-          }
-          if let metadata = listed.metadata { table.refresh(metadata, at: now) }
-          return (table.expectedInode(of: listed.key), listed.kind, facts)
-        }
+        let (inode, kind, shown) = nodes.listed(
+          listed.key, kind: listed.kind, metadata: listed.metadata, facts: facts, at: now,
+          counting: buffer.isPlus)
         let next = UInt64(index) + 3
         guard
           buffer.add(
@@ -166,7 +163,7 @@ final class Directories: Sendable {
     guard index >= end else { return }
     for (position, file) in inFlight.enumerated().dropFirst(index - end) where staging.isInFlight(file.inode)
     {
-      if buffer.isPlus { nodes.withLock { $0[file.inode]?.lookups += 1 } }
+      if buffer.isPlus { nodes.retain(file.inode) }
       let nextOffset = UInt64(end + position) + 3
       guard buffer.add(name: file.name, entry: entries.staged(file.inode), nextOffset: nextOffset) else {
         if buffer.isPlus { nodes.forget(inode: file.inode, count: 1) }

@@ -14,7 +14,7 @@ extension Namespace {
     async throws
   {
     // Dirty files go up first, so the listing has them.
-    let heldFiles = nodes.withLock { $0.inodes(under: from) }.filter { $0.node.kind == .file }
+    let heldFiles = nodes.held(under: from).filter { $0.node.kind == .file }
     for (inode, _) in heldFiles { try await staging.commit(inode: inode) }
 
     let objects = try await objectsToMove(under: from)
@@ -43,21 +43,7 @@ extension Namespace {
       throw Errno.io
     }
 
-    let now = clock()
-    let renamed: [(UInt64, String, Int64)] = nodes.withLock { table in
-      for (inode, node) in table.inodes(under: from) {
-        table.rekey(inode, to: to + String(decoding: node.key.utf8.dropFirst(from.utf8.count), as: UTF8.self))
-      }
-      if let inode = table.inode(of: from) { table.rekey(inode, to: to) }
-      var renamed: [(UInt64, String, Int64)] = []
-      for moved in outcome.moved {
-        table.refresh(moved.to, at: now)
-        if let inode = table.inode(of: moved.to.name), table[inode]?.kind == .file {
-          renamed.append((inode, moved.to.name, moved.to.generation))
-        }
-      }
-      return renamed
-    }
+    let renamed = nodes.movedDirectory(from: from, to: to, moved: outcome.moved.map(\.to))
     for (inode, key, generation) in renamed {
       staging.renamed(inode: inode, to: key, generation: generation)
     }

@@ -30,6 +30,8 @@ struct ListedEntry: Sendable {
 actor DirectoryStream {
   let prefix: String
   private let store: any ObjectStore
+  /// Owns the tasks this starts (BackgroundTasks.swift).
+  let tasks: BackgroundTasks
   private let pageSize: Int
   /// Lists with includeTrailingDelimiter: each subdirectory's placeholder
   /// comes with its prefix, so its stored mode and owner (or that it has
@@ -67,9 +69,10 @@ actor DirectoryStream {
   /// made it); a rewind lists again.
   init(
     prefix: String, store: any ObjectStore, pageSize: Int, clock: @escaping @Sendable () -> Double,
-    listed: [ListedEntry]? = nil, placeholders: Bool = true,
+    listed: [ListedEntry]? = nil, placeholders: Bool = true, tasks: BackgroundTasks,
     onConflict: @escaping @Sendable (String) -> Void
   ) {
+    self.tasks = tasks
     self.prefix = prefix
     self.store = store
     self.pageSize = pageSize
@@ -167,7 +170,7 @@ actor DirectoryStream {
   private func startPrefetch(_ token: String, number: Int) {
     let list = lister()
     prefetchToken = token
-    prefetch = Task { try await list(token, number) }
+    prefetch = tasks.start(.cancel) { try await list(token, number) }
   }
 
   private func cancelPrefetch() {
@@ -186,6 +189,7 @@ actor DirectoryStream {
       self.store, self.prefix, self.pageSize, self.pass, self.clock, self.placeholders
     )
     let stream = WeakStream(self)
+    let tasks = self.tasks
     return { token, number in
       // The first page's token is never used early (goal: one call for a reader that stops there).
       guard number >= 2 else {
@@ -198,7 +202,7 @@ actor DirectoryStream {
         prefix: prefix, delimiter: "/", includeTrailingDelimiter: trailing, pageSize: pageSize,
         pageToken: token
       ) { next in
-        Task { await stream.value?.tokenArrived(next, page: number, pass: pass) }
+        tasks.start(.cancel) { await stream.value?.tokenArrived(next, page: number, pass: pass) }
       }
       return DatedPage(page: page, answeredAt: clock())
     }

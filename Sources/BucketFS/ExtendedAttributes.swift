@@ -96,7 +96,7 @@ final class Xattrs: Sendable {
     // Stat's fields are set by chmod, chown and utimens, not as xattrs: a
     // copy's `rsync -X` must not undo what its `-p -t` set.
     if case .custom(let key) = property, configuration.posixAttributes,
-      PosixKeys.isStatKey(key, in: nodes.withLock({ $0.metadata[node.key]?.custom }) ?? [:])
+      PosixKeys.isStatKey(key, in: nodes.cachedMetadata(of: node.key)?.custom ?? [:])
     {
       return nil
     }

@@ -24,6 +24,8 @@ final class FileReader: Sendable {
   var generation: Int64 { target.withLock { $0.generation } }
   let size: UInt64
   private let store: any ObjectStore
+  /// Owns the tasks this starts (BackgroundTasks.swift).
+  let tasks: BackgroundTasks
   private let firstSegment: UInt64 = 256 << 10
   private let maxSegment: UInt64
   private let maxAhead: UInt64
@@ -75,8 +77,9 @@ final class FileReader: Sendable {
   init(
     key: String, generation: Int64, size: UInt64, store: any ObjectStore, maxSegment: Int, maxAhead: Int,
     maxStreams: Int = 16, streamBytes: Int = 8 << 20, budget: ReadAheadBudget,
-    prefetched: (task: Task<ByteBuffer, any Error>, grant: Int)? = nil
+    prefetched: (task: Task<ByteBuffer, any Error>, grant: Int)? = nil, tasks: BackgroundTasks
   ) {
+    self.tasks = tasks
     self.target = Mutex((key, generation))
     self.size = size
     self.store = store
@@ -88,7 +91,7 @@ final class FileReader: Sendable {
     self.budget = budget
     // The whole file, fetched ahead (SiblingPrefetch): the first segment, holding its grant.
     if let prefetched {
-      let task = Task { [weak self] in
+      let task = tasks.start(.cancel) { [weak self] in
         let bytes = try Self.whole(try await prefetched.task.value, 0, size)
         self?.arrived(0, bytes)
         return bytes
@@ -337,7 +340,7 @@ final class FileReader: Sendable {
   {
     let store = self.store
     let (key, generation) = target.withLock { $0 }
-    return Task { [weak self] in
+    return tasks.start(.cancel) { [weak self] in
       let read = try await store.read(
         key, generation: generation, range: Int64(start)..<Int64(end), reusing: spare)
       let bytes = try Self.whole(read, start, end)

@@ -20,12 +20,12 @@ final class KernelListings: Sendable {
 
   let ttl: Double
   /// Set once the node table exists (it is made over the store that reports changes here).
-  let nodes = Mutex<NodeTable?>(nil)
+  private let nodes = Mutex<NodeTable?>(nil)
   private let clock: @Sendable () -> Double
   /// When each directory's kernel listing was last filled (its `opendir`),
   /// by directory key; bounded, the oldest fills dropped first.
-  private let filled = Mutex<[ObjectKey: Double]>([:])
-  let kernel = Mutex<KernelCache>(.none)
+  private let filled = Mutex(BoundedMap<ObjectKey, Double>(capacity: KernelListings.capacity))
+  private let kernel = Mutex<KernelCache>(.none)
   static let capacity = 4096
   private static let notifications = DispatchQueue(label: "bucketfs.list-cache-notifications")
 
@@ -34,18 +34,26 @@ final class KernelListings: Sendable {
     self.clock = clock
   }
 
+  /// The node table, once made: changes are told to the kernel by inode.
+  func attach(_ nodes: NodeTable) {
+    self.nodes.withLock { $0 = nodes }
+  }
+
+  /// The kernel to tell, once mounted.
+  func mounted(kernel: KernelCache) {
+    self.kernel.withLock { $0 = kernel }
+  }
+
   /// nil when the cache is off: the kernel keeps nothing.
   func opening(_ key: String) -> Opening? {
     guard ttl > 0 else { return nil }
     let now = clock()
     return filled.withLock { filled in
       if let at = filled[ObjectKey(key)], now - at < ttl { return .keep }
-      if filled.count >= Self.capacity {
-        filled = filled.filter { now - $0.value < ttl }
-        if filled.count >= Self.capacity { filled.removeAll() }
-      }
-      // Counted from before the listing is asked for: never kept past the TTL.
-      filled[ObjectKey(key)] = now
+      // Counted from before the listing is asked for: never kept past the
+      // TTL. Put last in line: the oldest fills are dropped first.
+      filled.remove(ObjectKey(key))
+      filled.insert(now, for: ObjectKey(key))
       return .fill
     }
   }
@@ -57,11 +65,14 @@ final class KernelListings: Sendable {
     guard ttl > 0 else { return }
     let directories = Self.directories(holding: key)
     let dropped = filled.withLock { filled in
-      directories.filter { filled.removeValue(forKey: ObjectKey($0)) != nil }
+      directories.filter { directory in
+        defer { filled.remove(ObjectKey(directory)) }
+        return filled[ObjectKey(directory)] != nil
+      }
     }
     guard !dropped.isEmpty else { return }
     guard let nodes = nodes.withLock({ $0 }) else { return }
-    let inodes = nodes.withLock { table in dropped.compactMap { table.inode(of: $0) } }
+    let inodes = nodes.inodes(of: dropped)
     let kernel = self.kernel.withLock { $0 }
     Self.notifications.async {
       for inode in inodes { kernel.invalidate(inode: inode) }

@@ -32,6 +32,8 @@ final class Lookups: Sendable {
   /// Listings kept for walks: lookups under a listed subtree are answered from them.
   let walks: SubtreeWalks
   let store: any ObjectStore
+  /// Owns the tasks this starts (BackgroundTasks.swift).
+  let tasks: BackgroundTasks
   let configuration: Configuration
   let diagnostics: Diagnostics
   let clock: @Sendable () -> Double
@@ -39,8 +41,10 @@ final class Lookups: Sendable {
   init(
     nodes: NodeTable, entries: AttributeBuilder, listings: SharedListings, walks: SubtreeWalks,
     store: any ObjectStore,
-    configuration: Configuration, diagnostics: Diagnostics, clock: @escaping @Sendable () -> Double
+    configuration: Configuration, diagnostics: Diagnostics, clock: @escaping @Sendable () -> Double,
+    tasks: BackgroundTasks
   ) {
+    self.tasks = tasks
     self.nodes = nodes
     self.entries = entries
     self.listings = listings
@@ -220,7 +224,7 @@ final class Lookups: Sendable {
       if burst.page != nil, now - burst.pageAskedAt > maxAge { burst.page = nil }
       if burst.page == nil, burst.inFlight >= Self.burstSize {
         burst.pageAskedAt = now
-        burst.page = Task {
+        burst.page = tasks.start(.cancel) {
           // With the subdirectories' placeholders: their stored modes come free.
           let page = try await store.list(
             prefix: parentKey, delimiter: "/", includeTrailingDelimiter: trailing, pageSize: pageSize,

@@ -57,10 +57,7 @@ final class Namespace: Sendable {
     } catch {
       throw diagnostics.failure(error, operation: "delete", key: key)
     }
-    nodes.withLock { table in
-      if let inode { table.detach(inode) }
-      table.removeMetadata(of: key)
-    }
+    nodes.deleted(key, inode: inode)
     if let inode { staging.unlinked(inode: inode) }
   }
 
@@ -86,13 +83,10 @@ final class Namespace: Sendable {
       throw diagnostics.failure(error, operation: "create placeholder", key: directoryKey)
     }
     let now = clock()
-    let inode = nodes.withLock { table in
-      // The bucket had no file of that name: a node the mount still holds for one is stale.
-      if let stale = table.inode(of: fileKey) { table.detach(stale) }
-      let inode = table.remember(key: directoryKey, kind: .directory, metadata: nil, at: now)
-      table[inode]?.facts = FileFacts(placeholder)
-      return inode
-    }
+    // The bucket had no file of that name: a node the mount still holds for one is stale.
+    let inode = nodes.created(
+      directoryKey, kind: .directory, facts: FileFacts(placeholder), detaching: fileKey, at: now
+    ).inode
     return entries.directory(inode)
   }
 
@@ -167,7 +161,7 @@ final class Namespace: Sendable {
           throw diagnostics.failure(error, operation: "delete", key: directoryKey)
         }
       }
-      if let inode = held.inode { nodes.withLock { $0.detach(inode) } }
+      if let inode = held.inode { nodes.detach(inode) }
       return
     }
     throw await changedMeanwhile(directoryKey, operation: "rmdir")
@@ -186,8 +180,8 @@ final class Namespace: Sendable {
     let held = nodes.held(fileKey: key, directoryKey: key + "/")
     if held.kind == .directory { throw Errno.isDirectory }
     if let inode = held.inode {
-      let (known, cached) = nodes.withLock { ($0[inode]?.facts?.generation, $0.metadata[key]) }
-      if let cached, cached.generation == known { return (inode, cached) }
+      let (known, cached) = nodes.shownVersion(inode: inode, key: key)
+      if let cached { return (inode, cached) }
       let metadata = try await nodes.fetchMetadata(key)
       // The full metadata was evicted, and the object is no longer the version the mount showed.
       if let known, metadata.generation != known { throw await changedMeanwhile(key, operation: "change") }

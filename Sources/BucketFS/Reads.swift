@@ -19,6 +19,8 @@ final class Reads: Sendable {
   let kernel = Mutex<KernelCache>(.none)
   let nodes: NodeTable
   let store: any ObjectStore
+  /// Owns the tasks this starts (BackgroundTasks.swift).
+  let tasks: BackgroundTasks
   let configuration: Configuration
   let diagnostics: Diagnostics
   /// Memory read-ahead may hold, shared by all open files.
@@ -28,8 +30,9 @@ final class Reads: Sendable {
 
   init(
     nodes: NodeTable, store: any ObjectStore, configuration: Configuration, diagnostics: Diagnostics,
-    budget: ReadAheadBudget, prefetch: SiblingPrefetch
+    budget: ReadAheadBudget, prefetch: SiblingPrefetch, tasks: BackgroundTasks
   ) {
+    self.tasks = tasks
     self.state = Mutex(State(readDeadlines: ReadDeadlines(seconds: configuration.retryDeadline)))
     self.nodes = nodes
     self.store = store
@@ -52,11 +55,8 @@ final class Reads: Sendable {
       key: node.key, generation: facts.generation, size: facts.size, store: store,
       maxSegment: configuration.readAheadMaxChunk, maxAhead: configuration.readAheadMaxBytes,
       maxStreams: configuration.readAheadMaxStreams,
-      budget: budget, prefetched: prefetch.opened(node.key, generation: facts.generation))
-    let keepCache = nodes.withLock { table in
-      defer { table[inode]?.openedGeneration = facts.generation }
-      return table[inode]?.openedGeneration == facts.generation
-    }
+      budget: budget, prefetched: prefetch.opened(node.key, generation: facts.generation), tasks: tasks)
+    let keepCache = nodes.recordOpen(inode, generation: facts.generation)
     state.withLock { $0.files[handle] = reader }
     return OpenResult(handle: handle, keepCache: keepCache)
   }
@@ -68,7 +68,7 @@ final class Reads: Sendable {
       key: base.name, generation: base.generation, size: UInt64(base.size), store: store,
       maxSegment: configuration.readAheadMaxChunk, maxAhead: configuration.readAheadMaxBytes,
       maxStreams: configuration.readAheadMaxStreams,
-      budget: budget)
+      budget: budget, tasks: tasks)
     state.withLock { $0.files[handle] = reader }
   }
 

@@ -100,7 +100,7 @@ extension Namespace {
     // What stays inferred: what the result still has from the source's inference.
     let stillInferred = inferred.filter { property in replaced.map { property.value(in: $0) == nil } ?? true }
     staging.carryInferred(stillInferred, to: moved)
-    let replacedInode = nodes.withLock { $0.inode(of: to) }
+    let replacedInode = nodes.inode(of: to)
     moveNode(inode, from: from, to: moved, sameBytesAs: source.generation)
     if let replacedInode, replacedInode != inode { staging.unlinked(inode: replacedInode) }
     if let inode { staging.renamed(inode: inode, to: to, generation: moved.generation) }
@@ -111,22 +111,7 @@ extension Namespace {
   /// (the replaced file) is detached. The bytes are the same, so the kernel's
   /// cached pages of the old generation stay valid.
   func moveNode(_ inode: UInt64?, from: String, to moved: ObjectMetadata, sameBytesAs generation: Int64) {
-    let now = clock()
-    nodes.withLock { table in
-      if let inode {
-        table.rekey(inode, to: moved.name)
-        if table[inode]?.openedGeneration == generation {
-          table[inode]?.openedGeneration = moved.generation
-        }
-      } else if let other = table.inode(of: moved.name) {
-        table.detach(other)
-      }
-      // The bucket had no directory of that name (it was checked): one the
-      // mount still holds had vanished with its last object.
-      if let vanished = table.inode(of: moved.name + "/") { table.detach(vanished) }
-      table.removeMetadata(of: from)
-      table.refresh(moved, at: now)
-    }
+    nodes.movedFile(inode, from: from, to: moved, sameBytesAs: generation)
     // Open readers of the old name read the same bytes at the new one.
     reads.retarget(from: from, generation: generation, to: moved)
   }

@@ -20,6 +20,8 @@ final class SiblingPrefetch: Sendable {
   let ahead = 8
   let smallFile: UInt64 = 1 << 20
   private let store: any ObjectStore
+  /// Owns the tasks this starts (BackgroundTasks.swift).
+  let tasks: BackgroundTasks
   private let budget: ReadAheadBudget
   private let clock: @Sendable () -> Double
 
@@ -49,8 +51,12 @@ final class SiblingPrefetch: Sendable {
   }
   private let state = Mutex(State())
 
-  init(store: any ObjectStore, budget: ReadAheadBudget, clock: @escaping @Sendable () -> Double) {
+  init(
+    store: any ObjectStore, budget: ReadAheadBudget, clock: @escaping @Sendable () -> Double,
+    tasks: BackgroundTasks
+  ) {
     self.store = store
+    self.tasks = tasks
     self.budget = budget
     self.clock = clock
   }
@@ -111,7 +117,7 @@ final class SiblingPrefetch: Sendable {
           let grant = budget.acquire(upTo: Int(file.size), atLeast: Int(file.size))
           guard grant > 0 else { break }
           let (store, name, generation, size) = (store, file.key, file.generation, file.size)
-          let task = Task {
+          let task = tasks.start(.cancel) {
             try await store.read(name, generation: generation, range: 0..<Int64(size))
           }
           state.prefetched[ObjectKey(file.key)] = Prefetched(
@@ -139,8 +145,9 @@ final class SiblingPrefetch: Sendable {
 
   private func scheduleSweep() {
     let delay = window + 1
-    Task { [weak self] in
-      try? await Task.sleep(for: .seconds(delay))
+    tasks.start(.cancel) { [weak self] in
+      // Cancelled (the unmount): nothing is swept, and no sweep follows.
+      guard (try? await Task.sleep(for: .seconds(delay))) != nil else { return }
       self?.sweep()
     }
   }

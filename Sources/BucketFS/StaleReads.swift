@@ -1,4 +1,5 @@
 import Dispatch
+import FUSE
 import ObjectStore
 
 /// A read that finds the generation pinned at open gone: the object was
@@ -17,6 +18,11 @@ extension Reads {
     }
   }
 
+  /// The kernel to tell, once mounted.
+  func mounted(kernel: KernelCache) {
+    self.kernel.withLock { $0 = kernel }
+  }
+
   /// Forgets what is known of the key's version, then (after the failing
   /// reply: this runs apart from the request) drops the kernel's attributes
   /// and pages of the inode and fetches the metadata again.
@@ -24,17 +30,11 @@ extension Reads {
     diagnostics.logger.info(
       "\(key): generation \(generation) is gone (replaced or deleted); the next open reads anew")
     let kernel = self.kernel.withLock { $0 }
-    nodes.withLock { table in
-      if let held = table.inode(of: key), var node = table[held], node.kind == .file {
-        node.fetchedAt = -.infinity
-        node.openedGeneration = nil
-        table[held] = node
-      }
-    }
+    nodes.versionGone(key)
     state.withLock { state in
       guard state.staleReads[inode] == nil else { return }
       let nodes = self.nodes
-      state.staleReads[inode] = Task.detached { [weak self] in
+      state.staleReads[inode] = tasks.start(.cancel) { [weak self] in
         await withCheckedContinuation { done in
           Self.notifications.async {
             kernel.invalidate(inode: inode)

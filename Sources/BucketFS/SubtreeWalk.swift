@@ -49,6 +49,8 @@ final class SubtreeWalks: Sendable {
   let pageSize: Int
   private let store: any ObjectStore
   private let clock: @Sendable () -> Double
+  /// Owns the tasks this starts (BackgroundTasks.swift).
+  let tasks: BackgroundTasks
   private let onConflict: @Sendable (String) -> Void
   private let logger: Logger
 
@@ -98,9 +100,11 @@ final class SubtreeWalks: Sendable {
 
   init(
     store: any ObjectStore, pageSize: Int, freshness: Double, logger: Logger,
-    clock: @escaping @Sendable () -> Double, onConflict: @escaping @Sendable (String) -> Void
+    clock: @escaping @Sendable () -> Double, tasks: BackgroundTasks,
+    onConflict: @escaping @Sendable (String) -> Void
   ) {
     self.store = store
+    self.tasks = tasks
     self.pageSize = pageSize
     self.capacity = 4 * pageSize
     self.freshness = min(freshness, 10)
@@ -275,7 +279,9 @@ final class SubtreeWalks: Sendable {
     let id = state.nextFetch
     state.nextFetch += 1
     let epoch = state.epoch
-    let task = Task { [weak self] () -> Void in await self?.fetch(key, pages: pages, id: id, epoch: epoch) }
+    let task = tasks.start(.cancel) { [weak self] () -> Void in
+      await self?.fetch(key, pages: pages, id: id, epoch: epoch)
+    }
     state.fetches[ObjectKey(key)] = Fetch(id: id, task: task)
     return task
   }

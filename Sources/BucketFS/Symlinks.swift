@@ -57,12 +57,9 @@ final class Symlinks: Sendable {
     }
     targets.withLock { $0.insert(target, for: stored) }
     let now = clock()
-    let remembered = nodes.withLock { table in
-      // The bucket had no object of that name: a node the mount still holds for one is stale.
-      if let stale = table.inode(of: key) { table.detach(stale) }
-      let inode = table.remember(key: key, kind: .symlink, metadata: stored, at: now)
-      return (inode, table[inode]?.facts ?? FileFacts(stored))
-    }
+    // The bucket had no object of that name: a node the mount still holds for one is stale.
+    let remembered = nodes.created(
+      key, kind: .symlink, facts: FileFacts(stored), metadata: stored, detaching: key, at: now)
     return entries.entry(inode: remembered.0, kind: .symlink, facts: remembered.1, answeredAt: now)
   }
 

@@ -285,8 +285,18 @@ struct PartSource: UploadSource {
 
   func read(at offset: Int64, count: Int) throws -> ByteBuffer {
     let available = max(0, min(Int64(count), size - offset))
-    var piece = try whole.read(at: range.lowerBound + offset, count: Int(available))
-    if piece.readableBytes > Int(available) { piece.moveWriterIndex(to: piece.readerIndex + Int(available)) }
+    return trimmed(try whole.read(at: range.lowerBound + offset, count: Int(available)), to: Int(available))
+  }
+
+  func load(at offset: Int64, count: Int) async throws -> ByteBuffer {
+    let available = max(0, min(Int64(count), size - offset))
+    return trimmed(
+      try await whole.load(at: range.lowerBound + offset, count: Int(available)), to: Int(available))
+  }
+
+  private func trimmed(_ piece: ByteBuffer, to available: Int) -> ByteBuffer {
+    var piece = piece
+    if piece.readableBytes > available { piece.moveWriterIndex(to: piece.readerIndex + available) }
     return piece
   }
 }

@@ -24,7 +24,7 @@ struct SourceBody: AsyncSequence, Sendable {
       let at = body.offset + Int64(done)
       var piece: ByteBuffer
       do {
-        piece = try body.source.read(at: at, count: Swift.min(SourceBody.piece, body.count - done))
+        piece = try await body.source.load(at: at, count: Swift.min(SourceBody.piece, body.count - done))
         guard piece.readableBytes > 0 else {
           throw StorageError.badRequest("upload source ended at \(at) of \(body.source.size) bytes")
         }

@@ -47,7 +47,7 @@ extension CloudStorageClient {
   ) async throws -> ObjectMetadata {
     let contentType = Self.contentType(attributes)
     let metadata = try Self.objectBody(name: name, attributes: attributes, contentType: contentType)
-    let boundary = try Self.boundary(notIn: source)
+    let boundary = try await Self.boundary(notIn: source)
     var head = ByteBufferAllocator().buffer(capacity: metadata.count + 256)
     head.writeString("--\(boundary)\r\nContent-Type: application/json; charset=UTF-8\r\n\r\n")
     head.writeBytes(metadata)
@@ -85,7 +85,7 @@ extension CloudStorageClient {
       var sum: UInt32 = 0
       var offset: Int64 = 0
       while offset < source.size {
-        let piece = try read(
+        let piece = try await read(
           source, from: offset, count: Int(min(Int64(uploads.chunkSize), source.size - offset)))
         sum = CRC32C.update(sum, piece)
         offset += Int64(piece.readableBytes)
@@ -99,14 +99,14 @@ extension CloudStorageClient {
   /// nil: unknown, and the 412 stands).
   func ownObject(
     _ name: String, size: Int64, attributes: ObjectAttributes, contentType: String,
-    checksum: () throws -> UInt32?
+    checksum: () async throws -> UInt32?
   ) async throws -> ObjectMetadata {
     guard let live = try? await metadata(of: name), live.size == size, let crc = live.crc32c else {
       throw StorageError.preconditionFailed
     }
     var sent = attributes
     sent.contentType = contentType
-    guard let sum = try checksum(), CRC32C.base64(sum) == crc, ObjectAttributes(of: live) == sent else {
+    guard let sum = try await checksum(), CRC32C.base64(sum) == crc, ObjectAttributes(of: live) == sent else {
       throw StorageError.preconditionFailed
     }
     logger.info(
@@ -140,11 +140,11 @@ extension CloudStorageClient {
   /// `count` bytes of `source` from `offset`, read in pieces of at most one
   /// chunk; the source's own buffer when one piece holds them all (no copy:
   /// an upload holds about one chunk). A source that ends early is a local failure.
-  func read(_ source: any UploadSource, from offset: Int64, count: Int) throws -> ByteBuffer {
+  func read(_ source: any UploadSource, from offset: Int64, count: Int) async throws -> ByteBuffer {
     var buffer: ByteBuffer?
     var done = 0
     while done < count {
-      var piece = try source.read(at: offset + Int64(done), count: min(uploads.chunkSize, count - done))
+      var piece = try await source.load(at: offset + Int64(done), count: min(uploads.chunkSize, count - done))
       guard piece.readableBytes > 0 else {
         throw StorageError.badRequest(
           "upload source ended at \(offset + Int64(done)) of \(source.size) bytes")
@@ -182,7 +182,7 @@ extension CloudStorageClient {
 
   /// A multipart boundary that does not occur in the media, which is read
   /// for it in pieces that overlap by a boundary's length.
-  static func boundary(notIn media: any UploadSource) throws -> String {
+  static func boundary(notIn media: any UploadSource) async throws -> String {
     let piece = SourceBody.piece
     while true {
       let candidate =
@@ -193,7 +193,7 @@ extension CloudStorageClient {
       var found = false
       var at: Int64 = 0
       while !found, at < media.size {
-        let bytes = try media.read(at: at, count: Int(min(Int64(piece), media.size - at)))
+        let bytes = try await media.load(at: at, count: Int(min(Int64(piece), media.size - at)))
         guard bytes.readableBytes > 0 else {
           throw StorageError.badRequest("upload source ended at \(at) of \(media.size) bytes")
         }
@@ -238,17 +238,27 @@ struct FramedSource: UploadSource {
   var size: Int64 { Int64(head.readableBytes) + media.size + Int64(tail.readableBytes) }
 
   func read(at offset: Int64, count: Int) throws -> ByteBuffer {
+    if let framing = framing(at: offset, count: count) { return framing }
+    let inMedia = offset - Int64(head.readableBytes)
+    return try media.read(at: inMedia, count: Int(min(Int64(count), media.size - inMedia)))
+  }
+
+  func load(at offset: Int64, count: Int) async throws -> ByteBuffer {
+    if let framing = framing(at: offset, count: count) { return framing }
+    let inMedia = offset - Int64(head.readableBytes)
+    return try await media.load(at: inMedia, count: Int(min(Int64(count), media.size - inMedia)))
+  }
+
+  /// The bytes at `offset` when they are the head's or the tail's; nil in the media.
+  private func framing(at offset: Int64, count: Int) -> ByteBuffer? {
     let headSize = Int64(head.readableBytes)
     if offset < headSize {
-      return head.getSlice(at: head.readerIndex + Int(offset), length: min(count, Int(headSize - offset)))!
+      return head.getSlice(at: head.readerIndex + Int(offset), length: min(count, Int(headSize - offset)))
     }
-    let inMedia = offset - headSize
-    if inMedia < media.size {
-      return try media.read(at: inMedia, count: Int(min(Int64(count), media.size - inMedia)))
-    }
-    let inTail = Int(inMedia - media.size)
+    let inTail = Int(offset - headSize - media.size)
+    guard inTail >= 0 else { return nil }
     guard inTail < tail.readableBytes else { return ByteBuffer() }
-    return tail.getSlice(at: tail.readerIndex + inTail, length: min(count, tail.readableBytes - inTail))!
+    return tail.getSlice(at: tail.readerIndex + inTail, length: min(count, tail.readableBytes - inTail))
   }
 }
 

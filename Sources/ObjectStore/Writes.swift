@@ -35,6 +35,9 @@ public protocol UploadSource: Sendable {
   /// `count` bytes at `offset`; fewer only at the end. Throws for local
   /// failures (an unreadable stage), which the upload passes on unchanged.
   func read(at offset: Int64, count: Int) throws -> ByteBuffer
+  /// The same bytes, for a caller on the concurrency pool: a source on
+  /// disk reads them on an I/O thread. By default ``read(at:count:)``.
+  func load(at offset: Int64, count: Int) async throws -> ByteBuffer
   /// Gives the file holding the source's bytes a second name, `path` (a
   /// hard link), so a cache can keep the bytes just stored without copying
   /// them; false where it cannot (bytes in memory, another filesystem). The
@@ -44,6 +47,9 @@ public protocol UploadSource: Sendable {
 
 extension UploadSource {
   public func link(to path: String) -> Bool { false }
+  public func load(at offset: Int64, count: Int) async throws -> ByteBuffer {
+    try read(at: offset, count: count)
+  }
 }
 
 /// An upload source over bytes in memory.

@@ -249,12 +249,12 @@ struct Mount: ParsableCommand {
     configuration.readAheadBudget = readAheadBudget << 20
     configuration.retryDeadline = retryDeadline
 
-    // Blocking file work (the read cache's) runs here, off the concurrency pool.
+    // Blocking file work (the read cache's and the stages') runs here, off the concurrency pool.
     let diskWork = IOPool(threadCount: 4, byteLimit: 64 << 20)
     let fileSystem = BucketFileSystem(
       store: readCache(around: client, pool: diskWork, logger: logger), configuration: configuration,
       logger: logger,
-      onMounted: { outcome.ready() })
+      onMounted: { outcome.ready() }, diskWork: diskWork)
     let session = FUSESession(fileSystem: fileSystem, logger: logger)
     var fuseOptions = FUSE.MountOptions(fsName: "gs://\(source.bucket)\(source.subtree)", subtype: "bucketfs")
     fuseOptions.readOnly = mountOptions.readOnly

@@ -9,7 +9,7 @@ import XCTest
 /// bounded; a retried PATCH is not mistaken for someone else's change.
 final class EdgeTests: XCTestCase {
   func lookups(_ fs: BucketFileSystem, _ inode: UInt64) -> UInt64? {
-    fs.nodes.withLock { $0[inode]?.lookups }
+    fs.nodes.lookups(of: inode)
   }
 
   func testAFailedLookupReplyIsForgotten() async throws {
@@ -25,7 +25,7 @@ final class EdgeTests: XCTestCase {
     XCTAssertNil(lookups(fs, inode))
     await XCTAssertErrno(.stale) { _ = try await fs.getattr(inode: inode) }
     fs.replyFailed(.lookup(inode: 0))  // a negative entry: nothing to undo
-    XCTAssertEqual(fs.nodes.withLock { $0.count }, 1)
+    XCTAssertEqual(fs.nodes.count, 1)
   }
 
   func testAFailedOpenReplyReleasesTheHandle() async throws {
@@ -79,9 +79,7 @@ final class EdgeTests: XCTestCase {
       fs.forget(inode: inode, count: 1)
     }
     _ = try await fs.inode(at: "g")
-    let (places, entries, capacity) = fs.nodes.withLock {
-      ($0.metadata.orderCount, $0.metadata.count, $0.metadata.capacity)
-    }
+    let (places, entries, capacity) = fs.nodes.metadataCacheUsage
     XCTAssertEqual(entries, 1)
     XCTAssertLessThanOrEqual(places, 2 * capacity + 1024)
 

@@ -43,7 +43,7 @@ final class ParallelReadTests: XCTestCase {
     return FileReader(
       key: "f", generation: meta.generation, size: UInt64(data.count), store: store,
       maxSegment: Self.segment, maxAhead: 16 * Self.segment, maxStreams: 16, streamBytes: streamBytes,
-      budget: budget ?? ReadAheadBudget(capacity: 64 << 20))
+      budget: budget ?? ReadAheadBudget(capacity: 64 << 20), tasks: BackgroundTasks())
   }
 
   /// Reads everything from `offset` on as the session does: at hand first,

@@ -388,7 +388,7 @@ struct OtherClientRound {
   /// mount would go on holding, say, a vanished directory that a kernel
   /// would have revalidated (ENOENT, the mount never asked) and let go.
   private func forgetEverything() {
-    let held = fs.nodes.withLock { $0.inodes(under: fs.configuration.rootPrefix) }
+    let held = fs.nodes.held(under: fs.configuration.rootPrefix)
     for (inode, node) in held { fs.forget(inode: inode, count: node.lookups) }
   }
 

@@ -18,7 +18,7 @@ final class StoreWrapperTests: XCTestCase {
     let clock = ManualClock()
     let walks = SubtreeWalks(
       store: recorder, pageSize: 1000, freshness: 1, logger: quietLogger, clock: clock.read,
-      onConflict: { _ in })
+      tasks: BackgroundTasks(), onConflict: { _ in })
     let listings = SharedListings()
     let store = ListingAwareStore(
       inner: recorder, listings: listings, walks: walks,

@@ -80,7 +80,8 @@ final class TreeListingTests: XCTestCase {
     var pending = [root]
     while let key = pending.popLast() {
       let stream = DirectoryStream(
-        prefix: key, store: store, pageSize: pageSize, clock: { 0 }, onConflict: { _ in })
+        prefix: key, store: store, pageSize: pageSize, clock: { 0 }, tasks: BackgroundTasks(),
+        onConflict: { _ in })
       var rows: [Row] = []
       while true {
         let batch = try await stream.entries(from: rows.count)

@@ -150,7 +150,7 @@ final class WalkTests: XCTestCase {
   func testSubdirectoryNamesKeptForLookAheadAreBounded() {
     let walks = SubtreeWalks(
       store: InMemoryObjectStore(bucket: "b"), pageSize: 10, freshness: 60, logger: quietLogger,
-      clock: ManualClock().read, onConflict: { _ in })
+      clock: ManualClock().read, tasks: BackgroundTasks(), onConflict: { _ in })
     for d in 0..<100 {
       walks.read("d\(d)/", subdirectories: (0..<30).map { "d\(d)/s\($0)/" })
       XCTAssertLessThanOrEqual(walks.siblingKeysHeld, 8 * 10 + 20)

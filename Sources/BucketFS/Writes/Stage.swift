@@ -1,4 +1,5 @@
 import CoreMetrics
+import IOThreads
 import NIOCore
 import ObjectStore
 import Synchronization
@@ -75,15 +76,20 @@ struct LocalStageFiles: StageFiles {
 final class StageDirectory: Sendable {
   let path: String
   let files: any StageFiles
+  /// Where the stages' file work runs; nil: on the caller's thread (tests).
+  let io: IOPool?
   /// `bucketfs_staged_bytes`: the lengths of the data files of live stages.
   let staged: Meter
   private let counter = Atomic<UInt64>(0)
   private let pid = getpid()
 
   /// Creates `path` (and missing parents) if needed and restricts it to its owner.
-  init(path: String, files: any StageFiles = LocalStageFiles(), staged: Meter) throws(StageFailure) {
+  init(path: String, files: any StageFiles = LocalStageFiles(), io: IOPool? = nil, staged: Meter)
+    throws(StageFailure)
+  {
     self.path = path.hasSuffix("/") && path.count > 1 ? String(path.dropLast()) : path
     self.files = files
+    self.io = io
     self.staged = staged
     try Self.makeDirectories(self.path)
     if chmod(self.path, 0o700) != 0 { throw StageFailure(code: errno) }
@@ -153,7 +159,52 @@ final class Stage: Sendable {
   }
 
   /// Writes all of `data` at `offset`: 0, or the errno of the local failure.
-  func write(_ data: UnsafeRawBufferPointer, at offset: UInt64) -> Int32 {
+  func write(_ data: [UInt8], at offset: UInt64) async -> Int32 {
+    await onDisk { data.withUnsafeBytes { self.writeBlocking($0, at: offset) } }
+  }
+
+  func write(_ data: ByteBuffer, at offset: UInt64) async -> Int32 {
+    await onDisk { data.withUnsafeReadableBytes { self.writeBlocking($0, at: offset) } }
+  }
+
+  func truncate(to size: UInt64) async -> Int32 {
+    await onDisk { self.truncateBlocking(to: size) }
+  }
+
+  /// Frees the disk under `range`, whose bytes are stored elsewhere: 0, or the errno.
+  func punch(_ range: Range<Int64>) async -> Int32 {
+    await onDisk { self.punchBlocking(range) }
+  }
+
+  /// Up to `count` bytes at `offset`, fewer only at the stage's end.
+  func read(at offset: Int64, count: Int) async throws(StageFailure) -> ByteBuffer {
+    try await onDisk { () -> Result<ByteBuffer, StageFailure> in
+      do throws(StageFailure) {
+        return .success(try self.readBlocking(at: offset, count: count))
+      } catch {
+        return .failure(error)
+      }
+    }.get()
+  }
+
+  /// Writes the sidecar atomically (a temporary file renamed over it).
+  func writeRecord(_ record: StageRecord) async -> Int32 {
+    await onDisk { self.writeRecordBlocking(record) }
+  }
+
+  /// Runs blocking file work on the directory's I/O threads, off the
+  /// concurrency pool. The work always runs: where the pool will not take
+  /// it (cancelled before it began, or shutting down), on this thread.
+  private func onDisk<T: Sendable>(_ body: @escaping @Sendable () -> T) async -> T {
+    guard let io = directory.io else { return body() }
+    do {
+      return try await io.run(body)
+    } catch {
+      return body()
+    }
+  }
+
+  private func writeBlocking(_ data: UnsafeRawBufferPointer, at offset: UInt64) -> Int32 {
     dropLinks()
     let code = directory.files.write(fd, data, at: offset)
     if data.count > 0 {
@@ -162,7 +213,7 @@ final class Stage: Sendable {
     return code
   }
 
-  func truncate(to size: UInt64) -> Int32 {
+  private func truncateBlocking(to size: UInt64) -> Int32 {
     dropLinks()
     // Holes cut from the whole file are counted by its length again, then dropped.
     if size == 0 { refilled() }
@@ -171,8 +222,7 @@ final class Stage: Sendable {
     return code
   }
 
-  /// Frees the disk under `range`, whose bytes are stored elsewhere: 0, or the errno.
-  func punch(_ range: Range<Int64>) -> Int32 {
+  private func punchBlocking(_ range: Range<Int64>) -> Int32 {
     dropLinks()
     let code = directory.files.punch(fd, range)
     if code == 0 {
@@ -235,8 +285,7 @@ final class Stage: Sendable {
     }
   }
 
-  /// Up to `count` bytes at `offset`, fewer only at the stage's end.
-  func read(at offset: Int64, count: Int) throws(StageFailure) -> ByteBuffer {
+  fileprivate func readBlocking(at offset: Int64, count: Int) throws(StageFailure) -> ByteBuffer {
     var buffer = ByteBufferAllocator().buffer(capacity: max(count, 0))
     var failure: Int32 = 0
     buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: max(count, 0)) { raw in
@@ -257,8 +306,7 @@ final class Stage: Sendable {
     return buffer
   }
 
-  /// Writes the sidecar atomically (a temporary file renamed over it).
-  func writeRecord(_ record: StageRecord) -> Int32 {
+  private func writeRecordBlocking(_ record: StageRecord) -> Int32 {
     guard let json = try? JSONEncoder().encode(record) else { return EIO }
     let temporary = sidecarPath + ".tmp"
     let fd = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
@@ -290,22 +338,48 @@ final class Stage: Sendable {
   }
 }
 
-/// The bytes of a stage as an upload reads them.
+/// The bytes of a stage (or of a range of it: a streamed part) as an upload reads them.
 struct StageSource: UploadSource {
   let stage: Stage
-  let size: Int64
+  let range: Range<Int64>
+  /// The whole data file: a cache may keep it by a second name.
+  private let whole: Bool
+
+  init(stage: Stage, size: Int64) {
+    self.stage = stage
+    range = 0..<size
+    whole = true
+  }
+
+  init(stage: Stage, range: Range<Int64>) {
+    self.stage = stage
+    self.range = range
+    whole = false
+  }
+
+  var size: Int64 { Int64(range.count) }
 
   func read(at offset: Int64, count: Int) throws -> ByteBuffer {
-    let count = Int(max(0, min(Int64(count), size - offset)))
-    let bytes = try stage.read(at: offset, count: count)
-    guard bytes.readableBytes == count else {
-      // The stage shrank under the upload: never send a short object.
-      throw StageFailure(code: EIO)
-    }
+    let count = clamped(count, at: offset)
+    return try checked(stage.readBlocking(at: range.lowerBound + offset, count: count), count: count)
+  }
+
+  func load(at offset: Int64, count: Int) async throws -> ByteBuffer {
+    let count = clamped(count, at: offset)
+    return try checked(await stage.read(at: range.lowerBound + offset, count: count), count: count)
+  }
+
+  private func clamped(_ count: Int, at offset: Int64) -> Int {
+    Int(max(0, min(Int64(count), size - offset)))
+  }
+
+  private func checked(_ bytes: ByteBuffer, count: Int) throws -> ByteBuffer {
+    // The stage shrank under the upload: never send a short object.
+    guard bytes.readableBytes == count else { throw StageFailure(code: EIO) }
     return bytes
   }
 
   func link(to path: String) -> Bool {
-    stage.link(to: path)
+    whole && stage.link(to: path)
   }
 }

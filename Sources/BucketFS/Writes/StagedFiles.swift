@@ -46,6 +46,10 @@ final class StagedFile: Sendable {
     /// it may stream (``WriteStream``).
     var sequential = false
     var stream: WriteStream?
+    /// Uploads under way (``Staging/commit(_:)``): a release meanwhile
+    /// leaves its decision to the last of them to end.
+    var uploading = 0
+    var releasedWhileUploading = false
 
     /// What the sidecar says of the file.
     func record(uploaded: Bool) -> StageRecord {

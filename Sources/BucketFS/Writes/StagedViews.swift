@@ -48,7 +48,7 @@ extension Staging {
       s.readers -= 1
       return s.readers == 0 && s.removeWhenUnread
     }
-    if remove { Self.discard(staged.stage) }
+    if remove { discard(staged.stage) }
   }
 
   /// The staged file whose stage answers reads of the handle, if it holds the bytes.
@@ -77,7 +77,7 @@ extension Staging {
       if try await bringBackIfGone(staged, range) { continue }
       let bytes: ByteBuffer
       do {
-        bytes = try staged.stage.read(at: Int64(offset), count: count)
+        bytes = try await staged.stage.read(at: Int64(offset), count: count)
       } catch {
         throw Errno(error.code)
       }
@@ -117,7 +117,7 @@ extension Staging {
 
   /// Whether the mount holds `key` as a file in flight.
   func isInFlight(key: String) -> Bool {
-    nodes.withLock { $0.inode(of: key) }.map(isInFlight) ?? false
+    nodes.inode(of: key).map(isInFlight) ?? false
   }
 
   /// Whether `inode` is still a file in flight (not stored, not unlinked).
@@ -153,6 +153,18 @@ extension Staging {
       return staged
     }
     guard let closed else { return }
+    // An upload under way (its close or fsync interrupted, or another
+    // handle's fsync) decides when it ends: its bytes may yet be stored.
+    let deferred = closed.state.withLock { s in
+      if s.uploading > 0 { s.releasedWhileUploading = true }
+      return s.uploading > 0
+    }
+    if !deferred { settleReleased(closed) }
+  }
+
+  /// After the last handle's release and every upload: the stage goes,
+  /// unless it holds bytes that were never stored.
+  func settleReleased(_ closed: StagedFile) {
     let (key, dirty, unlinked, poisoned, uploadedOnce) = closed.state.withLock {
       ($0.key, $0.dirty, $0.unlinked, $0.poisoned, $0.baseGeneration != 0)
     }
@@ -166,17 +178,17 @@ extension Staging {
       s.removeWhenUnread = s.readers > 0
       return !s.removeWhenUnread
     }) {
-      Self.discard(closed.stage)
+      discard(closed.stage)
     }
     if !uploadedOnce {
       // Never stored: what stat knows of it must come from the bucket again.
-      nodes.withLock { $0[closed.inode]?.fetchedAt = -.infinity }
+      nodes.expire(closed.inode)
     }
   }
 
   /// Removes a stage's files apart from the caller: release runs on the
   /// FUSE loop thread, which never waits for the disk.
-  private static func discard(_ stage: Stage) {
-    Task.detached(priority: .utility) { stage.remove() }
+  private func discard(_ stage: Stage) {
+    tasks.start(.finish, priority: .utility) { stage.remove() }
   }
 }

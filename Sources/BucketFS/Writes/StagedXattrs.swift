@@ -28,7 +28,7 @@ extension Staging {
   /// Whether this mount created the inode's object within the metadata TTL:
   /// read-only names a copying tool sets or removes just after are ignored.
   func recentlyCreated(_ inode: UInt64) -> Bool {
-    guard let key = nodes.withLock({ $0[inode]?.key }) else { return false }
+    guard let key = nodes.key(of: inode) else { return false }
     let now = clock()
     return registry.withLock { $0.created[ObjectKey(key)] }.map { now - $0 < configuration.metadataTTL }
       ?? false

@@ -1,5 +1,6 @@
 import CoreMetrics
 import FUSE
+import IOThreads
 import Logging
 import ObjectStore
 import Synchronization
@@ -22,13 +23,15 @@ final class Staging: Sendable {
   /// Entries of `registry` (staged files and readers of stages): at 0 the
   /// lookups of handles and inodes skip its lock.
   let count = Atomic<Int>(0)
-  /// Numbers the files' streams (``WriteStream``) and background tasks.
+  /// Numbers the files' streams (``WriteStream``).
   let streamIDs = Atomic<UInt64>(0)
-  /// Deletes of parts a close or a combine no longer needs (``inBackground(_:)``).
-  let background = Mutex<[UInt64: Task<Void, Never>]>([:])
+  /// Owns the uploads, part uploads and part deletes (BackgroundTasks.swift).
+  let tasks: BackgroundTasks
   private let stages = Mutex<StageDirectory?>(nil)
   /// The calls that write the stages' bytes.
   let stageFiles: any StageFiles
+  /// Where the stages' file work runs (``Stage``); nil: on the caller's thread.
+  let diskWork: IOPool?
   /// `bucketfs_staged_bytes` (``Stage``).
   let stagedBytes: Meter
   let nodes: NodeTable
@@ -43,11 +46,15 @@ final class Staging: Sendable {
   var logger: Logger { diagnostics.logger }
 
   init(
-    stageFiles: any StageFiles, nodes: NodeTable, reads: Reads, handles: HandleNumbers,
+    stageFiles: any StageFiles, diskWork: IOPool? = nil, nodes: NodeTable, reads: Reads,
+    handles: HandleNumbers,
     listings: SharedListings, store: any ObjectStore, configuration: Configuration,
-    diagnostics: Diagnostics, clock: @escaping @Sendable () -> Double, metrics: any MetricsFactory
+    diagnostics: Diagnostics, clock: @escaping @Sendable () -> Double, metrics: any MetricsFactory,
+    tasks: BackgroundTasks
   ) {
+    self.tasks = tasks
     self.stageFiles = stageFiles
+    self.diskWork = diskWork
     self.stagedBytes = Meter(label: "bucketfs_staged_bytes", factory: metrics)
     self.nodes = nodes
     self.reads = reads
@@ -94,7 +101,7 @@ final class Staging: Sendable {
       if let made = stages.withLock({ $0 }) {
         directory = made
       } else {
-        let made = try StageDirectory(path: path, files: stageFiles, staged: stagedBytes)
+        let made = try StageDirectory(path: path, files: stageFiles, io: diskWork, staged: stagedBytes)
         directory = stages.withLock { stages in
           if let stages { return stages }
           stages = made

@@ -1,9 +1,4 @@
-import NIOCore
 import ObjectStore
-
-#if canImport(Glibc)
-  import Glibc
-#endif
 
 /// A file written in order from its first byte, whose full parts go up while
 /// it is written and then leave the stage (docs/SEMANTICS.md#writes-streaming).
@@ -70,20 +65,5 @@ struct WriteStream: Sendable {
   /// Whether `range` overlaps bytes that may have left the stage.
   func gone(_ range: Range<Int64>) -> Bool {
     range.lowerBound < committed || parts.contains { $0.stored != nil && $0.range.overlaps(range) }
-  }
-}
-
-/// `range` of a stage as an upload reads it.
-struct StageRangeSource: UploadSource {
-  let stage: Stage
-  let range: Range<Int64>
-
-  var size: Int64 { Int64(range.count) }
-
-  func read(at offset: Int64, count: Int) throws -> ByteBuffer {
-    let count = Int(max(0, min(Int64(count), size - offset)))
-    let bytes = try stage.read(at: range.lowerBound + offset, count: count)
-    guard bytes.readableBytes == count else { throw StageFailure(code: EIO) }
-    return bytes
   }
 }

@@ -37,7 +37,7 @@ extension Staging {
       let range =
         stream.parts[run.lowerBound].range.lowerBound..<stream.parts[run.upperBound - 1].range.upperBound
       let (upload, round) = (stream.upload, stream.combineRound)
-      stream.combining = Task {
+      stream.combining = tasks.start(.finish) {
         await self.combine(staged, stream: id, round: round, pieces, range: range, via: upload)
       }
       s.stream = stream

@@ -30,7 +30,7 @@ extension Staging {
       if stream.end < Int64(size) {
         sources.append(
           try await stream.upload.store(
-            StageRangeSource(stage: staged.stage, range: stream.end..<Int64(size))))
+            StageSource(stage: staged.stage, range: stream.end..<Int64(size))))
       }
       uploaded = try await stream.upload.compose(
         sources, into: key, attributes: attributes, ifGenerationMatch: generation)

@@ -79,7 +79,7 @@ extension Staging {
           key: key,
           context: .read)
       }
-      let code = bytes.withUnsafeReadableBytes { staged.stage.write($0, at: UInt64(start + at)) }
+      let code = await staged.stage.write(bytes, at: UInt64(start + at))
       if code != 0 {
         staged.state.withLock { $0.poisoned = Errno(code) }
         throw diagnostics.localFailure(code, key: key)
@@ -115,22 +115,11 @@ extension Staging {
   /// Runs `body` apart from the caller (the deletes of parts no longer
   /// needed); an unmount waits for what is under way (``settleBackground()``).
   func inBackground(_ body: @escaping @Sendable () async -> Void) {
-    let id = streamIDs.wrappingAdd(1, ordering: .relaxed).newValue
-    // Registered under the lock the task takes to leave: never left behind.
-    background.withLock { tasks in
-      tasks[id] = Task.detached(priority: .utility) {
-        await body()
-        _ = self.background.withLock { $0.removeValue(forKey: id) }
-      }
-    }
+    tasks.start(.finish, priority: .utility, body)
   }
 
   /// Awaits the background work under way, and any it starts.
   func settleBackground() async {
-    while true {
-      let tasks = background.withLock { Array($0.values) }
-      if tasks.isEmpty { return }
-      for task in tasks { await task.value }
-    }
+    await tasks.finish()
   }
 }

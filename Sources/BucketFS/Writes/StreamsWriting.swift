@@ -33,7 +33,7 @@ extension Staging {
   /// After a write: starts the stream once the file passes the composite
   /// threshold (or holds as much as the bound lets it), and the uploads of
   /// the parts now complete.
-  func streamAfterWrite(_ staged: StagedFile) throws {
+  func streamAfterWrite(_ staged: StagedFile) async throws {
     let candidate = staged.state.withLock { s -> Int64? in
       guard s.stream == nil, s.sequential, s.loaded, !s.unlinked, s.poisoned == nil else { return nil }
       return Int64(s.size)
@@ -41,7 +41,7 @@ extension Staging {
     if let size = candidate, let plan = store.partPlan, size > plan.partSize {
       let bound = streamBound(staged.stage, plan: plan, holding: size)
       if size > min(plan.threshold, bound - plan.partSize), let upload = store.partedUpload() {
-        try startStream(staged, upload: upload, plan: plan, bound: bound)
+        try await startStream(staged, upload: upload, plan: plan, bound: bound)
       }
     }
     launchParts(staged)
@@ -59,7 +59,7 @@ extension Staging {
   }
 
   private func startStream(_ staged: StagedFile, upload: any PartedUpload, plan: PartPlan, bound: Int64)
-    throws
+    async throws
   {
     let id = streamIDs.wrappingAdd(1, ordering: .relaxed).newValue
     let record = staged.state.withLock { s -> StageRecord in
@@ -67,7 +67,7 @@ extension Staging {
       return s.record(uploaded: false)
     }
     // The sidecar says where the stage's missing bytes went, for the next mount.
-    let code = staged.stage.writeRecord(record)
+    let code = await staged.stage.writeRecord(record)
     if code != 0 {
       staged.state.withLock { $0.stream = nil }
       throw diagnostics.localFailure(code, key: record.key)
@@ -88,7 +88,9 @@ extension Staging {
         let range = stream.end..<(stream.end + stream.nextPartSize)
         guard range.upperBound <= Int64(s.size) else { break }
         var part = WriteStream.Part(range: range)
-        part.task = Task { await self.uploadPart(staged, stream: id, range: range, via: upload) }
+        part.task = tasks.start(.finish) {
+          await self.uploadPart(staged, stream: id, range: range, via: upload)
+        }
         stream.parts.append(part)
         stream.end = range.upperBound
         stream.started += 1
@@ -105,7 +107,7 @@ extension Staging {
     async
   {
     do {
-      let part = try await upload.store(StageRangeSource(stage: staged.stage, range: range))
+      let part = try await upload.store(StageSource(stage: staged.stage, range: range))
       let current = staged.state.withLock { s -> Bool in
         guard s.stream?.id == id, let index = s.stream?.parts.firstIndex(where: { $0.range == range }) else {
           return false
@@ -115,7 +117,7 @@ extension Staging {
       }
       guard current else { return }
       combineIfNeeded(staged, stream: id)
-      let code = staged.stage.punch(range)
+      let code = await staged.stage.punch(range)
       if code == 0 {
         staged.state.withLock { s in if s.stream?.id == id { s.stream?.gone += Int64(range.count) } }
       } else if diagnostics.firstWarning("punch:" + staged.stage.path) {

@@ -18,16 +18,29 @@ extension Staging {
   }
 
   /// Uploads a dirty staged file; returns once the object is stored. The
-  /// upload runs in its own task: an interrupted close does not abandon it
-  /// halfway, and the next close finds it done or reports why not. The wait
-  /// ignores cancellation on purpose: a cancelled upload whose last request
-  /// reached the service would leave the mount on the old generation (the
-  /// next upload's precondition would then fail as a false conflict), and a
-  /// close answered before its upload ended would let release find the file
-  /// dirty and keep its stage as unstored bytes.
+  /// upload runs in a task of its own, which the unmount waits for: an
+  /// interrupted close stops waiting (EINTR) but never abandons the upload
+  /// halfway (a cancelled upload whose last request reached the service
+  /// would leave the mount on the old generation, and the next upload's
+  /// precondition would fail as a false conflict). A release that comes
+  /// meanwhile leaves the stage to the upload's end (``settleReleased(_:)``),
+  /// so stored bytes are never kept as unstored ones.
   func commit(_ staged: StagedFile) async throws {
-    let task = Task { try await self.upload(staged) }
-    try await task.value
+    staged.state.withLock { $0.uploading += 1 }
+    let task = tasks.start(.finish) {
+      defer { self.uploadEnded(staged) }
+      try await self.upload(staged)
+    }
+    try await task.valueUnlessCancelled()
+  }
+
+  private func uploadEnded(_ staged: StagedFile) {
+    let released = staged.state.withLock { s in
+      s.uploading -= 1
+      defer { if s.uploading == 0 { s.releasedWhileUploading = false } }
+      return s.uploading == 0 && s.releasedWhileUploading
+    }
+    if released { settleReleased(staged) }
   }
 
   /// Properties of generation `generation` of `key` that bucketfs inferred
@@ -64,11 +77,11 @@ extension Staging {
   /// bytes but never upload them (a create-then-unlink scratch file).
   /// False when `key` is not such a file.
   func unlinkNeverStored(_ key: String) -> Bool {
-    guard let inode = nodes.withLock({ $0.inode(of: key) }), let staged = file(inode: inode),
+    guard let inode = nodes.inode(of: key), let staged = file(inode: inode),
       staged.state.withLock({ $0.baseGeneration == 0 && !$0.unlinked })
     else { return false }
     unlinked(inode: inode)
-    nodes.withLock { $0.detach(inode) }
+    nodes.detach(inode)
     return true
   }
 
@@ -150,18 +163,13 @@ extension Staging {
         return s.inferred
       }
       // The sidecar now says "stored": a crash from here on loses nothing.
-      _ = staged.stage.writeRecord(staged.record)
+      _ = await staged.stage.writeRecord(staged.record)
       let now = clock()
       registry.withLock { registry in
         registry.remember(inferred: inferred, key: key, generation: uploaded.generation)
         if generation == 0 { registry.remember(created: key, at: now) }
       }
-      nodes.withLock { table in
-        table.refresh(uploaded, at: now)
-        if table.inode(of: key) == staged.inode {
-          table[staged.inode]?.openedGeneration = uploaded.generation
-        }
-      }
+      nodes.recordUpload(uploaded, inode: staged.inode, at: now)
     }
   }
 }

@@ -21,13 +21,13 @@ extension Staging {
   func create(key: String, name: String, flags: Int32, mode: UInt32) async throws -> (
     inode: UInt64, handle: UInt64
   ) {
-    let existing = nodes.withLock { $0.inode(of: key) }.flatMap { shared(inode: $0) }
+    let existing = nodes.inode(of: key).flatMap { shared(inode: $0) }
     if let existing {
       // Created here and not yet uploaded: the kernel lost its entry.
       if flags & O_EXCL != 0 { throw Errno.exists }
       if let handle = try await attach(existing, truncate: flags & O_TRUNC != 0) {
         let inode = existing.inode
-        nodes.withLock { $0[inode]?.lookups += 1 }
+        nodes.retain(inode)
         return (inode, handle)
       }
     }
@@ -36,19 +36,17 @@ extension Staging {
     let (attributes, inferred) = newFileAttributes(name: name, mode: mode & 0o7777)
     let now = clock()
     let bucket = store.bucket
-    let inode = nodes.withLock { table in
-      let inode = table.remember(key: key, kind: .file, metadata: nil, at: now)
-      table[inode]?.facts = FileFacts(Self.placeholder(key: key, bucket: bucket))
-      table[inode]?.fetchedAt = now
-      return inode
-    }
+    let inode = nodes.created(
+      key, kind: .file, facts: FileFacts(Self.placeholder(key: key, bucket: bucket)), at: now
+    )
+    .inode
     let handle = handles.next()
     let staged = StagedFile(
       inode: inode, stage: stage,
       state: StagedFile.State(
         key: key, baseGeneration: 0, base: nil, attributes: attributes, inferred: inferred, size: 0,
         loaded: true, dirty: true, handles: 1, modified: .wholeSecondsNow(), sequential: true))
-    let failure = stage.writeRecord(staged.record)
+    let failure = await stage.writeRecord(staged.record)
     if failure != 0 {
       stage.remove()
       nodes.forget(inode: inode, count: 1)
@@ -105,7 +103,7 @@ extension Staging {
           ? .wholeSecondsNow() : FileFacts(base).modified ?? RFC3339.parse(base.timeCreated),
         sequential: emptied))
     if truncated {
-      let failure = stage.writeRecord(staged.record)
+      let failure = await stage.writeRecord(staged.record)
       if failure != 0 {
         stage.remove()
         throw diagnostics.localFailure(failure, key: node.key)
@@ -177,9 +175,9 @@ extension Staging {
       if let poisoned { throw poisoned }
       if let answer = unstagedWrite(key, offset: offset, count: data.count) { return try answer.get() }
       if !covered { try await load(staged) }
-      try markDirty(staged)
+      try await markDirty(staged)
       try await streamBeforeWrite(staged, offset: offset, count: data.count)
-      let code = data.withUnsafeBytes { staged.stage.write($0, at: offset) }
+      let code = await staged.stage.write(data, at: offset)
       try staged.state.withLock { s in
         // A local failure poisons the file: its stage may hold part of the
         // write, and is never uploaded.
@@ -191,7 +189,7 @@ extension Staging {
         s.size = max(s.size, offset + UInt64(data.count))
         s.modified = .wholeSecondsNow()
       }
-      try streamAfterWrite(staged)
+      try await streamAfterWrite(staged)
       return data.count
     }
   }
@@ -213,13 +211,13 @@ extension Staging {
 
   /// Marks the file dirty, first recording so in the sidecar (a kill -9
   /// from now on leaves a stage the next mount lists). Under the gate.
-  func markDirty(_ staged: StagedFile) throws {
+  func markDirty(_ staged: StagedFile) async throws {
     let record = staged.state.withLock { s -> StageRecord? in
       guard !s.dirty || s.recordUploaded else { return nil }
       return s.record(uploaded: false)
     }
     guard let record else { return }
-    let code = staged.stage.writeRecord(record)
+    let code = await staged.stage.writeRecord(record)
     if code != 0 { throw diagnostics.localFailure(code, key: record.key) }
     staged.state.withLock { s in
       s.dirty = true
@@ -244,11 +242,11 @@ extension Staging {
         throw diagnostics.failure(error, operation: "read for writing", key: base.name, context: .read)
       }
       guard bytes.readableBytes > 0 else { break }
-      let code = bytes.withUnsafeReadableBytes { staged.stage.write($0, at: at) }
+      let code = await staged.stage.write(bytes, at: at)
       if code != 0 { throw diagnostics.localFailure(code, key: base.name) }
       at += UInt64(bytes.readableBytes)
     }
-    let code = staged.stage.truncate(to: end)
+    let code = await staged.stage.truncate(to: end)
     if code != 0 { throw diagnostics.localFailure(code, key: base.name) }
     staged.state.withLock { s in
       s.loaded = true
@@ -267,8 +265,8 @@ extension Staging {
       if !loaded && size > 0 { try await load(staged, upTo: min(size, current)) }
       // A stream's bytes come back for any size but 0, which drops them.
       try await endStream(staged, bringBack: size > 0)
-      try markDirty(staged)
-      let code = staged.stage.truncate(to: size)
+      try await markDirty(staged)
+      let code = await staged.stage.truncate(to: size)
       try staged.state.withLock { s in
         if code != 0 {
           s.poisoned = diagnostics.localFailure(code, key: s.key)
