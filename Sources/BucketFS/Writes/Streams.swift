@@ -45,6 +45,9 @@ struct WriteStream: Sendable {
   /// an older count drops its result, since its pieces may be in that
   /// commit's compose (or already deleted).
   var combineRound = 0
+  /// A commit's compose is under way: no combine starts, since the parts
+  /// are its sources (a combine ends by deleting the parts it took).
+  var composing = false
 
   /// The components of the parts so far.
   var components: Int { parts.reduce(0) { $0 + $1.components } }

@@ -31,7 +31,7 @@ extension Staging {
   func combineIfNeeded(_ staged: StagedFile, stream id: UInt64) {
     staged.state.withLock { s in
       guard var stream = s.stream, stream.id == id, stream.combining == nil, !stream.failed,
-        stream.needsCombining, let run = stream.combinable
+        !stream.composing, stream.needsCombining, let run = stream.combinable
       else { return }
       let pieces = stream.parts[run].compactMap(\.stored)
       let range =

@@ -35,6 +35,7 @@ extension Staging {
       uploaded = try await stream.upload.compose(
         sources, into: key, attributes: attributes, ifGenerationMatch: generation)
     } catch {
+      staged.state.withLock { s in if s.stream?.id == stream.id { s.stream?.composing = false } }
       if case StorageError.preconditionFailed = error {
         // Nothing overwritten, nothing left behind: the parts go before the close returns.
         staged.state.withLock { s in
@@ -57,25 +58,30 @@ extension Staging {
         stream.committedComponents + stream.components + (stream.end < Int64(size) ? 1 : 0)
       s.stream?.parts = []
       s.stream?.end = Int64(size)
+      s.stream?.composing = false
     }
     return uploaded
   }
 
-  /// The stream once every part upload under way is stored. A combine
-  /// under way is waited for only when the compose could not take its
-  /// pieces instead; otherwise the compose goes ahead without it, and its
-  /// result, dropped when it comes, is deleted in the background.
+  /// The stream once every part upload under way is stored, marked
+  /// composing (no combine starts until the commit ends). A combine under
+  /// way is waited for only when the compose could not take its pieces
+  /// instead; otherwise the compose goes ahead without it, and its result,
+  /// dropped when it comes, is deleted in the background.
   private func streamToCompose(_ staged: StagedFile) async -> WriteStream? {
     while true {
       await settleParts(staged, combines: false)
       let (stream, wait, letGo) = staged.state.withLock {
         s -> (WriteStream?, Task<Void, Never>?, Task<Void, Never>?) in
-        guard var stream = s.stream, let combining = stream.combining, !stream.failed else {
-          return (s.stream, nil, nil)
+        guard var stream = s.stream else { return (nil, nil, nil) }
+        if stream.failed { return (stream, nil, nil) }
+        let combining = stream.combining
+        if let combining, stream.sourcesAtClose > WriteStream.composeLimit { return (nil, combining, nil) }
+        if combining != nil {
+          stream.combining = nil
+          stream.combineRound += 1
         }
-        if stream.sourcesAtClose > WriteStream.composeLimit { return (nil, combining, nil) }
-        stream.combining = nil
-        stream.combineRound += 1
+        stream.composing = true
         s.stream = stream
         return (stream, nil, combining)
       }
