@@ -21,7 +21,8 @@ public final class BucketFileSystem: FileSystem, Sendable {
   let tasks: BackgroundTasks
   /// Inodes, their facts and metadata.
   let nodes: NodeTable
-  let handles = HandleNumbers()
+  /// Every open handle: files, stages and directories (Handles.swift).
+  let handles = HandleTable()
   /// Tree walks and the listings they fetch ahead (SubtreeWalk.swift).
   let walks: SubtreeWalks
   /// Complete listings of directories, for absent names (CompleteListings.swift).
@@ -31,6 +32,8 @@ public final class BucketFileSystem: FileSystem, Sendable {
   /// Small files fetched ahead of a reader going through a directory (SiblingPrefetch.swift).
   let prefetch: SiblingPrefetch
   let reads: Reads
+  /// What bucketfs chose of the files it stored, and which it created lately.
+  let provenance: Provenance
   let staging: Staging
   let entries: AttributeBuilder
   let lookups: Lookups
@@ -72,12 +75,13 @@ public final class BucketFileSystem: FileSystem, Sendable {
     let readAhead = ReadAheadBudget(capacity: configuration.readAheadBudget, metrics: metrics)
     let prefetch = SiblingPrefetch(store: inner, budget: readAhead, clock: clock, tasks: tasks)
     let reads = Reads(
-      nodes: nodes, store: store, configuration: configuration, diagnostics: diagnostics, budget: readAhead,
-      prefetch: prefetch, tasks: tasks)
+      nodes: nodes, handles: handles, store: store, configuration: configuration, diagnostics: diagnostics,
+      budget: readAhead, prefetch: prefetch, tasks: tasks)
+    let provenance = Provenance(configuration: configuration, clock: clock)
     let staging = Staging(
-      stageFiles: stageFiles, diskWork: diskWork, nodes: nodes, reads: reads, handles: handles,
-      listings: listings, store: store,
-      configuration: configuration, diagnostics: diagnostics, clock: clock, metrics: metrics, tasks: tasks)
+      stageFiles: stageFiles, diskWork: diskWork, nodes: nodes, provenance: provenance, listings: listings,
+      store: store, configuration: configuration, diagnostics: diagnostics, clock: clock, metrics: metrics,
+      tasks: tasks)
     let entries = AttributeBuilder(
       nodes: nodes, staging: staging, walks: walks, configuration: configuration, mountTime: Timestamp.now(),
       clock: clock)
@@ -91,6 +95,7 @@ public final class BucketFileSystem: FileSystem, Sendable {
     self.readAhead = readAhead
     self.prefetch = prefetch
     self.reads = reads
+    self.provenance = provenance
     self.staging = staging
     self.entries = entries
     self.lookups = Lookups(
@@ -102,13 +107,15 @@ public final class BucketFileSystem: FileSystem, Sendable {
       prefetch: prefetch, kernelListings: kernelListings,
       store: store, configuration: configuration, diagnostics: diagnostics, clock: clock, tasks: tasks)
     self.namespace = Namespace(
-      nodes: nodes, entries: entries, staging: staging, reads: reads, walks: walks, listings: listings,
+      nodes: nodes, entries: entries, staging: staging, provenance: provenance, reads: reads, walks: walks,
+      listings: listings,
       store: store, configuration: configuration, diagnostics: diagnostics, clock: clock)
     self.links = Symlinks(
       nodes: nodes, entries: entries, store: store, configuration: configuration, diagnostics: diagnostics,
       clock: clock)
     self.xattrs = Xattrs(
-      nodes: nodes, staging: staging, store: store, configuration: configuration, diagnostics: diagnostics,
+      nodes: nodes, staging: staging, provenance: provenance, store: store, configuration: configuration,
+      diagnostics: diagnostics,
       clock: clock)
   }
 
@@ -162,7 +169,8 @@ public final class BucketFileSystem: FileSystem, Sendable {
     }
     if done.wait(timeout: .now() + seconds) == .timedOut {
       diagnostics.logger.warning(
-        "unmounting with part deletes still under way; `bucketfs clean-parts` removes what they leave")
+        "unmounting with uploads or part deletes still under way after \(Int(seconds)) s; `bucketfs clean-parts` removes the parts they leave"
+      )
     }
   }
 }

@@ -13,6 +13,8 @@ final class Namespace: Sendable {
   let nodes: NodeTable
   let entries: AttributeBuilder
   let staging: Staging
+  /// What bucketfs chose of the files it stored, for an atomic save.
+  let provenance: Provenance
   let reads: Reads
   let walks: SubtreeWalks
   let listings: SharedListings
@@ -23,13 +25,15 @@ final class Namespace: Sendable {
   var logger: Logger { diagnostics.logger }
 
   init(
-    nodes: NodeTable, entries: AttributeBuilder, staging: Staging, reads: Reads, walks: SubtreeWalks,
+    nodes: NodeTable, entries: AttributeBuilder, staging: Staging, provenance: Provenance, reads: Reads,
+    walks: SubtreeWalks,
     listings: SharedListings, store: any ObjectStore, configuration: Configuration, diagnostics: Diagnostics,
     clock: @escaping @Sendable () -> Double
   ) {
     self.nodes = nodes
     self.entries = entries
     self.staging = staging
+    self.provenance = provenance
     self.reads = reads
     self.walks = walks
     self.listings = listings
@@ -45,7 +49,11 @@ final class Namespace: Sendable {
     let key = try Names.key(name, under: parentKey, for: .existing)
     // Kept tree listings that could show the name go, whatever the outcome.
     defer { walks.invalidateListings(under: key) }
-    if staging.unlinkNeverStored(key) { return }
+    // A file this mount created and never stored has no object to delete.
+    if let inode = nodes.inode(of: key), staging.file(inode: inode)?.unlinkIfNeverStored() == true {
+      nodes.detach(inode)
+      return
+    }
     let (inode, metadata) = try await existingFile(key)
     do {
       try await store.delete(key, ifGenerationMatch: metadata.generation)
@@ -58,7 +66,7 @@ final class Namespace: Sendable {
       throw diagnostics.failure(error, operation: "delete", key: key)
     }
     nodes.deleted(key, inode: inode)
-    if let inode { staging.unlinked(inode: inode) }
+    if let inode { staging.file(inode: inode)?.noteUnlinked() }
   }
 
   func mkdir(parent: UInt64, name: String, mode: UInt32) async throws -> Entry {
@@ -108,7 +116,7 @@ final class Namespace: Sendable {
     defer { walks.invalidateListings(under: key) }
     let found = try await lookInBucket(fileKey: key, directoryKey: key + "/")
     if found.file != nil || found.directory != nil || staging.isInFlight(key: key) { throw Errno.exists }
-    let (fileAttributes, inferred) = staging.newFileAttributes(name: name, mode: mode & 0o7777)
+    let (fileAttributes, inferred) = provenance.newFile(name: name, mode: mode & 0o7777)
     var attributes = fileAttributes
     if special != nil {
       attributes.custom[PosixKeys.mode] = PosixKeys.formatMode(mode & (FileAttributes.typeMask | 0o7777))
@@ -125,7 +133,7 @@ final class Namespace: Sendable {
     } catch {
       throw diagnostics.failure(error, operation: "create", key: key)
     }
-    staging.carryInferred(inferred, to: stored)
+    provenance.stored(key: stored.name, generation: stored.generation, inferred: inferred)
     return entries.object(key, stored, at: clock())
   }
 

@@ -16,6 +16,9 @@ import Synchronization
 /// served from disk waits for an ``IOPool`` thread, and bytes read from the
 /// bucket are returned at once and written to disk after, on the pool, as
 /// background work it may refuse (the read is then a miss next time too).
+/// Each read tells the pool it is busy, so that work waits for a pause in
+/// the reads (``IOPool/busy()``): a sequential stream or a copy of many
+/// small files runs without the cache's disk work beside it.
 public final class CachingStore: ForwardingObjectStore {
   public let inner: any ObjectStore
   let cache: ReadCache
@@ -89,6 +92,9 @@ public final class CachingStore: ForwardingObjectStore {
   private func read(_ name: String, generation: Int64, range: Range<Int64>, spare: SpareBuffer?)
     async throws -> ByteBuffer
   {
+    // Fills wait while reads keep coming: a stream of reads runs alone.
+    pool.busy()
+    defer { pool.busy() }
     let key = EntryKey(name: name, generation: generation)
     if cache.lists(key, range) {
       let cache = self.cache

@@ -21,10 +21,18 @@ import Synchronization
 /// run at the lowest priority (nice 19): on a machine short of CPU, the
 /// cache's file work waits for the requests (and, its queue full, is dropped)
 /// instead of taking their time.
+///
+/// Background work also waits for a pause in the work it would compete
+/// with: while ``busy()`` keeps being called (a mount's reads keep coming),
+/// a job starts only once `quiet` has passed since the last call, or once it
+/// has waited `maxDeferral`. A stream of reads thus runs alone, its fills
+/// held in memory (within `byteLimit`, the rest dropped) and written after it.
 public final class IOPool: Sendable {
   private struct Job: Sendable {
     let id: UInt64
     let bytes: Int
+    /// When it was queued (``IOPool/now()``, nanoseconds).
+    let queued: UInt64
     /// Runs the work (true), or says it will not run (false: cancelled before it began).
     let body: @Sendable (Bool) -> Void
   }
@@ -53,6 +61,10 @@ public final class IOPool: Sendable {
 
   public let threadCount: Int
   public let byteLimit: Int
+  private let quietNanos: UInt64
+  private let maxDeferralNanos: UInt64
+  /// When ``busy()`` was last called (``now()``, nanoseconds).
+  private let lastBusy = Atomic<UInt64>(0)
   private let awaitedThreads: NIOThreadPool
   private let backgroundThreads: NIOThreadPool
   private let awaitedCount: Int
@@ -63,10 +75,13 @@ public final class IOPool: Sendable {
   public struct Stopped: Error {}
 
   /// `threadCount` threads (at least 2), half for each kind of work;
-  /// background work may hold `byteLimit` bytes at once.
-  public init(threadCount: Int, byteLimit: Int) {
+  /// background work may hold `byteLimit` bytes at once, and waits for
+  /// `quiet` after the last ``busy()``, but no longer than `maxDeferral`.
+  public init(threadCount: Int, byteLimit: Int, quiet: Duration = .zero, maxDeferral: Duration = .zero) {
     self.threadCount = max(threadCount, 2)
     self.byteLimit = max(byteLimit, 0)
+    quietNanos = Self.nanoseconds(quiet)
+    maxDeferralNanos = Self.nanoseconds(maxDeferral)
     awaitedCount = self.threadCount / 2
     backgroundCount = self.threadCount - awaitedCount
     awaitedThreads = NIOThreadPool(numberOfThreads: awaitedCount)
@@ -84,7 +99,7 @@ public final class IOPool: Sendable {
     }
     return try await withTaskCancellationHandler {
       try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<T, any Error>) in
-        let job = Job(id: id, bytes: 0) { go in
+        let job = Job(id: id, bytes: 0, queued: 0) { go in
           guard go else { return continuation.resume(throwing: CancellationError()) }
           continuation.resume(with: Result(catching: body))
         }
@@ -106,8 +121,15 @@ public final class IOPool: Sendable {
   /// the limit, or the pool is shutting down.
   @discardableResult
   public func submit(holding bytes: Int, _ body: @escaping @Sendable () -> Void) -> Bool {
-    let job = Job(id: 0, bytes: max(bytes, 0)) { go in if go { body() } }
+    let job = Job(id: 0, bytes: max(bytes, 0), queued: Self.now()) { go in if go { body() } }
     return enqueue(job, awaited: false)
+  }
+
+  /// Notes work going on that background work should not compete with (a
+  /// read): queued background work waits for `quiet` after the last call.
+  public func busy() {
+    guard quietNanos > 0 else { return }
+    lastBusy.store(Self.now(), ordering: .relaxed)
   }
 
   /// Bytes held by background work queued or running now.
@@ -188,7 +210,8 @@ public final class IOPool: Sendable {
     // What the last job held, once it has ended (the job itself let go first).
     var finished: Int?
     while true {
-      let (job, waiters) = state.withLock { state -> (Job?, [CheckedContinuation<Void, Never>]) in
+      let (job, pause, waiters) = state.withLock {
+        state -> (Job?, UInt64, [CheckedContinuation<Void, Never>]) in
         if let bytes = finished {
           state.running -= 1
           state.heldBytes -= bytes
@@ -196,21 +219,55 @@ public final class IOPool: Sendable {
         var next: Job?
         if awaited {
           if !state.awaited.isEmpty { next = state.awaited.removeFirst() }
-        } else if !state.background.isEmpty {
+        } else if let first = state.background.first {
+          // Shutting down, nothing waits any more: the work left lands now.
+          let pause = state.accepting ? self.delay(for: first) : 0
+          if pause > 0 { return (nil, pause, []) }
           next = state.background.removeFirst()
         }
         guard let next else {
           if awaited { state.awaitedLoops -= 1 } else { state.backgroundLoops -= 1 }
-          return (nil, state.takeIdleWaiters())
+          return (nil, 0, state.takeIdleWaiters())
         }
         state.running += 1
-        return (next, [])
+        return (next, 0, [])
       }
+      finished = nil
       for waiter in waiters { waiter.resume() }
+      if pause > 0 {
+        // A pool thread of its own: sleeping here holds up no request.
+        usleep(useconds_t(min(pause / 1000, 50_000)))
+        continue
+      }
       guard let job else { return }
       finished = job.bytes
       job.body(true)
     }
+  }
+
+  /// Nanoseconds a background job must still wait: until `quiet` after
+  /// the last ``busy()``, or `maxDeferral` after it was queued, whichever
+  /// comes first; 0 when it may start.
+  private func delay(for job: Job) -> UInt64 {
+    guard quietNanos > 0 else { return 0 }
+    let now = Self.now()
+    let quietEnd = lastBusy.load(ordering: .relaxed) &+ quietNanos
+    let deferralEnd = job.queued &+ maxDeferralNanos
+    let end = min(quietEnd, deferralEnd)
+    return end > now ? end - now : 0
+  }
+
+  /// The monotonic clock, in nanoseconds.
+  private static func now() -> UInt64 {
+    var time = timespec()
+    clock_gettime(CLOCK_MONOTONIC, &time)
+    return UInt64(time.tv_sec) * 1_000_000_000 + UInt64(time.tv_nsec)
+  }
+
+  private static func nanoseconds(_ duration: Duration) -> UInt64 {
+    let (seconds, attoseconds) = duration.components
+    guard seconds >= 0, attoseconds >= 0 else { return 0 }
+    return UInt64(seconds) * 1_000_000_000 + UInt64(attoseconds / 1_000_000_000)
   }
 }
 

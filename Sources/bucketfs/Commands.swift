@@ -249,8 +249,11 @@ struct Mount: ParsableCommand {
     configuration.readAheadBudget = readAheadBudget << 20
     configuration.retryDeadline = retryDeadline
 
-    // Blocking file work (the read cache's and the stages') runs here, off the concurrency pool.
-    let diskWork = IOPool(threadCount: 4, byteLimit: 64 << 20)
+    // Blocking file work (the read cache's and the stages') runs here, off
+    // the concurrency pool; the cache's fills wait for a pause of 250 ms in
+    // the reads, up to 1 s.
+    let diskWork = IOPool(
+      threadCount: 4, byteLimit: 64 << 20, quiet: .milliseconds(250), maxDeferral: .seconds(1))
     let fileSystem = BucketFileSystem(
       store: readCache(around: client, pool: diskWork, logger: logger), configuration: configuration,
       logger: logger,

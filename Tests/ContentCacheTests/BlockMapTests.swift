@@ -48,4 +48,25 @@ final class BlockMapTests: XCTestCase {
     XCTAssertEqual(CRC32C.value(base64: CRC32C.base64(0xE306_9283)), 0xE306_9283)
     XCTAssertNil(CRC32C.value(base64: "AAAA"))
   }
+
+  /// The whole-entry check combines the blocks' sums: the same as summing the object.
+  func testTheBlocksSumsCombineToTheObjectsChecksum() {
+    for size in [1, 65536, 65537, 3 * 65536, 200_000, 1_000_003] {
+      let data = pattern(size, seed: UInt8(size % 251))
+      var map = BlockMap(name: "f", generation: 1, blockSize: 65536)
+      map.size = Int64(size)
+      var at = 0
+      while at < size {
+        let end = min(at + 65536, size)
+        map.blocks[Int64(at / 65536)] = data[at..<end].withUnsafeBytes { CRC32C.update(0, $0) }
+        at = end
+      }
+      let whole = data.withUnsafeBytes { CRC32C.update(0, $0) }
+      XCTAssertEqual(ReadCache.objectSum(map), whole, "size \(size)")
+      map.blocks[0] = map.blocks[0]! ^ 1
+      XCTAssertNotEqual(ReadCache.objectSum(map), whole, "size \(size), a block's sum changed")
+      map.blocks[0] = nil
+      XCTAssertNil(ReadCache.objectSum(map), "size \(size), incomplete")
+    }
+  }
 }

@@ -406,6 +406,63 @@ final class CachingStoreTests: XCTestCase {
     XCTAssertTrue(stopped)
   }
 
+  func testFillsWaitWhileReadsKeepComingAndLandAfterAPause() async throws {
+    let data = pattern(300_000)
+    let object = bucket.put("f", data: data)
+    let paced = IOPool(threadCount: 2, byteLimit: 64 << 20, quiet: .seconds(1), maxDeferral: .seconds(30))
+    let store = try XCTUnwrap(
+      CachingStore.open(
+        wrapping: bucket, cacheDirectory: directory, limit: 64 << 20, pool: paced, logger: quiet))
+    _ = try await store.metadata(of: "f")
+    // Reads of the file's four 64 KiB pieces, one after another, then of all of it.
+    for piece in 0..<4 {
+      let range = Int64(piece * 65536)..<Int64((piece + 1) * 65536)
+      _ = try await store.read("f", generation: object.generation, range: range)
+    }
+    _ = try await store.read("f", generation: object.generation, range: 0..<object.size)
+    XCTAssertEqual(store.bytesInUse, 0, "nothing written while the reads came")
+    XCTAssertGreaterThan(paced.heldBytes, 0, "the fills wait in memory")
+    await store.settled()
+    XCTAssertEqual(store.bytesInUse, object.size + overhead, "written after the pause")
+    let again = try await store.readSettled("f", generation: object.generation, range: 0..<object.size)
+    XCTAssertEqual(again.bytes, data)
+    XCTAssertEqual(bucketReads, 5, "served from disk")
+    let stopped = await paced.shutdown(patience: .seconds(10))
+    XCTAssertTrue(stopped)
+  }
+
+  func testAFillHeldTooLongRunsWhileReadsStillCome() async throws {
+    let object = bucket.put("f", data: pattern(65536))
+    let paced = IOPool(
+      threadCount: 2, byteLimit: 64 << 20, quiet: .seconds(60), maxDeferral: .milliseconds(100))
+    let store = try XCTUnwrap(
+      CachingStore.open(
+        wrapping: bucket, cacheDirectory: directory, limit: 64 << 20, pool: paced, logger: quiet))
+    _ = try await store.metadata(of: "f")
+    _ = try await store.read("f", generation: object.generation, range: 0..<object.size)
+    let landed = await eventually { store.bytesInUse == object.size + self.overhead }
+    XCTAssertTrue(landed, "written after its longest wait, with no pause in the reads")
+    let stopped = await paced.shutdown(patience: .seconds(10))
+    XCTAssertTrue(stopped)
+  }
+
+  func testAnUnmountWritesTheFillsStillWaitingForAPause() async throws {
+    let data = pattern(200_000)
+    let object = bucket.put("f", data: data)
+    let paced = IOPool(threadCount: 2, byteLimit: 64 << 20, quiet: .seconds(60), maxDeferral: .seconds(60))
+    let store = try XCTUnwrap(
+      CachingStore.open(
+        wrapping: bucket, cacheDirectory: directory, limit: 64 << 20, pool: paced, logger: quiet))
+    _ = try await store.metadata(of: "f")
+    _ = try await store.read("f", generation: object.generation, range: 0..<object.size)
+    XCTAssertEqual(store.bytesInUse, 0, "waiting for a pause")
+    let start = ContinuousClock.now
+    let stopped = await paced.shutdown(patience: .seconds(10))
+    XCTAssertTrue(stopped)
+    XCTAssertLessThan(ContinuousClock.now - start, .seconds(5), "no wait for the pause once stopping")
+    XCTAssertEqual(store.bytesInUse, object.size + overhead, "written before the pool stopped")
+  }
+
   func testAnUploadFromAFileBecomesTheEntryWithoutACopy() async throws {
     let data = pattern(700_000)
     let disk = HeldDisk()

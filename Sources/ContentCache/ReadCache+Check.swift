@@ -1,0 +1,62 @@
+import ObjectStore
+
+// The whole-object check: a complete entry against the object's CRC-32C.
+//
+// The object's checksum is combined from the blocks' own sums (each taken
+// from the bytes as they arrived, before they were written), not summed
+// again from the data file: reading a large entry back and summing it cost
+// as much CPU as writing it, on the machine the reads run on. What the disk
+// holds is still checked, block by block, each time a block is served.
+extension ReadCache {
+  /// Checks a complete entry against the object's CRC-32C: trusted as
+  /// complete when they match, discarded when they do not.
+  func verify(_ entry: CacheEntry, crc: UInt32) {
+    guard let map = entry.state.withLock({ $0.removed ? nil : $0.map }), let sum = Self.objectSum(map) else {
+      return
+    }
+    guard sum == crc else {
+      discard(entry, because: "its contents do not match the object's crc32c")
+      return
+    }
+    _ = persist(entry) { map in
+      map.objectCRC = crc
+      map.verified = true
+    }
+  }
+
+  /// The CRC-32C of the object whose blocks the map lists, from their sums;
+  /// nil unless it lists them all.
+  static func objectSum(_ map: BlockMap) -> UInt32? {
+    guard map.isComplete, map.blockSize == Int(blockSize), let count = map.blockCount else { return nil }
+    var sum: UInt32 = 0
+    for index in 0..<count {
+      guard let block = map.blocks[index] else { return nil }
+      let length = map.length(of: index)
+      if index == 0 {
+        sum = block
+      } else if length == blockSize {
+        sum = Self.shift(sum) ^ block
+      } else {
+        sum = CRC32C.combine(sum, block, lengthB: length)  // the short last block
+      }
+    }
+    return sum
+  }
+
+  /// The checksum of some bytes, extended by one whole block's length
+  /// (``CRC32C/combine(_:_:lengthB:)`` with a zero second sum): linear in
+  /// its argument, so one table of the images of its 32 bits does it.
+  private static func shift(_ crc: UInt32) -> UInt32 {
+    var image: UInt32 = 0
+    var bits = crc
+    var row = 0
+    while bits != 0 {
+      if bits & 1 != 0 { image ^= blockShift[row] }
+      bits >>= 1
+      row += 1
+    }
+    return image
+  }
+
+  private static let blockShift: [UInt32] = (0..<32).map { CRC32C.combine(1 << $0, 0, lengthB: blockSize) }
+}
