@@ -131,6 +131,21 @@ def wait_for(pred, timeout: float = 10.0, interval: float = 0.05) -> bool:
     return pred()
 
 
+def kill_and_unmount(m, fd: int) -> None:
+    """kill -9 of a foreground mount's daemon while `fd` is open on it (a
+    crash), then the dead mount taken down."""
+    try:
+        m.proc.kill()
+        m.proc.wait(10)
+    finally:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    run(["fusermount3", "-u", "-z", m.path], check=False)
+    wait_for(lambda: not os.path.ismount(m.path), 10)
+
+
 def kill_pids(pids, grace: float = 3.0) -> None:
     for pid in pids:
         try:

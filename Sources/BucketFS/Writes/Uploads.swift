@@ -30,6 +30,30 @@ extension Staging {
     if released { settleReleased(staged) }
   }
 
+  /// What a failed upload of `key` (whole or streamed) throws, and leaves
+  /// the file as: a refusal by the precondition is ESTALE, with the stage
+  /// kept (`kept` says what of it, before its path); a local failure
+  /// poisons the file; the rest is mapped and logged. A stream's own
+  /// errors come already mapped and recorded.
+  func uploadFailure(_ error: any Error, of staged: StagedFile, key: String, generation: Int64, kept: String)
+    -> any Error
+  {
+    if let failure = error as? Errno { return failure }
+    if let failure = error as? FileSystemError { return failure }
+    if case StorageError.preconditionFailed = error {
+      staged.state.withLock { $0.poisoned = .stale }
+      logger.error(
+        "upload of \(key) refused: the object \(generation == 0 ? "appeared" : "changed since generation \(generation)") meanwhile; nothing was overwritten; \(kept) \(staged.stage.path)"
+      )
+      return Errno.stale
+    }
+    if let local = error as? StageFailure {
+      staged.state.withLock { $0.poisoned = Errno(local.code) }
+      return diagnostics.localFailure(local.code, key: key)
+    }
+    return diagnostics.failure(error, operation: "upload", key: key)
+  }
+
   private func upload(_ staged: StagedFile) async throws {
     try await staged.gate.run {
       let snapshot = try staged.state.withLock { s -> (String, Int64, ObjectAttributes, UInt64)? in
@@ -56,22 +80,9 @@ extension Staging {
             key, from: StageSource(stage: staged.stage, size: Int64(size)), attributes: attributes,
             ifGenerationMatch: generation)
         }
-      } catch let failure as Errno {
-        // The stream's own: already logged and recorded.
-        throw failure
-      } catch let failure as FileSystemError {
-        throw failure
-      } catch StorageError.preconditionFailed {
-        staged.state.withLock { $0.poisoned = .stale }
-        logger.error(
-          "upload of \(key) refused: the object \(generation == 0 ? "appeared" : "changed since generation \(generation)") meanwhile; nothing was overwritten, your bytes are kept in \(staged.stage.path)"
-        )
-        throw Errno.stale
-      } catch let local as StageFailure {
-        staged.state.withLock { $0.poisoned = Errno(local.code) }
-        throw diagnostics.localFailure(local.code, key: key)
       } catch {
-        throw diagnostics.failure(error, operation: "upload", key: key)
+        throw uploadFailure(
+          error, of: staged, key: key, generation: generation, kept: "your bytes are kept in")
       }
       let inferred = staged.state.withLock { s in
         s.dirty = false
