@@ -468,6 +468,8 @@ class Record:
     status: int | None = None
     operation: str = "other"
     retry_test: str | None = None  # the x-retry-test-id the proxy added
+    arrived: float = 0.0  # time.monotonic() when the request line came in (before its body)
+    answered: float = 0.0  # when the answer was relayed (0: never answered)
 
     @property
     def params(self) -> dict[str, list[str]]:
@@ -583,6 +585,7 @@ class CountingProxy:
                     self.wfile.write(piece)
 
             def _handle(self):
+                arrived = time.monotonic()
                 raw_path, _, query = self.path.partition("?")
                 body = self._body()
                 rec = Record(self.command, urllib.parse.unquote(raw_path), raw_path, query,
@@ -590,6 +593,7 @@ class CountingProxy:
                              {k: v for k, v in self.headers.items()},
                              body if self.command not in ("GET", "HEAD") else None)
                 rec.operation = operation(self.command, rec.path, query)
+                rec.arrived = arrived
                 tagged = proxy._retry_test
                 if tagged is not None and rec.operation in tagged[1] and (tagged[2] is None or tagged[2](rec)):
                     rec.retry_test = tagged[0]
@@ -666,6 +670,7 @@ class CountingProxy:
                     return
                 try:
                     self._relay(resp)
+                    rec.answered = time.monotonic()
                 except (ConnectionError, http.client.HTTPException):
                     # The answer broke off upstream (an injected broken stream), or
                     # the client left: either way the client must see it cut.

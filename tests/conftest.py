@@ -131,6 +131,21 @@ def wait_for(pred, timeout: float = 10.0, interval: float = 0.05) -> bool:
     return pred()
 
 
+def kill_and_unmount(m, fd: int) -> None:
+    """kill -9 of a foreground mount's daemon while `fd` is open on it (a
+    crash), then the dead mount taken down."""
+    try:
+        m.proc.kill()
+        m.proc.wait(10)
+    finally:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    run(["fusermount3", "-u", "-z", m.path], check=False)
+    wait_for(lambda: not os.path.ismount(m.path), 10)
+
+
 def kill_pids(pids, grace: float = 3.0) -> None:
     for pid in pids:
         try:
@@ -171,6 +186,48 @@ def force_unmount(path: str) -> None:
         subprocess.run(["fusermount3", "-u", "-z", path], capture_output=True, timeout=15)
         wait_for(lambda: not is_mounted(path), 5)
     kill_pids(pids_with_arg(path))
+
+
+def unmount_and_wait(m, bucketfs_bin: str, timeout: float = 20) -> None:
+    """``bucketfs unmount``, then waits for the daemon to exit (it holds the cache
+    directory until then). A daemon still running fails the test with its threads'
+    stacks (gdb, when installed) and the processes whose mount namespaces still
+    hold the mount, taken before teardown kills it."""
+    place = os.path.realpath(m.path)
+    run([bucketfs_bin, "unmount", m.path])
+    if wait_for(lambda: not pids_with_arg(place), timeout):
+        return
+    pytest.fail(f"daemon still running {timeout:g} s after unmount\n{lingering_daemon_report(place)}\n"
+                f"{m.describe()}")
+
+
+def lingering_daemon_report(place: str) -> str:
+    """What keeps a daemon serving `place` alive: its stacks and the namespaces holding the mount."""
+    lines = []
+    for pid in pids_with_arg(place):
+        if shutil.which("gdb"):
+            try:
+                bt = subprocess.run(["gdb", "-p", str(pid), "-batch", "-ex", "thread apply all bt"],
+                                    capture_output=True, text=True, timeout=60).stdout
+            except subprocess.TimeoutExpired:
+                bt = "(gdb timed out)"
+            lines.append(f"threads of {pid}:\n{bt}")
+        else:
+            lines.append(f"pid {pid} (no gdb for its stacks)")
+    holders = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/mountinfo") as f:
+                if any(_unescape_mount(line.split()[4]) == place for line in f):
+                    with open(f"/proc/{entry}/cmdline", "rb") as c:
+                        command = c.read().replace(b"\0", b" ").decode(errors="replace")[:120]
+                    holders.append(f"{entry}: {command}")
+        except (OSError, IndexError):
+            continue
+    lines.append("mount namespaces still holding it:\n" + ("\n".join(holders[:10]) or "(none)"))
+    return "\n".join(lines)
 
 
 def cleanup_session_tmp() -> list[str]:

@@ -11,35 +11,19 @@ in-process (Tests/CloudStorageTests/CompositeUploadTests.swift).
 
 from __future__ import annotations
 
-import errno
 import os
 import subprocess
-import tempfile
 import time
 
-from conftest import SESSION_TMP, deviates, getfattr_dump, getfattr_value, run, wait_for
+from conftest import deviates, getfattr_dump, getfattr_value, run, wait_for
+from parts import PARTS, close_refused_with_estale, composes, mount_rw, part_uploads, parts_left, upload_name
 
-PARTS = ".bucketfs-parts/"
 SMALL = ("--composite-upload-threshold", "1", "--composite-part-size", "1")
-
-
-def mount_rw(mount, bucket, *extra):
-    cache = tempfile.mkdtemp(prefix="cache-", dir=SESSION_TMP)
-    return mount(bucket, "", "--cache-dir", cache, *extra)
-
-
-def composes(m) -> list:
-    return [r for r in m.proxy.records() if r.method == "POST" and r.path.endswith("/compose")]
 
 
 def session_starts(m) -> list:
     return [r for r in m.proxy.records()
             if r.path.startswith("/upload/") and r.method == "POST" and "uploadType=resumable" in r.query]
-
-
-def parts_left(client, bucket) -> list[str]:
-    items, _ = client.list(bucket, prefix=PARTS, delimiter=None)
-    return [i["name"] for i in items]
 
 
 def write_with_xattrs(path: str, data: bytes, xattrs: dict[str, bytes]) -> None:
@@ -67,7 +51,7 @@ def test_large_write_is_parts_then_one_compose_with_every_property(mount, client
     calls = composes(m)
     assert len(calls) == 1, m.describe()
     assert calls[0].params.get("ifGenerationMatch") == ["0"], "a new file: ifGenerationMatch=0"
-    parts = [r for r in session_starts(m) if PARTS in r.json().get("name", "")]
+    parts = part_uploads(m)
     assert len(parts) == 6, m.describe()
     assert all(r.params.get("ifGenerationMatch") == ["0"] for r in parts)
     assert parts_left(client, bucket) == [], "every part deleted"
@@ -101,17 +85,8 @@ def test_a_file_changed_elsewhere_fails_the_compose_with_estale(mount, client, b
     try:
         f.write(os.urandom(3 << 20))
         theirs = client.upload(bucket, "race.bin", b"theirs")
-        try:
-            f.close()
-            raise AssertionError("close succeeded over another writer's generation")
-        except OSError as e:
-            assert e.errno == errno.ESTALE, e
     finally:
-        if not f.closed:
-            try:
-                f.close()
-            except OSError:
-                pass
+        close_refused_with_estale(f)
     assert client.get(bucket, "race.bin")["generation"] == theirs["generation"], "theirs stands"
     assert len(composes(m)) == 1
     assert parts_left(client, bucket) == [], "parts deleted after the 412"
@@ -173,8 +148,7 @@ def test_a_mount_of_a_prefix_keeps_its_parts_inside(mount, client, bucket, gcs, 
     old = int(time.time()) - 3 * 86400
     client.upload(bucket, f"sub/{PARTS}{old}-cccccccccc/0000", b"part")
     client.upload(bucket, f"{PARTS}{old}-dddddddddd/0000", b"not this mount's")
-    cache = tempfile.mkdtemp(prefix="cache-", dir=SESSION_TMP)
-    m = mount(bucket, "sub", "--cache-dir", cache, *SMALL)
+    m = mount_rw(mount, bucket, *SMALL, prefix="sub")
     assert wait_for(lambda: "1 part object(s)" in m.log_tail(200), 10), m.log_tail()
     assert f"bucketfs clean-parts gs://{bucket}/sub" in m.log_tail(200)
     data = os.urandom(3 << 20)
@@ -182,8 +156,8 @@ def test_a_mount_of_a_prefix_keeps_its_parts_inside(mount, client, bucket, gcs, 
         f.write(data)
     assert client.download(bucket, "sub/f.bin") == data
     assert len(composes(m)) == 1
-    assert all(PARTS in r.json().get("name", "") and r.json()["name"].startswith("sub/" + PARTS)
-               for r in session_starts(m)), m.describe()
+    assert part_uploads(m) and all(upload_name(r).startswith("sub/" + PARTS) for r in part_uploads(m)), \
+        m.describe()
     for r in m.proxy.records("list"):
         assert r.params.get("prefix", [""])[0].startswith("sub/"), str(r)
     done = run([bucketfs_bin, "clean-parts", f"gs://{bucket}/sub", "--endpoint", gcs.url, "--anonymous"])

@@ -14,7 +14,7 @@ import os
 import tempfile
 
 import fakegcs as F
-from conftest import SESSION_TMP, pids_with_arg, run, wait_for
+from conftest import SESSION_TMP, unmount_and_wait, wait_for
 from test_metrics import free_port, scrape, total
 
 MiB = 1 << 20
@@ -30,9 +30,7 @@ def cached_mount(mount, bucket: str, cache: str, *extra: str, mountpoint: str | 
 
 def unmount(m, bucketfs_bin: str) -> None:
     """Unmounts and waits for the daemon to exit (it holds the cache directory until then)."""
-    place = os.path.realpath(m.path)
-    run([bucketfs_bin, "unmount", m.path])
-    assert wait_for(lambda: not pids_with_arg(place), 20), f"daemon still running\n{m.describe()}"
+    unmount_and_wait(m, bucketfs_bin)
 
 
 def remount(mount, m, cache: str, bucketfs_bin: str, *extra: str):

@@ -12,7 +12,6 @@ Objects are checked through the JSON API (the emulator, never the mount).
 from __future__ import annotations
 
 import base64
-import errno
 import hashlib
 import os
 import subprocess
@@ -23,9 +22,9 @@ import time
 
 import pytest
 
-from conftest import SESSION_TMP, deviates, run, wait_for
+from conftest import SESSION_TMP, deviates, kill_and_unmount, run, wait_for
+from parts import close_refused_with_estale, composes, mount_rw, part_uploads, parts_left
 
-PARTS = ".bucketfs-parts/"
 SMALL = ("--composite-upload-threshold", "1", "--composite-part-size", "1", "--stream-disk-limit", "2")
 STREAM_MIB = int(os.environ.get("BUCKETFS_E2E_STREAM_MIB", "256"))
 TMPFS_MIB = 64
@@ -62,25 +61,6 @@ def object_md5(client, bucket: str, name: str, size: int) -> str:
     for start in range(0, size, 64 << 20):
         h.update(client.download(bucket, name, start, min(start + (64 << 20), size) - 1))
     return base64.b64encode(h.digest()).decode()
-
-
-def parts_left(client, bucket) -> list[str]:
-    items, _ = client.list(bucket, prefix=PARTS, delimiter=None)
-    return [i["name"] for i in items]
-
-
-def composes(m) -> list:
-    return [r for r in m.proxy.records() if r.method == "POST" and r.path.endswith("/compose")]
-
-
-def part_starts(m) -> list:
-    return [r for r in m.proxy.records()
-            if r.path.startswith("/upload/") and r.method == "POST" and PARTS in r.json().get("name", "")]
-
-
-def mount_rw(mount, bucket, *extra, **kw):
-    cache = tempfile.mkdtemp(prefix="cache-", dir=SESSION_TMP)
-    return mount(bucket, "", "--cache-dir", cache, *extra, **kw)
 
 
 @pytest.fixture
@@ -191,7 +171,7 @@ def test_parts_go_up_before_close(mount, client, bucket):
     with open(m.p("early.bin"), "wb") as f:
         f.write(pattern(8))
         f.flush()
-        assert len(part_starts(m)) >= 5, m.describe()
+        assert len(part_uploads(m)) >= 5, m.describe()
         assert not client.exists(bucket, "early.bin")
     assert client.download(bucket, "early.bin") == pattern(8)
     assert len([r for r in composes(m) if r.path.endswith("/early.bin/compose")]) == 1, m.describe()
@@ -205,15 +185,8 @@ def test_kill_mid_stream_leaves_no_object_and_clean_parts_removes_the_parts(moun
     try:
         os.write(fd, pattern(6))
         assert wait_for(lambda: parts_left(client, bucket) != [], 10), m.describe()
-        m.proc.kill()
-        m.proc.wait(10)
     finally:
-        try:
-            os.close(fd)
-        except OSError:
-            pass
-    run(["fusermount3", "-u", "-z", m.path], check=False)
-    wait_for(lambda: not os.path.ismount(m.path), 10)
+        kill_and_unmount(m, fd)
     assert not client.exists(bucket, "killed.bin"), "no object, no partial object"
     assert parts_left(client, bucket) != []
     done = run([bucketfs_bin, "clean-parts", f"gs://{bucket}", "--endpoint", gcs.url, "--anonymous",
@@ -231,15 +204,8 @@ def test_fsync_makes_what_was_written_the_object_and_survives_kill(mount, client
         os.fsync(fd)
         assert client.download(bucket, "synced.bin") == first
         os.write(fd, os.urandom(3 << 20))
-        m.proc.kill()
-        m.proc.wait(10)
     finally:
-        try:
-            os.close(fd)
-        except OSError:
-            pass
-    run(["fusermount3", "-u", "-z", m.path], check=False)
-    wait_for(lambda: not os.path.ismount(m.path), 10)
+        kill_and_unmount(m, fd)
     assert client.download(bucket, "synced.bin") == first, "what fsync stored stays"
 
 
@@ -267,16 +233,7 @@ def test_an_object_that_appeared_meanwhile_gives_estale_and_no_parts(mount, clie
         f.flush()
         assert wait_for(lambda: parts_left(client, bucket) != [], 10), m.describe()
         theirs = client.upload(bucket, "race.bin", b"theirs")
-        try:
-            f.close()
-            raise AssertionError("close succeeded over another writer's object")
-        except OSError as e:
-            assert e.errno == errno.ESTALE, e
     finally:
-        if not f.closed:
-            try:
-                f.close()
-            except OSError:
-                pass
+        close_refused_with_estale(f)
     assert client.get(bucket, "race.bin")["generation"] == theirs["generation"], "theirs stands"
     assert parts_left(client, bucket) == [], "parts deleted before close returned"

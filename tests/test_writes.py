@@ -19,7 +19,7 @@ import tempfile
 import pytest
 
 import fakegcs as F
-from conftest import SESSION_TMP, getfattr_dump, run, wait_for
+from conftest import SESSION_TMP, getfattr_dump, kill_and_unmount, run, wait_for
 
 
 def mount_rw(mount, bucket, *extra):
@@ -244,15 +244,10 @@ def test_leftover_stages_are_listed_at_the_next_mount(mount, bucket, client, buc
     cache = tempfile.mkdtemp(prefix="cache-", dir=SESSION_TMP)
     m = mount(bucket, "", "--cache-dir", cache, foreground=True)
     fd = os.open(m.p("unsaved.txt"), os.O_WRONLY | os.O_CREAT, 0o644)
-    os.write(fd, b"precious")
-    m.proc.kill()
-    m.proc.wait(10)
     try:
-        os.close(fd)
-    except OSError:
-        pass
-    run(["fusermount3", "-u", "-z", m.path], check=False)
-    wait_for(lambda: not os.path.ismount(m.path), 10)
+        os.write(fd, b"precious")
+    finally:
+        kill_and_unmount(m, fd)
     kept = stage_files(cache)
     assert len(kept) == 1, kept
     again = mount(bucket, "", "--cache-dir", cache, mountpoint=m.path)

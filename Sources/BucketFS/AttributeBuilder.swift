@@ -63,7 +63,7 @@ struct AttributeBuilder: Sendable {
     var modified = facts.modified ?? facts.created ?? mountTime
     var size = facts.size
     var stored = posix.map { StoredPosix(mode: $0.mode, uid: $0.uid, gid: $0.gid) }
-    if let staged = staging.view(inode) {
+    if let staged = staging.file(inode: inode)?.view {
       size = staged.size
       modified = staged.modified ?? modified
       if configuration.posixAttributes, let pending = staged.posix { stored = pending }
@@ -116,7 +116,7 @@ struct AttributeBuilder: Sendable {
     let node = try nodes.node(inode)
     if node.kind == .directory { return try await directoryAttributes(inode: inode, node: node) }
     // An unlinked or replaced file held open: its name now means something else.
-    let staged = staging.view(inode) != nil
+    let staged = staging.file(inode: inode) != nil
     if let facts = node.facts, nodes.isFresh(node) || node.isDetached || staged {
       // Fresh facts: the kernel may keep them for what is left of the TTL since they were fetched.
       let left =

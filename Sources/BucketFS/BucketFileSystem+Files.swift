@@ -5,9 +5,11 @@ import NIOCore
   import Glibc
 #endif
 
-/// The FUSE operations on open files: reads through ``Reads``, writes and
-/// uploads through ``Staging``. What needs the disk or the network runs in
-/// the request's task, never inline on the FUSE loop thread.
+/// The FUSE operations on open files. Open puts a ``Handle`` in the
+/// ``HandleTable``; read, write and release look it up once and switch on
+/// it: an object's bytes through ``Reads``, a stage's through ``Staging``.
+/// What needs the disk or the network runs in the request's task, never
+/// inline on the FUSE loop thread.
 extension BucketFileSystem {
   public func open(inode: UInt64, flags: Int32) async throws -> OpenResult {
     try await boundary("open") {
@@ -20,12 +22,19 @@ extension BucketFileSystem {
       case .symlink: throw Errno(ELOOP)
       }
       if flags & O_ACCMODE != O_RDONLY || flags & O_TRUNC != 0 {
-        return try await staging.openForWriting(inode: inode, node: node, flags: flags)
+        let staged = try await staging.openForWriting(
+          inode: inode, node: node, truncate: flags & O_TRUNC != 0)
+        return OpenResult(handle: putWriter(staged), keepCache: false)
       }
-      if let staged = staging.file(inode: inode), let opened = staging.openForReading(staged) {
-        return opened
+      switch staging.openForReading(inode: inode) {
+      case .stage(let staged):
+        return OpenResult(handle: handles.put(.stageReader(staged)), keepCache: false)
+      case .base(let base):
+        return OpenResult(handle: handles.put(.object(reads.reader(of: base))), keepCache: false)
+      case nil:
+        let (reader, keepCache) = try await reads.open(inode: inode, node: node)
+        return OpenResult(handle: handles.put(.object(reader)), keepCache: keepCache)
       }
-      return try await reads.open(inode: inode, node: node, handle: handles.next())
     }
   }
 
@@ -36,50 +45,99 @@ extension BucketFileSystem {
       if configuration.readOnly { throw Errno.readOnly }
       let parentKey = try nodes.node(parent, kind: .directory).key
       let key = try Names.key(name, under: parentKey, for: .newFile)
-      let (inode, handle) = try await staging.create(key: key, name: name, flags: flags, mode: mode)
-      return (entries.staged(inode), OpenResult(handle: handle, keepCache: false))
+      let staged = try await staging.create(key: key, name: name, flags: flags, mode: mode)
+      return (entries.staged(staged.inode), OpenResult(handle: putWriter(staged), keepCache: false))
+    }
+  }
+
+  /// A write handle on a staged file it was just opened on; until the
+  /// stage holds the bytes, its reads come from the generation opened.
+  private func putWriter(_ staged: StagedFile) -> UInt64 {
+    handles.put(.write(staged, base: staged.unloadedBase.map { reads.reader(of: $0) }))
+  }
+
+  /// Where reads of a handle come from: a stage that holds the file's bytes
+  /// (any handle of a staged inode reads them once it does), or an object.
+  private enum ReadSource {
+    case stage(StagedFile)
+    case object(FileReader)
+  }
+
+  private func readSource(inode: UInt64, handle: UInt64) -> ReadSource? {
+    switch handles.find(handle) {
+    case .stageReader(let staged):
+      return .stage(staged)
+    case .write(let staged, let base):
+      if staged.holdsBytes { return .stage(staged) }
+      return base.map(ReadSource.object)
+    case .object(let reader):
+      if let staged = staging.file(inode: inode), staged.holdsBytes { return .stage(staged) }
+      return .object(reader)
+    case .directory, nil:
+      return nil
     }
   }
 
   public func readInline(inode: UInt64, handle: UInt64, offset: UInt64, size: Int) -> [ByteBuffer]? {
-    if staging.holdsBytes(inode: inode, handle: handle) { return nil }
-    return reads.readInline(handle: handle, offset: offset, size: size)
+    // A stage's bytes are file I/O: never at hand.
+    guard case .object(let reader) = readSource(inode: inode, handle: handle) else { return nil }
+    return reads.readInline(reader, offset: offset, size: size)
   }
 
   public func read(inode: UInt64, handle: UInt64, offset: UInt64, size: Int) async throws -> [ByteBuffer] {
     try await boundary("read") {
-      if let staged = try await staging.bytes(inode: inode, handle: handle, offset: offset, size: size) {
-        return staged
+      switch readSource(inode: inode, handle: handle) {
+      case .stage(let staged): try await staging.read(staged, offset: offset, size: size)
+      case .object(let reader): try await reads.read(inode: inode, reader, offset: offset, size: size)
+      case nil: throw Errno.badHandle
       }
-      return try await reads.read(inode: inode, handle: handle, offset: offset, size: size)
     }
+  }
+
+  /// The staged file a write handle writes.
+  func writer(_ handle: UInt64) -> StagedFile? {
+    guard case .write(let staged, _) = handles.find(handle) else { return nil }
+    return staged
   }
 
   public func writeInline(inode: UInt64, handle: UInt64, offset: UInt64, data: UnsafeRawBufferPointer)
     -> Result<Int, Errno>?
   {
-    staging.answerWithoutStage(handle: handle, offset: offset, count: data.count)
+    guard let staged = writer(handle) else { return .failure(.badHandle) }
+    return staging.answerWithoutStage(staged, offset: offset, count: data.count)
   }
 
   public func write(inode: UInt64, handle: UInt64, offset: UInt64, data: [UInt8]) async throws -> Int {
     try await boundary("write") {
-      try await staging.write(handle: handle, offset: offset, data: data)
+      guard let staged = writer(handle) else { throw Errno.badHandle }
+      return try await staging.write(staged, offset: offset, data: data)
     }
   }
 
   public func flush(inode: UInt64, handle: UInt64) async throws {
     try await boundary("flush") {
-      try await staging.commit(handle: handle)
+      if let staged = writer(handle) { try await staging.commit(staged) }
     }
   }
 
   public func fsync(inode: UInt64, handle: UInt64, dataOnly: Bool) async throws {
     try await boundary("fsync") {
-      try await staging.commit(handle: handle)
+      if let staged = writer(handle) { try await staging.commit(staged) }
     }
   }
 
   public func release(inode: UInt64, handle: UInt64) {
-    staging.release(handle: handle)
+    close(handle)
+  }
+
+  /// Takes the handle out of the table, once, and lets go of what it held
+  /// (release and releasedir).
+  func close(_ handle: UInt64) {
+    switch handles.take(handle) {
+    case .write(let staged, _): staging.releaseWriter(staged)
+    case .stageReader(let staged): staging.releaseReader(staged)
+    case .directory(let directory): directories.released(directory, handle: handle)
+    case .object, nil: break
+    }
   }
 }

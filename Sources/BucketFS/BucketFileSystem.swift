@@ -21,7 +21,8 @@ public final class BucketFileSystem: FileSystem, Sendable {
   let tasks: BackgroundTasks
   /// Inodes, their facts and metadata.
   let nodes: NodeTable
-  let handles = HandleNumbers()
+  /// Every open handle: files, stages and directories (Handles.swift).
+  let handles = HandleTable()
   /// Tree walks and the listings they fetch ahead (SubtreeWalk.swift).
   let walks: SubtreeWalks
   /// What is known of each directory's contents (DirectoryCache.swift).
@@ -31,6 +32,8 @@ public final class BucketFileSystem: FileSystem, Sendable {
   /// Small files fetched ahead of a reader going through a directory (SiblingPrefetch.swift).
   let prefetch: SiblingPrefetch
   let reads: Reads
+  /// What bucketfs chose of the files it stored, and which it created lately.
+  let provenance: Provenance
   let staging: Staging
   let entries: AttributeBuilder
   let lookups: Lookups
@@ -73,12 +76,13 @@ public final class BucketFileSystem: FileSystem, Sendable {
     let readAhead = ReadAheadBudget(capacity: configuration.readAheadBudget, metrics: metrics)
     let prefetch = SiblingPrefetch(store: inner, budget: readAhead, cache: cache, clock: clock, tasks: tasks)
     let reads = Reads(
-      nodes: nodes, store: store, configuration: configuration, diagnostics: diagnostics, budget: readAhead,
-      prefetch: prefetch, tasks: tasks)
+      nodes: nodes, handles: handles, store: store, configuration: configuration, diagnostics: diagnostics,
+      budget: readAhead, prefetch: prefetch, tasks: tasks)
+    let provenance = Provenance(configuration: configuration, clock: clock)
     let staging = Staging(
-      stageFiles: stageFiles, diskWork: diskWork, nodes: nodes, reads: reads, handles: handles,
-      listings: cache, store: store,
-      configuration: configuration, diagnostics: diagnostics, clock: clock, metrics: metrics, tasks: tasks)
+      stageFiles: stageFiles, diskWork: diskWork, nodes: nodes, provenance: provenance, listings: cache,
+      store: store, configuration: configuration, diagnostics: diagnostics, clock: clock, metrics: metrics,
+      tasks: tasks)
     let entries = AttributeBuilder(
       nodes: nodes, staging: staging, cache: cache, configuration: configuration, mountTime: Timestamp.now(),
       clock: clock)
@@ -92,6 +96,7 @@ public final class BucketFileSystem: FileSystem, Sendable {
     self.readAhead = readAhead
     self.prefetch = prefetch
     self.reads = reads
+    self.provenance = provenance
     self.staging = staging
     self.entries = entries
     self.lookups = Lookups(
@@ -103,13 +108,14 @@ public final class BucketFileSystem: FileSystem, Sendable {
       kernelListings: kernelListings,
       store: store, configuration: configuration, diagnostics: diagnostics, clock: clock, tasks: tasks)
     self.namespace = Namespace(
-      nodes: nodes, entries: entries, staging: staging, reads: reads, cache: cache,
+      nodes: nodes, entries: entries, staging: staging, provenance: provenance, reads: reads, cache: cache,
       store: store, configuration: configuration, diagnostics: diagnostics, clock: clock)
     self.links = Symlinks(
       nodes: nodes, entries: entries, store: store, configuration: configuration, diagnostics: diagnostics,
       clock: clock)
     self.xattrs = Xattrs(
-      nodes: nodes, staging: staging, store: store, configuration: configuration, diagnostics: diagnostics,
+      nodes: nodes, staging: staging, provenance: provenance, store: store, configuration: configuration,
+      diagnostics: diagnostics,
       clock: clock)
   }
 
@@ -148,6 +154,9 @@ public final class BucketFileSystem: FileSystem, Sendable {
       forget(inode: inode, count: 1)
     }
   }
+
+  /// Files and directories open now (of any process, through any namespace's view of the mount).
+  public var openHandleCount: Int { handles.count() }
 
   /// Ends, within at most `seconds`, the work the mount started apart from
   /// any request: cache fills are cancelled, and uploads and the deletes of

@@ -2,24 +2,48 @@ import FUSE
 import ObjectStore
 import Synchronization
 
-/// Directory handles over ``DirectoryStream``s: what each readdir pass
-/// shows, and what it tells the walks and the directory cache.
-final class Directories: Sendable {
-  /// One directory handle: its listing, then the files created in it and
-  /// not stored yet, which a pass shows after the listed entries.
-  struct Handle {
-    let stream: DirectoryStream
+/// One open directory (a ``Handle/directory(_:)``): its listing, then the
+/// files created in it and not stored yet, which a pass shows after the
+/// listed entries.
+final class OpenDirectory: Sendable {
+  let stream: DirectoryStream
+  /// Whether its opendir was told to the walks (one that the kernel answers from its own cache is not).
+  let walked: Bool
+  private struct Pass {
     var inFlight: [Staging.InFlight]
     /// The index of the first in-flight file: the listing's length, once a pass reached its end.
     var end: Int?
-    /// Whether its opendir was told to the walks (one that the kernel answers from its own cache is not).
-    var walked = true
   }
-  private let streams = Mutex<[UInt64: Handle]>([:])
+  private let pass: Mutex<Pass>
+
+  init(stream: DirectoryStream, inFlight: [Staging.InFlight], walked: Bool) {
+    self.stream = stream
+    self.walked = walked
+    self.pass = Mutex(Pass(inFlight: inFlight))
+  }
+
+  /// A pass starts again from the first entry, with the files in flight now.
+  func restart(inFlight: [Staging.InFlight]) {
+    pass.withLock { $0 = Pass(inFlight: inFlight) }
+  }
+
+  /// Where the in-flight files start (`index`, if this pass is the first to
+  /// reach the listing's end), and which they are.
+  func inFlight(fromEndAt index: Int) -> (end: Int, files: [Staging.InFlight]) {
+    pass.withLock { pass in
+      if pass.end == nil { pass.end = index }
+      return (pass.end ?? index, pass.inFlight)
+    }
+  }
+}
+
+/// Directory handles over ``DirectoryStream``s: what each readdir pass
+/// shows, and what it tells the walks and the directory cache.
+final class Directories: Sendable {
   let nodes: NodeTable
   let entries: AttributeBuilder
   let staging: Staging
-  let handles: HandleNumbers
+  let handles: HandleTable
   /// Tree walks and the listings they fetch ahead (SubtreeWalk.swift).
   let walks: SubtreeWalks
   let cache: DirectoryCache
@@ -32,7 +56,7 @@ final class Directories: Sendable {
   let clock: @Sendable () -> Double
 
   init(
-    nodes: NodeTable, entries: AttributeBuilder, staging: Staging, handles: HandleNumbers,
+    nodes: NodeTable, entries: AttributeBuilder, staging: Staging, handles: HandleTable,
     walks: SubtreeWalks,
     cache: DirectoryCache,
     kernelListings: KernelListings, store: any ObjectStore,
@@ -53,8 +77,6 @@ final class Directories: Sendable {
     self.clock = clock
   }
 
-  var openCount: Int { streams.withLock { $0.count } }
-
   func opendir(inode: UInt64) async throws -> OpenResult {
     let key = try nodes.node(inode, kind: .directory).key
     let opening = kernelListings.opening(key)
@@ -67,22 +89,18 @@ final class Directories: Sendable {
     let stream = DirectoryStream(
       prefix: key, store: store, pageSize: configuration.pageSize, clock: clock, listed: listed,
       placeholders: configuration.posixAttributes, tasks: tasks, onConflict: { diagnostics.warnConflict($0) })
-    let handle = handles.next()
     let inFlight = staging.inFlight(in: key)
-    streams.withLock { $0[handle] = Handle(stream: stream, inFlight: inFlight, walked: walked) }
+    let handle = handles.put(.directory(OpenDirectory(stream: stream, inFlight: inFlight, walked: walked)))
     return OpenResult(handle: handle, keepCache: opening == .keep, cacheDirectory: opening != nil)
   }
 
   func readdir(inode: UInt64, handle: UInt64, offset: UInt64, into buffer: DirectoryBuffer) async throws {
-    guard let stream = streams.withLock({ $0[handle]?.stream }) else { throw Errno.badHandle }
+    guard case .directory(let directory) = handles.find(handle) else { throw Errno.badHandle }
+    let stream = directory.stream
     diagnostics.logger.trace("readdir \(stream.prefix) handle \(handle) offset \(offset)")
     if offset == 0 {
       await stream.rewind()
-      let inFlight = staging.inFlight(in: stream.prefix)
-      streams.withLock { streams in
-        streams[handle]?.inFlight = inFlight
-        streams[handle]?.end = nil
-      }
+      directory.restart(inFlight: staging.inFlight(in: stream.prefix))
       cache.passStarted(handle: handle, directory: stream.prefix)
     }
     var listedNames: [(String, Double)] = []
@@ -118,7 +136,7 @@ final class Directories: Sendable {
       if batch.isEmpty {
         cache.passListed(handle: handle, names: listedNames, complete: true)
         listedNames = []
-        addInFlight(handle: handle, from: index, into: buffer)
+        addInFlight(directory, from: index, into: buffer)
         return
       }
       for listed in batch {
@@ -152,11 +170,8 @@ final class Directories: Sendable {
 
   /// The files in flight, after the listing's `end` (known once a pass gets
   /// there); one stored meanwhile is in the listing, or in the next pass.
-  private func addInFlight(handle: UInt64, from index: Int, into buffer: DirectoryBuffer) {
-    let (end, inFlight) = streams.withLock { streams -> (Int, [Staging.InFlight]) in
-      if streams[handle]?.end == nil { streams[handle]?.end = index }
-      return (streams[handle]?.end ?? index, streams[handle]?.inFlight ?? [])
-    }
+  private func addInFlight(_ directory: OpenDirectory, from index: Int, into buffer: DirectoryBuffer) {
+    let (end, inFlight) = directory.inFlight(fromEndAt: index)
     guard index >= end else { return }
     for (position, file) in inFlight.enumerated().dropFirst(index - end) where staging.isInFlight(file.inode)
     {
@@ -169,10 +184,9 @@ final class Directories: Sendable {
     }
   }
 
-  func releasedir(handle: UInt64) {
-    if let released = streams.withLock({ $0.removeValue(forKey: handle) }), released.walked {
-      walks.released(released.stream.prefix)
-    }
+  /// Handle `handle`, taken from the table by its release, closed.
+  func released(_ directory: OpenDirectory, handle: UInt64) {
+    if directory.walked { walks.released(directory.stream.prefix) }
     cache.passEnded(handle: handle)
   }
 }

@@ -15,7 +15,9 @@ extension Namespace {
   {
     // Dirty files go up first, so the listing has them.
     let heldFiles = nodes.held(under: from).filter { $0.node.kind == .file }
-    for (inode, _) in heldFiles { try await staging.commit(inode: inode) }
+    for (inode, _) in heldFiles {
+      if let staged = staging.file(inode: inode) { try await staging.commit(staged) }
+    }
 
     let objects = try await objectsToMove(under: from)
     if objects.isEmpty { throw Errno.noEntry }
@@ -43,12 +45,13 @@ extension Namespace {
 
     let renamed = nodes.movedDirectory(from: from, to: to, moved: outcome.moved.map(\.to))
     for (inode, key, generation) in renamed {
-      staging.renamed(inode: inode, to: key, generation: generation)
+      staging.file(inode: inode)?.noteRenamed(to: key, generation: generation)
     }
     let generations = Dictionary(objects.map { ($0.name, $0.generation) }, uniquingKeysWith: { a, _ in a })
     for moved in outcome.moved {
       guard let generation = generations[moved.from] else { continue }
-      staging.carryInferred(staging.inferredProperties(of: moved.from, generation: generation), to: moved.to)
+      let inferred = provenance.inferred(key: moved.from, generation: generation)
+      provenance.stored(key: moved.to.name, generation: moved.to.generation, inferred: inferred)
     }
   }
 

@@ -11,18 +11,22 @@ import ObjectStore
 final class Xattrs: Sendable {
   let nodes: NodeTable
   let staging: Staging
+  /// What bucketfs chose of the files it stored, and which it created lately.
+  let provenance: Provenance
   let store: any ObjectStore
   let configuration: Configuration
   let diagnostics: Diagnostics
   let clock: @Sendable () -> Double
 
   init(
-    nodes: NodeTable, staging: Staging, store: any ObjectStore, configuration: Configuration,
+    nodes: NodeTable, staging: Staging, provenance: Provenance, store: any ObjectStore,
+    configuration: Configuration,
     diagnostics: Diagnostics, clock: @escaping @Sendable () -> Double
   ) {
     self.clock = clock
     self.nodes = nodes
     self.staging = staging
+    self.provenance = provenance
     self.store = store
     self.configuration = configuration
     self.diagnostics = diagnostics
@@ -48,8 +52,8 @@ final class Xattrs: Sendable {
 
   func getxattrInline(inode: UInt64, name: String) -> Result<[UInt8], Errno>? {
     guard let property = XattrName(name) else { return .failure(.notSupported) }
-    if let pending = staging.pendingMetadata(inode) {
-      return Staging.stagedValue(property, in: pending).map { .success(Array($0.utf8)) } ?? .failure(.noData)
+    if let pending = pending(inode) {
+      return Self.stagedValue(property, in: pending).map { .success(Array($0.utf8)) } ?? .failure(.noData)
     }
     guard let (node, metadata) = nodes.metadataInline(inode) else { return nil }
     guard node.kind == .file else { return .failure(.noData) }
@@ -60,8 +64,8 @@ final class Xattrs: Sendable {
   }
 
   func listxattrInline(inode: UInt64) -> Result<[String], Errno>? {
-    if let pending = staging.pendingMetadata(inode) {
-      return .success(Staging.stagedNames(of: pending, hidingStatKeys: configuration.posixAttributes))
+    if let pending = pending(inode) {
+      return .success(Self.stagedNames(of: pending, hidingStatKeys: configuration.posixAttributes))
     }
     guard let (node, metadata) = nodes.metadataInline(inode) else { return nil }
     guard node.kind == .file else { return .success([]) }
@@ -69,7 +73,7 @@ final class Xattrs: Sendable {
   }
 
   func setxattr(inode: UInt64, name: String, value: [UInt8], flags: XattrFlags) async throws {
-    if try staging.setProperty(inode: inode, name: name, value: value, flags: flags) { return }
+    if try setPending(inode: inode, name: name, value: value, flags: flags) { return }
     guard let (property, node) = try writableProperty(inode: inode, name: name) else { return }
     guard let text = String(validating: value, as: UTF8.self) else { throw Errno.invalid }
     if case .custom = property, text.utf8.count > MetadataLimits.maxValueBytes { throw Errno.tooBig }
@@ -77,7 +81,7 @@ final class Xattrs: Sendable {
   }
 
   func removexattr(inode: UInt64, name: String) async throws {
-    if try staging.setProperty(inode: inode, name: name, value: nil, flags: .replace) { return }
+    if try setPending(inode: inode, name: name, value: nil, flags: .replace) { return }
     guard let (property, node) = try writableProperty(inode: inode, name: name) else { return }
     try await update(property, to: nil, flags: .replace, inode: inode, node: node)
   }
@@ -150,7 +154,7 @@ final class Xattrs: Sendable {
           ifMetagenerationMatch: metadata.metageneration)
         nodes.remember(updated)
         // Set by the user now: an atomic save no longer treats it as inferred.
-        staging.noteSet(property, key: node.key, generation: updated.generation)
+        provenance.userSet(property, key: node.key, generation: updated.generation)
         return
       } catch StorageError.preconditionFailed {
         diagnostics.logger.debug("metadata of \(node.key) changed meanwhile; deciding again")

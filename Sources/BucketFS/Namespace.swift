@@ -13,6 +13,8 @@ final class Namespace: Sendable {
   let nodes: NodeTable
   let entries: AttributeBuilder
   let staging: Staging
+  /// What bucketfs chose of the files it stored, for an atomic save.
+  let provenance: Provenance
   let reads: Reads
   /// Told what a fresh look at the bucket found (the store tells it every write).
   let cache: DirectoryCache
@@ -23,13 +25,14 @@ final class Namespace: Sendable {
   var logger: Logger { diagnostics.logger }
 
   init(
-    nodes: NodeTable, entries: AttributeBuilder, staging: Staging, reads: Reads, cache: DirectoryCache,
-    store: any ObjectStore, configuration: Configuration, diagnostics: Diagnostics,
+    nodes: NodeTable, entries: AttributeBuilder, staging: Staging, provenance: Provenance, reads: Reads,
+    cache: DirectoryCache, store: any ObjectStore, configuration: Configuration, diagnostics: Diagnostics,
     clock: @escaping @Sendable () -> Double
   ) {
     self.nodes = nodes
     self.entries = entries
     self.staging = staging
+    self.provenance = provenance
     self.reads = reads
     self.cache = cache
     self.store = store
@@ -42,7 +45,11 @@ final class Namespace: Sendable {
     try checkWritable()
     let parentKey = try nodes.node(parent, kind: .directory).key
     let key = try Names.key(name, under: parentKey, for: .existing)
-    if staging.unlinkNeverStored(key) { return }
+    // A file this mount created and never stored has no object to delete.
+    if let inode = nodes.inode(of: key), staging.file(inode: inode)?.unlinkIfNeverStored() == true {
+      nodes.detach(inode)
+      return
+    }
     let (inode, metadata) = try await existingFile(key)
     do {
       try await store.delete(key, ifGenerationMatch: metadata.generation)
@@ -55,7 +62,7 @@ final class Namespace: Sendable {
       throw diagnostics.failure(error, operation: "delete", key: key)
     }
     nodes.deleted(key, inode: inode)
-    if let inode { staging.unlinked(inode: inode) }
+    if let inode { staging.file(inode: inode)?.noteUnlinked() }
   }
 
   func mkdir(parent: UInt64, name: String, mode: UInt32) async throws -> Entry {
@@ -103,7 +110,7 @@ final class Namespace: Sendable {
     let key = try Names.key(name, under: parentKey, for: .newFile)
     let found = try await lookInBucket(fileKey: key, directoryKey: key + "/")
     if found.file != nil || found.directory != nil || staging.isInFlight(key: key) { throw Errno.exists }
-    let (fileAttributes, inferred) = staging.newFileAttributes(name: name, mode: mode & 0o7777)
+    let (fileAttributes, inferred) = provenance.newFile(name: name, mode: mode & 0o7777)
     var attributes = fileAttributes
     if special != nil {
       attributes.custom[PosixKeys.mode] = PosixKeys.formatMode(mode & (FileAttributes.typeMask | 0o7777))
@@ -120,7 +127,7 @@ final class Namespace: Sendable {
     } catch {
       throw diagnostics.failure(error, operation: "create", key: key)
     }
-    staging.carryInferred(inferred, to: stored)
+    provenance.stored(key: stored.name, generation: stored.generation, inferred: inferred)
     return entries.object(key, stored, at: clock())
   }
 

@@ -24,14 +24,13 @@ extension BucketFileSystem {
       nodes.notePlaceholder(inode: inode, placeholder, at: xattrs.clock())
       return
     }
-    if staging.carryKeys(inode: inode, values, modified: changes.modificationTime) { return }
+    if staging.file(inode: inode)?.carry(values, modified: changes.modificationTime) == true { return }
     let updated = try await xattrs.storeKeys(
       values, key: node.key, from: try await nodes.currentMetadata(of: node), createIfMissing: false)
-    staging.notePatchedKeys(inode: inode, values)
-    if let time = changes.modificationTime, values[PosixKeys.mtime] != nil {
+    staging.file(inode: inode)?.notePatched(values, modified: changes.modificationTime)
+    if changes.modificationTime != nil, values[PosixKeys.mtime] != nil {
       // Set by the user now: an atomic save no longer treats it as inferred.
-      staging.noteSet(.custom(PosixKeys.mtime), key: node.key, generation: updated.generation)
-      staging.noteModified(inode: inode, to: time)
+      provenance.userSet(.custom(PosixKeys.mtime), key: node.key, generation: updated.generation)
     }
   }
 

@@ -3,13 +3,12 @@ import NIOCore
 import ObjectStore
 import Synchronization
 
-/// Read handles over ``FileReader``s: opening an object's generation, reads
-/// at hand or awaited within one retry deadline per key, and what a read
-/// that finds its generation gone sets off (StaleReads.swift).
+/// Reads of objects through ``FileReader``s: opening an object's generation,
+/// reads at hand or awaited within one retry deadline per key, and what a
+/// read that finds its generation gone sets off (StaleReads.swift). The
+/// readers belong to their handles (``HandleTable``).
 final class Reads: Sendable {
   struct State {
-    /// Read handles, and write handles whose stage is not loaded yet.
-    var files: [UInt64: FileReader] = [:]
     /// Refreshes after a read found its generation gone, per inode.
     var staleReads: [UInt64: Task<Void, Never>] = [:]
     var readDeadlines: ReadDeadlines
@@ -18,6 +17,8 @@ final class Reads: Sendable {
   /// Tells the kernel to drop cached attributes and pages; none until mounted.
   let kernel = Mutex<KernelCache>(.none)
   let nodes: NodeTable
+  /// The open handles, whose readers a rename retargets.
+  let handles: HandleTable
   let store: any ObjectStore
   /// Owns the tasks this starts (BackgroundTasks.swift).
   let tasks: BackgroundTasks
@@ -29,12 +30,13 @@ final class Reads: Sendable {
   let prefetch: SiblingPrefetch
 
   init(
-    nodes: NodeTable, store: any ObjectStore, configuration: Configuration, diagnostics: Diagnostics,
-    budget: ReadAheadBudget, prefetch: SiblingPrefetch, tasks: BackgroundTasks
+    nodes: NodeTable, handles: HandleTable, store: any ObjectStore, configuration: Configuration,
+    diagnostics: Diagnostics, budget: ReadAheadBudget, prefetch: SiblingPrefetch, tasks: BackgroundTasks
   ) {
     self.tasks = tasks
     self.state = Mutex(State(readDeadlines: ReadDeadlines(seconds: configuration.retryDeadline)))
     self.nodes = nodes
+    self.handles = handles
     self.store = store
     self.configuration = configuration
     self.diagnostics = diagnostics
@@ -43,8 +45,9 @@ final class Reads: Sendable {
   }
 
   /// Opens the object's generation the node shows (fetched again past the
-  /// TTL; ESTALE if the object is gone: the kernel then looks the name up again).
-  func open(inode: UInt64, node: Node, handle: UInt64) async throws -> OpenResult {
+  /// TTL; ESTALE if the object is gone: the kernel then looks the name up
+  /// again), and whether the kernel may keep the pages it has of it.
+  func open(inode: UInt64, node: Node) async throws -> (reader: FileReader, keepCache: Bool) {
     let facts: FileFacts
     if let known = node.facts, nodes.isFresh(node) {
       facts = known
@@ -57,37 +60,26 @@ final class Reads: Sendable {
       maxStreams: configuration.readAheadMaxStreams,
       budget: budget, prefetched: prefetch.opened(node.key, generation: facts.generation), tasks: tasks)
     let keepCache = nodes.recordOpen(inode, generation: facts.generation)
-    state.withLock { $0.files[handle] = reader }
-    return OpenResult(handle: handle, keepCache: keepCache)
+    return (reader, keepCache)
   }
 
-  /// A handle that reads generation `base` (a write handle before its stage
+  /// A reader of generation `base` (for a write handle before its stage
   /// holds the bytes).
-  func add(handle: UInt64, base: ObjectMetadata) {
-    let reader = FileReader(
+  func reader(of base: ObjectMetadata) -> FileReader {
+    FileReader(
       key: base.name, generation: base.generation, size: UInt64(base.size), store: store,
       maxSegment: configuration.readAheadMaxChunk, maxAhead: configuration.readAheadMaxBytes,
       maxStreams: configuration.readAheadMaxStreams,
       budget: budget, tasks: tasks)
-    state.withLock { $0.files[handle] = reader }
   }
 
-  func remove(handle: UInt64) {
-    _ = state.withLock { $0.files.removeValue(forKey: handle) }
-  }
-
-  var openCount: Int { state.withLock { $0.files.count } }
-
-  func readInline(handle: UInt64, offset: UInt64, size: Int) -> [ByteBuffer]? {
-    guard let reader = state.withLock({ $0.files[handle] }),
-      let pieces = reader.buffered(offset: offset, count: size)
-    else { return nil }
+  func readInline(_ reader: FileReader, offset: UInt64, size: Int) -> [ByteBuffer]? {
+    guard let pieces = reader.buffered(offset: offset, count: size) else { return nil }
     if Self.reachesEnd(offset, size, of: reader.size) { prefetch.readToEnd(reader.key) }
     return pieces
   }
 
-  func read(inode: UInt64, handle: UInt64, offset: UInt64, size: Int) async throws -> [ByteBuffer] {
-    guard let reader = state.withLock({ $0.files[handle] }) else { throw Errno.badHandle }
+  func read(inode: UInt64, _ reader: FileReader, offset: UInt64, size: Int) async throws -> [ByteBuffer] {
     let key = reader.key
     let bound = state.withLock { $0.readDeadlines.begin(key) }
     do {
@@ -108,8 +100,7 @@ final class Reads: Sendable {
 
   /// Open readers of `from` at `generation` read the same bytes at `moved`.
   func retarget(from: String, generation: Int64, to moved: ObjectMetadata) {
-    let readers = state.withLock { Array($0.files.values) }
-    for reader in readers where reader.key == from && reader.generation == generation {
+    for reader in handles.objectReaders() where reader.key == from && reader.generation == generation {
       reader.retarget(key: moved.name, generation: moved.generation)
     }
   }

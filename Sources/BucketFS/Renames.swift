@@ -61,12 +61,14 @@ extension Namespace {
     if let unheld {
       (inode, source) = (nil, unheld)
     } else {
-      if let held = nodes.held(fileKey: from, directoryKey: from + "/").inode {
-        try await staging.commit(inode: held)
+      if let held = nodes.held(fileKey: from, directoryKey: from + "/").inode,
+        let staged = staging.file(inode: held)
+      {
+        try await staging.commit(staged)
       }
       (inode, source) = try await existingFile(from)
     }
-    let inferred = staging.inferredProperties(of: from, generation: source.generation)
+    let inferred = provenance.inferred(key: from, generation: source.generation)
     var attributes: ObjectAttributes?
     // A link is moved as it is, and nothing of a replaced link is carried
     // (its keys would make the moved file a link): an atomic save is of files.
@@ -95,11 +97,11 @@ extension Namespace {
     }
     // What stays inferred: what the result still has from the source's inference.
     let stillInferred = inferred.filter { property in replaced.map { property.value(in: $0) == nil } ?? true }
-    staging.carryInferred(stillInferred, to: moved)
+    provenance.stored(key: moved.name, generation: moved.generation, inferred: stillInferred)
     let replacedInode = nodes.inode(of: to)
     moveNode(inode, from: from, to: moved, sameBytesAs: source.generation)
-    if let replacedInode, replacedInode != inode { staging.unlinked(inode: replacedInode) }
-    if let inode { staging.renamed(inode: inode, to: to, generation: moved.generation) }
+    if let replacedInode, replacedInode != inode { staging.file(inode: replacedInode)?.noteUnlinked() }
+    if let inode { staging.file(inode: inode)?.noteRenamed(to: to, generation: moved.generation) }
   }
 
   /// The table after a file moved: the kernel keeps the inode number for the

@@ -56,27 +56,38 @@ extension CloudStorageClient {
     }
   }
 
-  /// Each part in a resumable session of its own (streamed from the source,
-  /// resumed after faults), `parallelParts` at once, created with
-  /// `ifGenerationMatch=0`.
+  /// The parts, `parallelParts` at once (``storePart(_:from:made:)``).
   private func uploadParts(of source: any UploadSource, under prefix: String, made: Made) async throws
     -> [Component]
   {
     let ranges = uploads.parts(of: source.size)
-    let plain = Self.partAttributes
     return try await inParallel(ranges.count, limit: uploads.parallelParts) { index in
       let name = prefix + Self.numbered(index)
-      let part = PartSource(whole: source, range: ranges[index])
-      let stored: ObjectMetadata
-      do {
-        stored = try await self.resumableUpload(name, from: part, attributes: plain, ifGenerationMatch: 0)
-      } catch StorageError.preconditionFailed {
-        // Not the destination's precondition: the caller must not see a conflict.
-        throw StorageError.unavailable("upload part \(name): the name is taken")
-      }
-      made.add(stored)
+      let stored = try await self.storePart(
+        name, from: PartSource(whole: source, range: ranges[index]), made: made)
       return Component(name: name, generation: stored.generation)
     }
+  }
+
+  /// One part, created with `ifGenerationMatch=0`: in one request up to the
+  /// upload threshold, as any small upload (a round trip less than a
+  /// session, which matters for each part of a stream), in a resumable
+  /// session above it (streamed from the source, resumed after faults).
+  func storePart(_ name: String, from part: any UploadSource, made: Made) async throws -> ObjectMetadata {
+    let plain = Self.partAttributes
+    let stored: ObjectMetadata
+    do {
+      if part.size <= uploads.threshold {
+        stored = try await multipartUpload(name, from: part, attributes: plain, ifGenerationMatch: 0)
+      } else {
+        stored = try await resumableUpload(name, from: part, attributes: plain, ifGenerationMatch: 0)
+      }
+    } catch StorageError.preconditionFailed {
+      // Not the destination's precondition: the caller must not see a conflict.
+      throw StorageError.unavailable("upload part \(name): the name is taken")
+    }
+    made.add(stored)
+    return stored
   }
 
   /// Composes groups of 32 into intermediate composites under the prefix

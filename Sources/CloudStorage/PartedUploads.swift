@@ -36,15 +36,7 @@ final class ClientPartedUpload: PartedUpload {
 
   func store(_ source: any UploadSource) async throws -> StoredPart {
     let name = prefix + CloudStorageClient.numbered(counter.wrappingAdd(1, ordering: .relaxed).oldValue)
-    let stored: ObjectMetadata
-    do {
-      stored = try await client.resumableUpload(
-        name, from: source, attributes: CloudStorageClient.partAttributes, ifGenerationMatch: 0)
-    } catch StorageError.preconditionFailed {
-      // Not the destination's precondition: the caller must not see a conflict.
-      throw StorageError.unavailable("upload part \(name): the name is taken")
-    }
-    made.add(stored)
+    let stored = try await client.storePart(name, from: source, made: made)
     return StoredPart(
       name: name, generation: stored.generation, size: source.size,
       crc32c: stored.crc32c.flatMap { CRC32C.value(base64: $0) })

@@ -7,6 +7,10 @@ import ObjectStore
   import Foundation
 #endif
 
+#if canImport(Glibc)
+  import Glibc
+#endif
+
 // Uploads: one multipart request up to the policy's threshold, a resumable
 // session above it (ResumableUpload.swift), parts composed above the
 // composite threshold (CompositeUpload.swift).
@@ -33,7 +37,9 @@ extension CloudStorageClient {
       name, from: source, attributes: attributes, ifGenerationMatch: ifGenerationMatch)
   }
 
-  /// Metadata and bytes in one `multipart/related` request. Repeated after a
+  /// Metadata and bytes in one `multipart/related` request, the bytes
+  /// streamed from the source in 1 MiB pieces (``SourceBody``: an upload
+  /// holds about one piece, however many go at once). Repeated after a
   /// transient failure only under a precondition: without one, a repeat
   /// could overwrite what another writer stored after the first attempt.
   func multipartUpload(
@@ -41,21 +47,27 @@ extension CloudStorageClient {
   ) async throws -> ObjectMetadata {
     let contentType = Self.contentType(attributes)
     let metadata = try Self.objectBody(name: name, attributes: attributes, contentType: contentType)
-    var media = try await read(source, from: 0, count: Int(source.size))
-    let boundary = Self.boundary(notIn: media)
-    var body = ByteBufferAllocator().buffer(capacity: media.readableBytes + metadata.count + 512)
-    body.writeString("--\(boundary)\r\nContent-Type: application/json; charset=UTF-8\r\n\r\n")
-    body.writeBytes(metadata)
-    body.writeString("\r\n--\(boundary)\r\nContent-Type: \(contentType)\r\n\r\n")
-    body.writeBuffer(&media)
-    body.writeString("\r\n--\(boundary)--\r\n")
-
-    let (status, _, answer) = try await exchange(
-      StorageRequest(
-        method: .POST, kind: .upload, url: uploadURL("multipart", ifGenerationMatch: ifGenerationMatch),
-        headers: [("Content-Type", "multipart/related; boundary=\(boundary)")], body: .bytes(body),
-        operation: "upload \(name)", maxBody: 4 << 20, idempotent: ifGenerationMatch != nil,
-        sending: body.readableBytes, settledAfterRetry: [412]))
+    let boundary = try await Self.boundary(notIn: source)
+    var head = ByteBufferAllocator().buffer(capacity: metadata.count + 256)
+    head.writeString("--\(boundary)\r\nContent-Type: application/json; charset=UTF-8\r\n\r\n")
+    head.writeBytes(metadata)
+    head.writeString("\r\n--\(boundary)\r\nContent-Type: \(contentType)\r\n\r\n")
+    let framed = FramedSource(head: head, media: source, tail: ByteBuffer(string: "\r\n--\(boundary)--\r\n"))
+    let body = SourceBody(source: framed, offset: 0, count: Int(framed.size))
+    let status: Int
+    let answer: ByteBuffer
+    do {
+      (status, _, answer) = try await exchange(
+        StorageRequest(
+          method: .POST, kind: .upload, url: uploadURL("multipart", ifGenerationMatch: ifGenerationMatch),
+          headers: [("Content-Type", "multipart/related; boundary=\(boundary)")], body: .streaming(body),
+          operation: "upload \(name)", maxBody: 4 << 20, idempotent: ifGenerationMatch != nil,
+          sending: body.count, settledAfterRetry: [412]))
+    } catch {
+      // A local read failure is the caller's to see, not an outage.
+      if let local = body.failure.withLockedValue({ $0 }) { throw local }
+      throw error
+    }
     if status == 412 {
       return try await ownObject(name, from: source, attributes: attributes, contentType: contentType)
     }
@@ -168,22 +180,85 @@ extension CloudStorageClient {
     }
   }
 
-  /// A multipart boundary that does not occur in the media.
-  static func boundary(notIn media: ByteBuffer) -> String {
+  /// A multipart boundary that does not occur in the media, which is read
+  /// for it in pieces that overlap by a boundary's length.
+  static func boundary(notIn media: any UploadSource) async throws -> String {
+    let piece = SourceBody.piece
     while true {
       let candidate =
         "bucketfs-"
         + (0..<4).map { _ in String(UInt64.random(in: 0...UInt64.max), radix: 36) }
         .joined()
       let needle = Array(candidate.utf8)
-      let found = media.withUnsafeReadableBytes { bytes in
-        bytes.count >= needle.count
-          && (0...(bytes.count - needle.count)).contains { start in
-            bytes[start] == needle[0] && (1..<needle.count).allSatisfy { bytes[start + $0] == needle[$0] }
-          }
+      var found = false
+      var at: Int64 = 0
+      while !found, at < media.size {
+        let bytes = try await media.load(at: at, count: Int(min(Int64(piece), media.size - at)))
+        guard bytes.readableBytes > 0 else {
+          throw StorageError.badRequest("upload source ended at \(at) of \(media.size) bytes")
+        }
+        found = bytes.withUnsafeReadableBytes { Self.find(needle, in: $0) }
+        if at + Int64(bytes.readableBytes) >= media.size { break }
+        // The next piece starts early enough to see a boundary cut by this one's end.
+        at += Int64(max(1, bytes.readableBytes - needle.count + 1))
       }
       if !found { return candidate }
     }
+  }
+}
+
+extension CloudStorageClient {
+  /// Whether `needle` (not empty) occurs in `haystack`: `memchr` to each
+  /// candidate start, `memcmp` there.
+  static func find(_ needle: [UInt8], in haystack: UnsafeRawBufferPointer) -> Bool {
+    guard let base = haystack.baseAddress, haystack.count >= needle.count else { return false }
+    let last = haystack.count - needle.count
+    return needle.withUnsafeBytes { wanted in
+      guard let first = wanted.baseAddress else { return false }
+      var start = 0
+      while start <= last {
+        guard let hit = memchr(base + start, Int32(wanted[0]), last - start + 1) else { return false }
+        let at = base.distance(to: UnsafeRawPointer(hit))
+        if memcmp(base + at, first, wanted.count) == 0 { return true }
+        start = at + 1
+      }
+      return false
+    }
+  }
+}
+
+/// A multipart body: the part heads, the media from its source, the closing
+/// delimiter, read as one source. A read stops at the end of the part it
+/// begins in.
+struct FramedSource: UploadSource {
+  let head: ByteBuffer
+  let media: any UploadSource
+  let tail: ByteBuffer
+
+  var size: Int64 { Int64(head.readableBytes) + media.size + Int64(tail.readableBytes) }
+
+  func read(at offset: Int64, count: Int) throws -> ByteBuffer {
+    if let framing = framing(at: offset, count: count) { return framing }
+    let inMedia = offset - Int64(head.readableBytes)
+    return try media.read(at: inMedia, count: Int(min(Int64(count), media.size - inMedia)))
+  }
+
+  func load(at offset: Int64, count: Int) async throws -> ByteBuffer {
+    if let framing = framing(at: offset, count: count) { return framing }
+    let inMedia = offset - Int64(head.readableBytes)
+    return try await media.load(at: inMedia, count: Int(min(Int64(count), media.size - inMedia)))
+  }
+
+  /// The bytes at `offset` when they are the head's or the tail's; nil in the media.
+  private func framing(at offset: Int64, count: Int) -> ByteBuffer? {
+    let headSize = Int64(head.readableBytes)
+    if offset < headSize {
+      return head.getSlice(at: head.readerIndex + Int(offset), length: min(count, Int(headSize - offset)))
+    }
+    let inTail = Int(offset - headSize - media.size)
+    guard inTail >= 0 else { return nil }
+    guard inTail < tail.readableBytes else { return ByteBuffer() }
+    return tail.getSlice(at: tail.readerIndex + inTail, length: min(count, tail.readableBytes - inTail))
   }
 }
 

@@ -262,6 +262,8 @@ struct Mount: ParsableCommand {
     var fuseOptions = FUSE.MountOptions(fsName: "gs://\(source.bucket)\(source.subtree)", subtype: "bucketfs")
     fuseOptions.readOnly = mountOptions.readOnly
     fuseOptions.allowOther = mountOptions.allowOther
+    // Resolved before the mount: after it, resolving would ask the mount itself.
+    let resolvedMountpoint = realPath(mountpoint)
     do {
       try session.mount(at: mountpoint, options: fuseOptions)
     } catch {
@@ -283,8 +285,18 @@ struct Mount: ParsableCommand {
       ServiceManager.notify("STOPPING=1")
       session.requestExit()
     }
+    let watch = MountWatch.start(path: resolvedMountpoint, isIdle: { fileSystem.openHandleCount == 0 }) {
+      logger.warning(
+        "\(mountpoint) was unmounted, nothing is open, but the kernel keeps the mount (another mount namespace holds a copy): ending it"
+      )
+      session.requestExit()
+    }
+    if watch == nil {
+      logger.warning("\(mountpoint) is not in /proc/self/mountinfo: an unmount may not be noticed")
+    }
     logger.info("mounted \(where_) at \(mountpoint) (endpoint \(endpoint))")
     session.run()
+    watch?.stop()
     session.shutdown(grace: 5)
     fileSystem.settleBackgroundWork(within: 30)
     // Fills and uploads' cache entries still queued land; an entry left
@@ -351,6 +363,13 @@ struct Mount: ParsableCommand {
     return CachingStore.open(
       wrapping: client, cacheDirectory: cacheDir ?? defaultCacheDirectory(),
       limit: readCacheSize.map { Int64($0) << 20 }, pool: pool, logger: logger) ?? client
+  }
+
+  /// `path` absolute, without symlinks; as given when that fails.
+  private func realPath(_ path: String) -> String {
+    guard let resolved = realpath(path, nil) else { return path }
+    defer { free(resolved) }
+    return String(cString: resolved)
   }
 
   /// This mount's staging directory (see ``Recovery/stageDirectory``).

@@ -38,7 +38,7 @@ enum MountTable {
   }
 
   /// mountinfo writes space, tab, newline and backslash as octal escapes.
-  private static func unescape(_ field: Substring) -> String {
+  static func unescape(_ field: Substring) -> String {
     var bytes: [UInt8] = []
     var utf8 = Array(field.utf8)[...]
     while let byte = utf8.popFirst() {

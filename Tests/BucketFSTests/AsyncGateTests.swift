@@ -90,7 +90,7 @@ final class AsyncGateTests: XCTestCase {
     let inode = try await fs.inode(at: "f")
     let first = try await fs.open(inode: inode, flags: O_RDWR).handle
     let second = try await fs.open(inode: inode, flags: O_RDWR).handle
-    let gate = try XCTUnwrap(fs.staging.file(handle: first)).gate
+    let gate = try XCTUnwrap(fs.writer(first)).gate
     // Past the start: the first write downloads the bytes, under the gate.
     let downloading = Task {
       try await fs.write(inode: inode, handle: first, offset: 11, data: Array("!".utf8))

@@ -40,7 +40,7 @@ final class EdgeTests: XCTestCase {
     await XCTAssertEqualAsync(
       try await fs.read(inode: inode, handle: kept, offset: 0, size: 3).flatMap { $0.readableBytesView },
       [1, 2, 3])
-    XCTAssertEqual(fs.reads.openCount, 1)
+    XCTAssertEqual(fs.handles.count(), 1)
     XCTAssertEqual(lookups(fs, inode), 1)
   }
 
@@ -51,7 +51,7 @@ final class EdgeTests: XCTestCase {
     let directory = try await fs.inode(at: "d")
     let handle = try await fs.opendir(inode: directory).handle
     fs.replyFailed(.opendir(inode: directory, handle: handle))
-    XCTAssertEqual(fs.directories.openCount, 0)
+    XCTAssertEqual(fs.handles.count(), 0)
     await XCTAssertErrno(.badHandle) {
       try await fs.readdir(inode: directory, handle: handle, offset: 0, into: CollectingBuffer())
     }
@@ -66,7 +66,7 @@ final class EdgeTests: XCTestCase {
     let handle = try await fs.open(inode: inode, flags: O_RDONLY).handle
     fs.replyFailed(.create(inode: inode, handle: handle))
     XCTAssertNil(lookups(fs, inode))
-    XCTAssertEqual(fs.reads.openCount, 0)
+    XCTAssertEqual(fs.handles.count(), 0)
   }
 
   func testMetadataCachePlacesStayBoundedUnderForgetAndLookupCycles() async throws {

@@ -94,19 +94,29 @@ final class StreamingWriteTests: XCTestCase {
       peak = max(peak, stageDisk)
     }
     XCTAssertLessThanOrEqual(peak, bound + (128 << 10), "the stage holds the bound (and one write) at most")
-    // Writes waited for room: all but the bound's worth are stored before close.
-    let stored = server.requests(.uploadChunk).count
+    // Writes waited for room: all but the bound's worth are stored before close
+    // (each part in one request: parts are no larger than the upload threshold).
+    XCTAssertEqual(server.requests(.uploadSession).count, 0)
+    let stored = server.requests(.upload).count
     XCTAssertGreaterThanOrEqual(stored, Int((Int64(data.count) - bound) >> 18) - 1)
     XCTAssertNil(server.store.object("big.bin"), "no object before close")
     try await fs.close(inode, handle)
     XCTAssertEqual(server.store.data("big.bin"), data)
-    let composes = server.requests(.compose).filter { $0.objectName == "big.bin" }
-    XCTAssertEqual(composes.count, 1, "24 parts: one compose of the object")
+    let composes = server.requests(.compose)
+    XCTAssertEqual(composes.count, 1, "24 parts: one compose of the object, no combine")
+    XCTAssertEqual(composes.first?.objectName, "big.bin")
     XCTAssertEqual(composes.first?.query["ifGenerationMatch"], "0")
+    XCTAssertEqual(try sources(of: try XCTUnwrap(composes.first)), 24)
     try await waitForNoParts()
   }
 
-  func testEach8StoredPartsAreCombinedSoTheCloseComposesFewSources() async throws {
+  /// The sources a compose request names.
+  private func sources(of compose: FakeStorageServer.RecordedRequest) throws -> Int {
+    let body = try JSONSerialization.jsonObject(with: Data(compose.body)) as? [String: Any]
+    return try XCTUnwrap(body?["sourceObjects"] as? [Any]).count
+  }
+
+  func testPartsAreCombinedOnlyOnceTheCloseWouldComposeTooManySources() async throws {
     let data = pattern(10 << 20)  // 40 parts
     let (inode, handle) = try await fs.createFile("long.bin")
     try await write(inode, handle, data, at: 0)
@@ -114,12 +124,36 @@ final class StreamingWriteTests: XCTestCase {
     XCTAssertEqual(server.store.data("long.bin"), data)
     let composes = server.requests(.compose)
     XCTAssertEqual(
-      composes.count, 6, "5 groups of 8 parts combined while written, then the close's one compose")
+      composes.count, 2,
+      "one combine (at 30 parts, with 2 more under way and a tail, a close would pass 32), then the close's compose"
+    )
     let final = try XCTUnwrap(composes.last)
     XCTAssertEqual(final.objectName, "long.bin")
-    let body = try JSONSerialization.jsonObject(with: Data(final.body)) as? [String: Any]
-    XCTAssertEqual((body?["sourceObjects"] as? [Any])?.count, 5, "the 5 combined parts")
+    XCTAssertLessThanOrEqual(try sources(of: final), 32)
+    XCTAssertGreaterThan(try sources(of: final), 1)
     XCTAssertEqual(server.store.componentCount("long.bin"), 40)
+    try await waitForNoParts()
+  }
+
+  func testACloseComposesWithoutWaitingForACombineWhenItsPiecesFitOneCompose() async throws {
+    // 30 parts: once 30 are under way a combine starts; it hangs here, and the
+    // close composes the 30 parts themselves instead of waiting for it. The
+    // close's compose hangs longer: the combine ends meanwhile, and no other
+    // starts (it would delete parts the compose is reading).
+    server.injectFaults(
+      [.stall(.seconds(1))],
+      when: { $0.kind == .compose && $0.objectName?.hasPrefix(UploadPolicy.partDirectory) == true })
+    server.injectFaults([.stall(.seconds(3))], when: { $0.kind == .compose && $0.objectName == "soon.bin" })
+    let data = pattern(30 << 18)
+    let (inode, handle) = try await fs.createFile("soon.bin")
+    try await write(inode, handle, data, at: 0)
+    try await fs.close(inode, handle)
+    XCTAssertEqual(server.store.data("soon.bin"), data)
+    let final = try XCTUnwrap(server.requests(.compose).last { $0.objectName == "soon.bin" })
+    XCTAssertEqual(try sources(of: final), 30, "the parts themselves: the close did not wait for the combine")
+    XCTAssertEqual(
+      server.requests(.compose).count, 2, "the combine, and the close's compose: no combine after it")
+    // The combine's result comes too late for anything: it is deleted too.
     try await waitForNoParts()
   }
 

@@ -125,11 +125,13 @@ final class WriteHTTPTests: XCTestCase {
     let handle = try await fs.open(inode: inode, flags: O_WRONLY | O_TRUNC).handle
     try await writeLarge(inode, handle)
     try await fs.close(inode, handle)
-    // Written in order, it streams: 8 parts combined as they go, then the object's one compose.
+    // Written in order, it streams: its parts as written (each in one request,
+    // at most the upload threshold), then the object's one compose.
     let composes = server.requests(.compose).filter { $0.objectName == "big.bin" }
     XCTAssertEqual(composes.count, 1)
     XCTAssertEqual(composes.first?.query["ifGenerationMatch"], String(old.generation))
-    XCTAssertEqual(server.requests(.uploadSession).count, 9)
+    XCTAssertEqual(server.requests(.uploadSession).count, 0)
+    XCTAssertEqual(server.requests(.upload).count, 9)
     XCTAssertEqual(server.store.data("big.bin"), large)
     let meta = try XCTUnwrap(server.store.object("big.bin"))
     XCTAssertEqual(meta.contentType, "text/x-big")

@@ -101,7 +101,7 @@ final class WriteMetadataTests: XCTestCase {
     XCTAssertNil(stored.cacheControl)
     XCTAssertEqual(store.calls(.patch), [], "carried by the upload itself")
     XCTAssertEqual(
-      fs.staging.inferredProperties(of: "copy.bin", generation: stored.generation),
+      fs.provenance.inferred(key: "copy.bin", generation: stored.generation),
       [.custom("firebaseStorageDownloadTokens")], "the user set the type; the token was generated")
   }
 
@@ -110,11 +110,11 @@ final class WriteMetadataTests: XCTestCase {
     try await fs.close(inode, handle)
     let stored = store.object("tmp123.json")!
     XCTAssertEqual(
-      fs.staging.inferredProperties(of: "tmp123.json", generation: stored.generation),
+      fs.provenance.inferred(key: "tmp123.json", generation: stored.generation),
       [.writable(.contentType), .custom("firebaseStorageDownloadTokens")])
-    XCTAssertEqual(fs.staging.inferredProperties(of: "tmp123.json", generation: stored.generation + 1), [])
+    XCTAssertEqual(fs.provenance.inferred(key: "tmp123.json", generation: stored.generation + 1), [])
     let carried = store.object("site/index.html")!
-    XCTAssertEqual(fs.staging.inferredProperties(of: "site/index.html", generation: carried.generation), [])
+    XCTAssertEqual(fs.provenance.inferred(key: "site/index.html", generation: carried.generation), [])
   }
 
   func testUtimensOnAFileBeingWrittenGoesIntoTheUpload() async throws {

@@ -6,6 +6,8 @@ import ObjectStore
 import StorageFake
 import XCTest
 
+@testable import CloudStorage
+
 /// Parallel composite uploads: parts under `.bucketfs-parts/ID/`, one
 /// compose under the caller's precondition carrying every property, the
 /// parts deleted on every path (docs/SEMANTICS.md#writes-composite).
@@ -17,10 +19,14 @@ final class CompositeUploadTests: XCTestCase {
     ],
     custom: ["firebaseStorageDownloadTokens": "5f1c-uuid", "k": "v ü"])
 
-  /// Composite above 1 MiB, 256 KiB parts, 3 at once.
-  func policy(parallel: Int = 3, maxParts: Int = 32, partSize: Int64 = 256 << 10) throws -> UploadPolicy {
+  /// Composite above 1 MiB, 256 KiB parts, 3 at once; each part above the
+  /// upload threshold, so in a resumable session (`threshold` at 256 KiB or
+  /// more: each in one multipart request).
+  func policy(
+    parallel: Int = 3, maxParts: Int = 32, partSize: Int64 = 256 << 10, threshold: Int64 = 128 << 10
+  ) throws -> UploadPolicy {
     try UploadPolicy(
-      threshold: 512 << 10, chunkSize: 256 << 10, compositeThreshold: 1 << 20, partSize: partSize,
+      threshold: threshold, chunkSize: 256 << 10, compositeThreshold: 1 << 20, partSize: partSize,
       parallelParts: parallel, maxParts: maxParts)
   }
 
@@ -95,7 +101,7 @@ final class CompositeUploadTests: XCTestCase {
       server, client in
       let meta = try await client.upload(
         "t", from: BytesSource(data), attributes: attributes, ifGenerationMatch: 0)
-      XCTAssertEqual(server.requests(.uploadSession).count, 40)
+      XCTAssertEqual(server.requests(.upload).count, 40, "64 KiB parts: one multipart request each")
       let composes = server.requests(.compose)
       XCTAssertEqual(composes.count, 3, "32 and 8 into two intermediates, then those two")
       for request in composes {
@@ -113,6 +119,38 @@ final class CompositeUploadTests: XCTestCase {
       XCTAssertEqual(leftovers(server), [])
       XCTAssertEqual(server.requests(.delete).count, 42, "the parts and the intermediates")
     }
+  }
+
+  func testPartsNoLargerThanTheUploadThresholdGoInOneRequestEach() async throws {
+    let data = pattern(6 * (256 << 10) + 1000)
+    try await withFakeServer(uploads: try policy(threshold: 256 << 10)) { server, client in
+      server.injectFaults(
+        [.status(503)],
+        when: { $0.kind == .upload && String(decoding: $0.body, as: UTF8.self).contains("0002\"") })
+      let meta = try await client.upload(
+        "m", from: BytesSource(data), attributes: attributes, ifGenerationMatch: 0)
+      XCTAssertEqual(server.requests(.uploadSession).count, 0)
+      let parts = server.requests(.upload).filter {
+        String(decoding: $0.body, as: UTF8.self).contains("bucketfs-parts")
+      }
+      XCTAssertEqual(parts.count, 8, "7 parts, one sent twice (the 503)")
+      XCTAssertTrue(
+        parts.allSatisfy { $0.query["uploadType"] == "multipart" && $0.query["ifGenerationMatch"] == "0" })
+      XCTAssertTrue(server.store.data("m") == data)
+      XCTAssertEqual(meta.size, Int64(data.count))
+      XCTAssertEqual(leftovers(server), [])
+    }
+  }
+
+  func testAMultipartBoundaryIsLookedForAcrossPieces() {
+    let needle = Array("bucketfs-xyz".utf8)
+    func found(_ bytes: [UInt8]) -> Bool { bytes.withUnsafeBytes { CloudStorageClient.find(needle, in: $0) } }
+    XCTAssertTrue(found(needle))
+    XCTAssertTrue(found([0x62, 0x62] + needle + [0]))
+    XCTAssertTrue(found(Array(repeating: 0x62, count: 1000) + needle))
+    XCTAssertFalse(found(Array(needle.dropLast())))
+    XCTAssertFalse(found(Array(repeating: 0x62, count: 1000)))
+    XCTAssertFalse(found([]))
   }
 
   func testAFailingPartIsRetriedAlone() async throws {

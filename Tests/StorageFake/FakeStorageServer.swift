@@ -234,8 +234,19 @@ public final class FakeStorageServer: @unchecked Sendable {
     }
     try? await server?.close()
     for connection in connections { try? await connection.close() }
-    task?.cancel()
-    await task?.value
+    // Cancelling the accept loop while it holds connections accepted but not
+    // yet handed out drops them unfinished, and NIOAsyncWriter's deinit traps
+    // (swift-server/swift-http-server#137). Closed, the listener's stream ends
+    // by itself once it has handed them out; the loop is cancelled only after
+    // a grace period, for answers still stalled.
+    if let task {
+      let grace = Task {
+        try? await Task.sleep(for: .seconds(2))
+        task.cancel()
+      }
+      await task.value
+      grace.cancel()
+    }
     try await group?.shutdownGracefully()
   }
 

@@ -75,51 +75,123 @@ final class StagedFile: Sendable {
   }
 }
 
-/// Staged files by inode, and which write handles belong to which.
-struct StagedFiles: Sendable {
+extension StagedFile {
+  /// Whether the stage holds the file's bytes (until then they are the
+  /// opened generation's).
+  var holdsBytes: Bool { state.withLock { $0.loaded } }
+
+  /// The generation reads of a write handle come from while the stage does
+  /// not hold the bytes; nil once it does.
+  var unloadedBase: ObjectMetadata? { state.withLock { $0.loaded ? nil : $0.base } }
+
+  /// What stat shows of the file: its staged size and mtime, and the mode
+  /// and owner its upload will store (nil when it only reads).
+  var view: (size: UInt64, modified: Timestamp?, posix: StoredPosix?) {
+    state.withLock { s in
+      (s.size, s.modified, s.dirty || s.base == nil ? StoredPosix(s.attributes.custom) : nil)
+    }
+  }
+
+  // MARK: - What the namespace tells it
+
+  /// Its name was unlinked: its handles keep reading and writing their
+  /// bytes, as on a local filesystem, but never upload them to the removed
+  /// name, and the stage is deleted when the last one closes.
+  func noteUnlinked() {
+    state.withLock { $0.unlinked = true }
+  }
+
+  /// A file this mount created and never stored has no object to delete:
+  /// unlinking it drops the name at once (a create-then-unlink scratch
+  /// file). False, and nothing changes, when it was stored or unlinked.
+  func unlinkIfNeverStored() -> Bool {
+    state.withLock { s in
+      guard s.baseGeneration == 0, !s.unlinked else { return false }
+      s.unlinked = true
+      return true
+    }
+  }
+
+  /// It was renamed to `newKey`, stored as `generation`: its handles upload
+  /// there from now on, replacing only that generation.
+  func noteRenamed(to newKey: String, generation: Int64) {
+    state.withLock { s in
+      s.key = newKey
+      s.baseGeneration = generation
+      if var base = s.base {
+        base.name = newKey
+        base.generation = generation
+        s.base = base
+      }
+    }
+  }
+}
+
+/// The staged file of each inode, and how many write handles each has. A
+/// writer is added only to its inode's current staged file, and the last
+/// one's removal takes the file out, under one lock: no write handle is
+/// ever added to a released stage.
+final class StagedInodes: Sendable {
   /// The staged file of each inode that new opens share.
-  var byInode: [UInt64: StagedFile] = [:]
-  /// Write handles and the staged file each writes to. A handle keeps its
-  /// own even when the inode gets another (its name unlinked and made anew).
-  var handles: [UInt64: StagedFile] = [:]
-  /// Read-only handles opened on a loaded stage, and the stage each reads.
-  var readers: [UInt64: StagedFile] = [:]
-  /// Properties bucketfs inferred per uploaded key and generation, for an
-  /// atomic save to tell them from the user's; bounded, oldest dropped first.
-  var inferred: [InferredKey: Set<XattrName>] = [:]
-  var inferredOrder: [InferredKey] = []
-  static let inferredCapacity = 4096
+  private let byInode = Mutex<[UInt64: StagedFile]>([:])
+  /// Staged files with writers (some no longer in `byInode`: their name
+  /// was unlinked and made anew): at 0 the lookups skip the lock.
+  private let live = Atomic<Int>(0)
 
-  /// Objects this mount created lately (key -> when), for tools that set
-  /// xattrs on a new file after closing it (rsync -X reopens its temp file).
-  var created: [ObjectKey: Double] = [:]
-  var createdOrder: [ObjectKey] = []
+  /// Whether any file is staged.
+  var isEmpty: Bool { live.load(ordering: .relaxed) == 0 }
+  var count: Int { live.load(ordering: .relaxed) }
 
-  mutating func remember(created key: String, at time: Double) {
-    if created.updateValue(time, forKey: ObjectKey(key)) == nil { createdOrder.append(ObjectKey(key)) }
-    if createdOrder.count > Self.inferredCapacity {
-      created[createdOrder.removeFirst()] = nil
+  func file(inode: UInt64) -> StagedFile? {
+    guard !isEmpty else { return nil }
+    return byInode.withLock { $0[inode] }
+  }
+
+  /// Every staged file new opens share.
+  func files() -> [StagedFile] {
+    guard !isEmpty else { return [] }
+    return byInode.withLock { Array($0.values) }
+  }
+
+  /// `staged`, with its one writer, becomes its inode's staged file.
+  func add(_ staged: StagedFile) {
+    byInode.withLock { $0[staged.inode] = staged }
+    live.add(1, ordering: .relaxed)
+  }
+
+  /// As ``add(_:)``, unless the inode has a staged file already that is
+  /// not unlinked (another open staged it meanwhile): that one is returned.
+  func addUnlessShared(_ staged: StagedFile) -> StagedFile? {
+    let other = byInode.withLock { byInode -> StagedFile? in
+      if let other = byInode[staged.inode], !other.state.withLock({ $0.unlinked }) { return other }
+      byInode[staged.inode] = staged
+      return nil
+    }
+    if other == nil { live.add(1, ordering: .relaxed) }
+    return other
+  }
+
+  /// One more write handle on `staged`; false if its last one closed
+  /// meanwhile (then the caller stages the file anew).
+  func addWriter(_ staged: StagedFile) -> Bool {
+    byInode.withLock { byInode in
+      guard byInode[staged.inode] === staged else { return false }
+      staged.state.withLock { $0.handles += 1 }
+      return true
     }
   }
 
-  struct InferredKey: Hashable, Sendable {
-    let key: ObjectKey
-    let generation: Int64
-
-    init(key: String, generation: Int64) {
-      self.key = ObjectKey(key)
-      self.generation = generation
-    }
-  }
-
-  mutating func remember(inferred properties: Set<XattrName>, key: String, generation: Int64) {
-    guard !properties.isEmpty else { return }
-    let id = InferredKey(key: key, generation: generation)
-    if inferred.updateValue(properties, forKey: id) == nil { inferredOrder.append(id) }
-    if inferredOrder.count > Self.inferredCapacity {
-      let drop = inferredOrder.count - Self.inferredCapacity
-      for old in inferredOrder.prefix(drop) { inferred[old] = nil }
-      inferredOrder.removeFirst(drop)
+  /// A write handle on `staged` closed: true when it was the last.
+  func removeWriter(_ staged: StagedFile) -> Bool {
+    byInode.withLock { byInode in
+      let last = staged.state.withLock { s in
+        s.handles -= 1
+        return s.handles <= 0
+      }
+      guard last else { return false }
+      if byInode[staged.inode] === staged { byInode[staged.inode] = nil }
+      live.subtract(1, ordering: .relaxed)
+      return true
     }
   }
 }

@@ -7,43 +7,30 @@ import ObjectStore
 extension Staging {
   // MARK: - Reading staged bytes
 
-  /// A read-only handle on a staged inode: the stage's bytes once it holds
-  /// them, the opened generation's until then. A handle on a loaded stage
-  /// counts as its reader, so the stage outlives the writers' close for it.
-  /// Nil when the last writer closed meanwhile: then the bucket has the bytes.
-  func openForReading(_ staged: StagedFile) -> OpenResult? {
-    enum Source {
-      case stage
-      case base(ObjectMetadata?)
-      case closed
-    }
-    let source = staged.state.withLock { s -> Source in
-      guard s.handles > 0 else { return .closed }
-      guard s.loaded else { return .base(s.base) }
-      s.readers += 1
-      return .stage
-    }
-    let handle = handles.next()
-    switch source {
-    case .closed: return nil
-    case .base(let base): if let base { reads.add(handle: handle, base: base) }
-    case .stage:
-      registry.withLock { $0.readers[handle] = staged }
-      count.add(1, ordering: .relaxed)
-    }
-    return OpenResult(handle: handle, keepCache: false)
+  /// What a read-only open of a staged inode reads.
+  enum Reading {
+    /// The stage, which holds the bytes: the handle counts as its reader,
+    /// so the stage outlives the writers' close for it (``releaseReader(_:)``).
+    case stage(StagedFile)
+    /// The generation the stage was opened on, which it does not hold yet.
+    case base(ObjectMetadata)
   }
 
-  /// The stage a read-only handle reads, if it was opened on a loaded one.
-  func reader(handle: UInt64) -> StagedFile? {
-    guard isActive else { return nil }
-    return registry.withLock { $0.readers[handle] }
+  /// A read-only open of `inode`: the stage's bytes once it holds them, the
+  /// opened generation's until then. Nil when it is not staged, or the last
+  /// writer closed meanwhile: then the bucket has the bytes.
+  func openForReading(inode: UInt64) -> Reading? {
+    guard let staged = file(inode: inode) else { return nil }
+    return staged.state.withLock { s -> Reading? in
+      guard s.handles > 0 else { return nil }
+      guard s.loaded else { return s.base.map(Reading.base) }
+      s.readers += 1
+      return .stage(staged)
+    }
   }
 
   /// A reader of a stage closed: the last one removes a stage its writers left.
-  func releaseReader(handle: UInt64) {
-    guard isActive, let staged = registry.withLock({ $0.readers.removeValue(forKey: handle) }) else { return }
-    count.subtract(1, ordering: .relaxed)
+  func releaseReader(_ staged: StagedFile) {
     let remove = staged.state.withLock { s in
       s.readers -= 1
       return s.readers == 0 && s.removeWhenUnread
@@ -51,26 +38,12 @@ extension Staging {
     if remove { discard(staged.stage) }
   }
 
-  /// The staged file whose stage answers reads of the handle, if it holds the bytes.
-  private func loaded(inode: UInt64, handle: UInt64) -> (StagedFile, UInt64)? {
-    guard isActive, let staged = file(handle: handle) ?? reader(handle: handle) ?? file(inode: inode),
-      let total = staged.state.withLock({ $0.loaded ? $0.size : nil })
-    else { return nil }
-    return (staged, total)
-  }
-
-  /// Whether reads of the handle come from a stage (file I/O: not at hand).
-  func holdsBytes(inode: UInt64, handle: UInt64) -> Bool {
-    loaded(inode: inode, handle: handle) != nil
-  }
-
-  /// The bytes of a loaded stage, for any handle of the inode; nil when the
-  /// inode is not staged or its bytes are still the object's.
-  /// A streaming file's bytes that left the stage are brought back first;
-  /// a read that raced their leaving is made again.
-  func bytes(inode: UInt64, handle: UInt64, offset: UInt64, size: Int) async throws -> [ByteBuffer]? {
+  /// The bytes of a stage that holds the file's. A streaming file's bytes
+  /// that left the stage are brought back first; a read that raced their
+  /// leaving is made again.
+  func read(_ staged: StagedFile, offset: UInt64, size: Int) async throws -> [ByteBuffer] {
     while true {
-      guard let (staged, total) = loaded(inode: inode, handle: handle) else { return nil }
+      let total = staged.state.withLock { $0.size }
       guard offset < total, size > 0 else { return [] }
       let count = Int(min(UInt64(size), total - offset))
       let range = Int64(offset)..<Int64(offset) + Int64(count)
@@ -99,8 +72,7 @@ extension Staging {
   /// under it, `deep`), in the order the service lists names: a file being
   /// written is a file, listed with its directory and keeping it non-empty.
   func inFlight(in directoryKey: String, deep: Bool = false) -> [InFlight] {
-    guard isActive else { return [] }
-    let files = registry.withLock { Array($0.byInode.values) }
+    let files = inodes.files()
     var found: [InFlight] = []
     for staged in files {
       let (key, fresh) = staged.state.withLock { ($0.key, $0.baseGeneration == 0 && !$0.unlinked) }
@@ -125,34 +97,13 @@ extension Staging {
     file(inode: inode)?.state.withLock { $0.baseGeneration == 0 && !$0.unlinked } ?? false
   }
 
-  // MARK: - Attributes
-
-  /// What stat shows of a staged inode: its staged size and mtime, and the
-  /// mode and owner its upload will store (nil when it only reads).
-  func view(_ inode: UInt64) -> (size: UInt64, modified: Timestamp?, posix: StoredPosix?)? {
-    file(inode: inode)?.state.withLock { s in
-      (s.size, s.modified, s.dirty || s.base == nil ? StoredPosix(s.attributes.custom) : nil)
-    }
-  }
-
   // MARK: - Release
 
-  /// The last handle of a staged file closed: the stage goes, unless it
-  /// holds bytes that were never stored (then it stays, and the log says where).
-  func releaseWriter(handle: UInt64) {
-    guard isActive else { return }
-    let closed = registry.withLock { registry -> StagedFile? in
-      guard let staged = registry.handles.removeValue(forKey: handle) else { return nil }
-      let last = staged.state.withLock { s in
-        s.handles -= 1
-        return s.handles <= 0
-      }
-      guard last else { return nil }
-      if registry.byInode[staged.inode] === staged { registry.byInode[staged.inode] = nil }
-      count.subtract(1, ordering: .relaxed)
-      return staged
-    }
-    guard let closed else { return }
+  /// A writer of a staged file closed. At the last, the stage goes, unless
+  /// it holds bytes that were never stored (then it stays, and the log says
+  /// where) or readers remain (then the last of them removes it).
+  func releaseWriter(_ closed: StagedFile) {
+    guard inodes.removeWriter(closed) else { return }
     // An upload under way (its close or fsync interrupted, or another
     // handle's fsync) decides when it ends: its bytes may yet be stored.
     let deferred = closed.state.withLock { s in

@@ -9,20 +9,19 @@ import Synchronization
   import Glibc
 #endif
 
-/// Files being written: each inode's stage on local disk, its handles, and
-/// the upload that stores it with its precondition (docs/SEMANTICS.md#writes).
-/// Apart from the node table, so reads and stats of untouched files never
-/// wait on it.
+/// The stage store: files being written, each inode's stage on local disk
+/// (bytes, gate, sidecar; Recovery.swift for what a crash leaves), how
+/// many handles hold it, and the upload that stores it with its
+/// precondition (docs/SEMANTICS.md#writes). It knows staged files, never
+/// handle numbers: those are the ``HandleTable``'s. Apart from the node
+/// table, so reads and stats of untouched files never wait on it.
 final class Staging: Sendable {
   static let mtimeKey = "goog-reserved-file-mtime"
-  static let firebaseTokenKey = "firebaseStorageDownloadTokens"
   /// The largest object the service stores: a file cannot grow past it.
   static let maxObjectBytes: UInt64 = 5 << 40
 
-  let registry = Mutex(StagedFiles())
-  /// Entries of `registry` (staged files and readers of stages): at 0 the
-  /// lookups of handles and inodes skip its lock.
-  let count = Atomic<Int>(0)
+  /// The staged file of each inode, and its writers.
+  let inodes = StagedInodes()
   /// Numbers the files' streams (``WriteStream``).
   let streamIDs = Atomic<UInt64>(0)
   /// Owns the uploads, part uploads and part deletes (BackgroundTasks.swift).
@@ -35,19 +34,17 @@ final class Staging: Sendable {
   /// `bucketfs_staged_bytes` (``Stage``).
   let stagedBytes: Meter
   let nodes: NodeTable
-  let reads: Reads
-  let handles: HandleNumbers
+  /// What bucketfs chose of the files it stores, for atomic saves.
+  let provenance: Provenance
   let listings: DirectoryCache
   let store: any ObjectStore
   let configuration: Configuration
   let diagnostics: Diagnostics
-  let contentTypes: ContentTypes
   let clock: @Sendable () -> Double
   var logger: Logger { diagnostics.logger }
 
   init(
-    stageFiles: any StageFiles, diskWork: IOPool? = nil, nodes: NodeTable, reads: Reads,
-    handles: HandleNumbers,
+    stageFiles: any StageFiles, diskWork: IOPool? = nil, nodes: NodeTable, provenance: Provenance,
     listings: DirectoryCache, store: any ObjectStore, configuration: Configuration,
     diagnostics: Diagnostics, clock: @escaping @Sendable () -> Double, metrics: any MetricsFactory,
     tasks: BackgroundTasks
@@ -57,28 +54,20 @@ final class Staging: Sendable {
     self.diskWork = diskWork
     self.stagedBytes = Meter(label: "bucketfs_staged_bytes", factory: metrics)
     self.nodes = nodes
-    self.reads = reads
-    self.handles = handles
+    self.provenance = provenance
     self.listings = listings
     self.store = store
     self.configuration = configuration
     self.diagnostics = diagnostics
-    self.contentTypes = ContentTypes(mimeTypesPath: configuration.mimeTypesPath)
     self.clock = clock
   }
 
-  /// Whether any file is staged or any stage read.
-  var isActive: Bool { count.load(ordering: .relaxed) > 0 }
+  /// Whether any file is staged.
+  var isActive: Bool { !inodes.isEmpty }
 
-  /// The staged file a write handle belongs to.
-  func file(handle: UInt64) -> StagedFile? {
-    guard isActive else { return nil }
-    return registry.withLock { $0.handles[handle] }
-  }
-
+  /// The staged file of `inode` that new opens share.
   func file(inode: UInt64) -> StagedFile? {
-    guard isActive else { return nil }
-    return registry.withLock { $0.byInode[inode] }
+    inodes.file(inode: inode)
   }
 
   /// The staged file of `inode` that a new open may share: not unlinked.

@@ -1,23 +1,10 @@
 import FUSE
 import ObjectStore
 
-/// Uploads of dirty staged files with their precondition, and what namespace
-/// changes tell the staged files (docs/SEMANTICS.md#writes).
+/// Uploads of dirty staged files with their precondition (docs/SEMANTICS.md#writes).
 extension Staging {
-  /// Uploads the handle's staged file if it is dirty (close, fsync).
-  func commit(handle: UInt64) async throws {
-    guard let staged = file(handle: handle) else { return }
-    try await commit(staged)
-  }
-
-  /// Uploads the staged bytes of `inode` if they are dirty, so a rename
-  /// acts on stored bytes.
-  func commit(inode: UInt64) async throws {
-    guard let staged = file(inode: inode) else { return }
-    try await commit(staged)
-  }
-
-  /// Uploads a dirty staged file; returns once the object is stored. The
+  /// Uploads a dirty staged file (close, fsync; before a rename, so it acts
+  /// on stored bytes); returns once the object is stored. The
   /// upload runs in a task of its own, which the unmount waits for: an
   /// interrupted close stops waiting (EINTR) but never abandons the upload
   /// halfway (a cancelled upload whose last request reached the service
@@ -43,61 +30,28 @@ extension Staging {
     if released { settleReleased(staged) }
   }
 
-  /// Properties of generation `generation` of `key` that bucketfs inferred
-  /// or generated (a contentType from the name, a generated download token)
-  /// rather than the user set: an atomic save lets the replaced file's
-  /// values win over these. Remembered for the last 4096 uploads.
-  func inferredProperties(of key: String, generation: Int64) -> Set<XattrName> {
-    registry.withLock { $0.inferred[StagedFiles.InferredKey(key: key, generation: generation)] ?? [] }
-  }
-
-  /// Properties the moved object still has only by inference, recorded
-  /// under its new name and generation, so a later atomic save treats
-  /// them as a fresh temp file's (a temp file may be renamed twice).
-  func carryInferred(_ properties: Set<XattrName>, to moved: ObjectMetadata) {
-    registry.withLock { $0.remember(inferred: properties, key: moved.name, generation: moved.generation) }
-  }
-
-  /// The user set `property` of `key`'s generation: no longer inferred.
-  func noteSet(_ property: XattrName, key: String, generation: Int64) {
-    _ = registry.withLock {
-      $0.inferred[StagedFiles.InferredKey(key: key, generation: generation)]?.remove(property)
+  /// What a failed upload of `key` (whole or streamed) throws, and leaves
+  /// the file as: a refusal by the precondition is ESTALE, with the stage
+  /// kept (`kept` says what of it, before its path); a local failure
+  /// poisons the file; the rest is mapped and logged. A stream's own
+  /// errors come already mapped and recorded.
+  func uploadFailure(_ error: any Error, of staged: StagedFile, key: String, generation: Int64, kept: String)
+    -> any Error
+  {
+    if let failure = error as? Errno { return failure }
+    if let failure = error as? FileSystemError { return failure }
+    if case StorageError.preconditionFailed = error {
+      staged.state.withLock { $0.poisoned = .stale }
+      logger.error(
+        "upload of \(key) refused: the object \(generation == 0 ? "appeared" : "changed since generation \(generation)") meanwhile; nothing was overwritten; \(kept) \(staged.stage.path)"
+      )
+      return Errno.stale
     }
-  }
-
-  /// `inode` was unlinked: its handles keep reading and writing their bytes,
-  /// as on a local filesystem, but never upload them to the removed name,
-  /// and the stage is deleted when the last one closes.
-  func unlinked(inode: UInt64) {
-    file(inode: inode)?.state.withLock { $0.unlinked = true }
-  }
-
-  /// A file this mount created and has not stored yet has no object to
-  /// delete: unlinking it drops the name at once, and its handles keep their
-  /// bytes but never upload them (a create-then-unlink scratch file).
-  /// False when `key` is not such a file.
-  func unlinkNeverStored(_ key: String) -> Bool {
-    guard let inode = nodes.inode(of: key), let staged = file(inode: inode),
-      staged.state.withLock({ $0.baseGeneration == 0 && !$0.unlinked })
-    else { return false }
-    unlinked(inode: inode)
-    nodes.detach(inode)
-    return true
-  }
-
-  /// `inode` was renamed to `newKey`, stored as `generation`: its handles
-  /// upload there from now on, replacing only that generation.
-  func renamed(inode: UInt64, to newKey: String, generation: Int64) {
-    guard let staged = file(inode: inode) else { return }
-    staged.state.withLock { s in
-      s.key = newKey
-      s.baseGeneration = generation
-      if var base = s.base {
-        base.name = newKey
-        base.generation = generation
-        s.base = base
-      }
+    if let local = error as? StageFailure {
+      staged.state.withLock { $0.poisoned = Errno(local.code) }
+      return diagnostics.localFailure(local.code, key: key)
     }
+    return diagnostics.failure(error, operation: "upload", key: key)
   }
 
   private func upload(_ staged: StagedFile) async throws {
@@ -126,22 +80,9 @@ extension Staging {
             key, from: StageSource(stage: staged.stage, size: Int64(size)), attributes: attributes,
             ifGenerationMatch: generation)
         }
-      } catch let failure as Errno {
-        // The stream's own: already logged and recorded.
-        throw failure
-      } catch let failure as FileSystemError {
-        throw failure
-      } catch StorageError.preconditionFailed {
-        staged.state.withLock { $0.poisoned = .stale }
-        logger.error(
-          "upload of \(key) refused: the object \(generation == 0 ? "appeared" : "changed since generation \(generation)") meanwhile; nothing was overwritten, your bytes are kept in \(staged.stage.path)"
-        )
-        throw Errno.stale
-      } catch let local as StageFailure {
-        staged.state.withLock { $0.poisoned = Errno(local.code) }
-        throw diagnostics.localFailure(local.code, key: key)
       } catch {
-        throw diagnostics.failure(error, operation: "upload", key: key)
+        throw uploadFailure(
+          error, of: staged, key: key, generation: generation, kept: "your bytes are kept in")
       }
       let inferred = staged.state.withLock { s in
         s.dirty = false
@@ -153,12 +94,9 @@ extension Staging {
       }
       // The sidecar now says "stored": a crash from here on loses nothing.
       _ = await staged.stage.writeRecord(staged.record)
-      let now = clock()
-      registry.withLock { registry in
-        registry.remember(inferred: inferred, key: key, generation: uploaded.generation)
-        if generation == 0 { registry.remember(created: key, at: now) }
-      }
-      nodes.recordUpload(uploaded, inode: staged.inode, at: now)
+      provenance.stored(
+        key: key, generation: uploaded.generation, inferred: inferred, created: generation == 0)
+      nodes.recordUpload(uploaded, inode: staged.inode, at: clock())
     }
   }
 }

@@ -2,12 +2,6 @@ import FUSE
 import NIOCore
 import ObjectStore
 
-#if canImport(FoundationEssentials)
-  import FoundationEssentials
-#else
-  import Foundation
-#endif
-
 #if canImport(Glibc)
   import Glibc
 #endif
@@ -16,31 +10,29 @@ import ObjectStore
 /// and write of a stage's bytes and sidecar runs under the file's gate,
 /// never under its state lock (docs/ARCHITECTURE.md#locks).
 extension Staging {
-  /// Creates `key` as a new staged file: its inode and write handle. `mode`
-  /// (after the umask) is stored with it, as is the caller's owner.
-  func create(key: String, name: String, flags: Int32, mode: UInt32) async throws -> (
-    inode: UInt64, handle: UInt64
-  ) {
+  /// Creates `key` as a new staged file, with one writer (the caller's
+  /// write handle, closed by ``releaseWriter(_:)``). `mode` (after the
+  /// umask) is stored with it, as is the caller's owner.
+  func create(key: String, name: String, flags: Int32, mode: UInt32) async throws -> StagedFile {
     let existing = nodes.inode(of: key).flatMap { shared(inode: $0) }
     if let existing {
       // Created here and not yet uploaded: the kernel lost its entry.
       if flags & O_EXCL != 0 { throw Errno.exists }
-      if let handle = try await attach(existing, truncate: flags & O_TRUNC != 0) {
+      if try await attach(existing, truncate: flags & O_TRUNC != 0) {
         let inode = existing.inode
         nodes.retain(inode)
-        return (inode, handle)
+        return existing
       }
     }
 
     let stage = try makeStage()
-    let (attributes, inferred) = newFileAttributes(name: name, mode: mode & 0o7777)
+    let (attributes, inferred) = provenance.newFile(name: name, mode: mode & 0o7777)
     let now = clock()
     let bucket = store.bucket
     let inode = nodes.created(
       key, kind: .file, facts: FileFacts(Self.placeholder(key: key, bucket: bucket)), at: now
     )
     .inode
-    let handle = handles.next()
     let staged = StagedFile(
       inode: inode, stage: stage,
       state: StagedFile.State(
@@ -52,47 +44,27 @@ extension Staging {
       nodes.forget(inode: inode, count: 1)
       throw diagnostics.localFailure(failure, key: key)
     }
-    registry.withLock { registry in
-      registry.byInode[inode] = staged
-      registry.handles[handle] = staged
-    }
-    count.add(1, ordering: .relaxed)
+    inodes.add(staged)
     listings.invalidate(.createdInFlight(key))
-    return (inode, handle)
+    return staged
   }
 
-  /// What a new file is stored with, and which of it bucketfs chose: a
-  /// content type from the name, and a download token when the mount gives them.
-  func newFileAttributes(name: String, mode: UInt32) -> (ObjectAttributes, Set<XattrName>) {
-    var attributes = ObjectAttributes()
-    attributes.custom = configuration.newObjectPosix(mode: mode)
-    attributes.contentType = contentTypes.type(for: name)
-    var inferred: Set<XattrName> = [.writable(.contentType)]
-    if configuration.firebaseDownloadTokens {
-      attributes.custom[Self.firebaseTokenKey] = UUID().uuidString.lowercased()
-      inferred.insert(.custom(Self.firebaseTokenKey))
-    }
-    return (attributes, inferred)
-  }
-
-  /// Opens an inode for writing (or with O_TRUNC): shares its staged file,
-  /// or stages it now over the generation it has (ESTALE if its object is
-  /// gone: the kernel looks the name up again, and O_CREAT then creates it).
-  func openForWriting(inode: UInt64, node: Node, flags: Int32) async throws -> OpenResult {
+  /// Opens an inode for writing (or with O_TRUNC): one more writer on its
+  /// staged file, or the first on a stage made now over the generation it
+  /// has (ESTALE if its object is gone: the kernel looks the name up again,
+  /// and O_CREAT then creates it). ``releaseWriter(_:)`` closes it.
+  func openForWriting(inode: UInt64, node: Node, truncate: Bool) async throws -> StagedFile {
     if configuration.readOnly { throw Errno.readOnly }
     guard node.kind == .file else { throw Errno.isDirectory }
-    let truncate = flags & O_TRUNC != 0
-    if let existing = shared(inode: inode), let handle = try await attach(existing, truncate: truncate) {
-      return OpenResult(handle: handle, keepCache: false)
+    if let existing = shared(inode: inode), try await attach(existing, truncate: truncate) {
+      return existing
     }
     let base = try await nodes.currentMetadata(of: node, context: .inode)
     let stage = try makeStage()
     let emptied = truncate || base.size == 0
     // Truncating bytes away is a change: it moves the mtime, as a write does.
     let truncated = truncate && base.size > 0
-    let inferred = registry.withLock {
-      $0.inferred[StagedFiles.InferredKey(key: base.name, generation: base.generation)] ?? []
-    }
+    let inferred = provenance.inferred(key: base.name, generation: base.generation)
     let staged = StagedFile(
       inode: inode, stage: stage,
       state: StagedFile.State(
@@ -109,49 +81,31 @@ extension Staging {
         throw diagnostics.localFailure(failure, key: node.key)
       }
     }
-    let handle = handles.next()
-    // Reads before the first write come from the object.
-    if !emptied { reads.add(handle: handle, base: base) }
     // Another open may have staged the inode meanwhile: share that one.
-    let winner = registry.withLock { registry -> StagedFile? in
-      if let other = registry.byInode[inode], !other.state.withLock({ $0.unlinked }) { return other }
-      registry.byInode[inode] = staged
-      registry.handles[handle] = staged
-      return nil
-    }
-    if let winner {
+    if let winner = inodes.addUnlessShared(staged) {
       stage.remove()
-      reads.remove(handle: handle)
-      guard let shared = try await attach(winner, truncate: truncate) else {
-        return try await openForWriting(inode: inode, node: node, flags: flags)
+      guard try await attach(winner, truncate: truncate) else {
+        return try await openForWriting(inode: inode, node: node, truncate: truncate)
       }
-      return OpenResult(handle: shared, keepCache: false)
+      return winner
     }
-    count.add(1, ordering: .relaxed)
-    return OpenResult(handle: handle, keepCache: false)
+    return staged
   }
 
-  /// A new handle on a staged file; nil if its last handle closed meanwhile
-  /// (then the caller stages the file anew).
-  private func attach(_ staged: StagedFile, truncate: Bool) async throws -> UInt64? {
-    let handle = handles.next()
-    // Under the registry's lock, as the last release is: never a handle on a released stage.
-    let attached = registry.withLock { registry -> Bool in
-      guard registry.byInode[staged.inode] === staged else { return false }
-      staged.state.withLock { $0.handles += 1 }
-      registry.handles[handle] = staged
-      return true
-    }
-    guard attached else { return nil }
+  /// One more writer on a staged file; false if its last one closed
+  /// meanwhile (then the caller stages the file anew).
+  private func attach(_ staged: StagedFile, truncate: Bool) async throws -> Bool {
+    // Under the inodes' lock, as the last release is: never a writer on a released stage.
+    guard inodes.addWriter(staged) else { return false }
     if truncate {
       do {
         try await resize(staged, to: 0)
       } catch {
-        releaseWriter(handle: handle)
+        releaseWriter(staged)
         throw error
       }
     }
-    return handle
+    return true
   }
 
   // MARK: - Writing
@@ -159,16 +113,14 @@ extension Staging {
   /// The answer to a write that needs no stage: a bad handle, a poisoned
   /// file, a write of no bytes or one past the largest object. Nil when
   /// the write goes to the stage (off the FUSE loop: it is file I/O).
-  func answerWithoutStage(handle: UInt64, offset: UInt64, count: Int) -> Result<Int, Errno>? {
-    guard let staged = file(handle: handle) else { return .failure(.badHandle) }
+  func answerWithoutStage(_ staged: StagedFile, offset: UInt64, count: Int) -> Result<Int, Errno>? {
     let (key, poisoned) = staged.state.withLock { ($0.key, $0.poisoned) }
     if let poisoned { return .failure(poisoned) }
     return unstagedWrite(key, offset: offset, count: count)
   }
 
-  func write(handle: UInt64, offset: UInt64, data: [UInt8]) async throws -> Int {
-    guard let staged = file(handle: handle) else { throw Errno.badHandle }
-    return try await staged.gate.run {
+  func write(_ staged: StagedFile, offset: UInt64, data: [UInt8]) async throws -> Int {
+    try await staged.gate.run {
       let (key, poisoned, covered) = staged.state.withLock {
         ($0.key, $0.poisoned, Self.covers($0, offset: offset, count: data.count))
       }
