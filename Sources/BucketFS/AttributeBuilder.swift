@@ -8,7 +8,7 @@ struct AttributeBuilder: Sendable {
   let nodes: NodeTable
   let staging: Staging
   /// Kept flat listings show a directory's placeholder (or its absence).
-  let walks: SubtreeWalks
+  let cache: DirectoryCache
   let configuration: Configuration
   let mountTime: Timestamp
   let clock: @Sendable () -> Double
@@ -169,7 +169,7 @@ struct AttributeBuilder: Sendable {
   }
 
   private func listed(_ name: String, in parent: String) -> ListedEntry? {
-    guard case .listed(let entry)? = walks.known(name, in: parent), entry.kind == .directory,
+    guard case .listed(let entry)? = cache.known(name, in: parent), entry.kind == .directory,
       entry.metadata != nil
     else { return nil }
     return entry

@@ -25,8 +25,8 @@ public final class BucketFileSystem: FileSystem, Sendable {
   let handles = HandleTable()
   /// Tree walks and the listings they fetch ahead (SubtreeWalk.swift).
   let walks: SubtreeWalks
-  /// Complete listings of directories, for absent names (CompleteListings.swift).
-  let listings: SharedListings
+  /// What is known of each directory's contents (DirectoryCache.swift).
+  let cache: DirectoryCache
   /// Memory read-ahead may hold, shared by all open files.
   let readAhead: ReadAheadBudget
   /// Small files fetched ahead of a reader going through a directory (SiblingPrefetch.swift).
@@ -63,27 +63,28 @@ public final class BucketFileSystem: FileSystem, Sendable {
   ) {
     let diagnostics = Diagnostics(logger: logger)
     let tasks = BackgroundTasks()
-    let listings = SharedListings()
-    let walks = SubtreeWalks(
-      store: inner, pageSize: configuration.pageSize, freshness: configuration.metadataTTL, logger: logger,
-      clock: clock, tasks: tasks, onConflict: { diagnostics.warnConflict($0) })
     let kernelListings = KernelListings(ttl: configuration.listCacheTTL, clock: clock)
-    let store = ListingAwareStore(
-      inner: inner, listings: listings, walks: walks, kernelListings: kernelListings, clock: clock)
+    let cache = DirectoryCache(
+      pageSize: configuration.pageSize, freshness: configuration.metadataTTL, kernelListings: kernelListings,
+      clock: clock, onConflict: { diagnostics.warnConflict($0) })
+    let walks = SubtreeWalks(
+      cache: cache, store: inner, logger: logger, clock: clock, tasks: tasks,
+      onConflict: { diagnostics.warnConflict($0) })
+    let store = ListingAwareStore(inner: inner, cache: cache, clock: clock)
     let nodes = NodeTable(configuration: configuration, store: store, diagnostics: diagnostics, clock: clock)
     kernelListings.attach(nodes)
     let readAhead = ReadAheadBudget(capacity: configuration.readAheadBudget, metrics: metrics)
-    let prefetch = SiblingPrefetch(store: inner, budget: readAhead, clock: clock, tasks: tasks)
+    let prefetch = SiblingPrefetch(store: inner, budget: readAhead, cache: cache, clock: clock, tasks: tasks)
     let reads = Reads(
       nodes: nodes, handles: handles, store: store, configuration: configuration, diagnostics: diagnostics,
       budget: readAhead, prefetch: prefetch, tasks: tasks)
     let provenance = Provenance(configuration: configuration, clock: clock)
     let staging = Staging(
-      stageFiles: stageFiles, diskWork: diskWork, nodes: nodes, provenance: provenance, listings: listings,
+      stageFiles: stageFiles, diskWork: diskWork, nodes: nodes, provenance: provenance, listings: cache,
       store: store, configuration: configuration, diagnostics: diagnostics, clock: clock, metrics: metrics,
       tasks: tasks)
     let entries = AttributeBuilder(
-      nodes: nodes, staging: staging, walks: walks, configuration: configuration, mountTime: Timestamp.now(),
+      nodes: nodes, staging: staging, cache: cache, configuration: configuration, mountTime: Timestamp.now(),
       clock: clock)
     self.configuration = configuration
     self.diagnostics = diagnostics
@@ -91,7 +92,7 @@ public final class BucketFileSystem: FileSystem, Sendable {
     self.tasks = tasks
     self.nodes = nodes
     self.walks = walks
-    self.listings = listings
+    self.cache = cache
     self.readAhead = readAhead
     self.prefetch = prefetch
     self.reads = reads
@@ -99,16 +100,15 @@ public final class BucketFileSystem: FileSystem, Sendable {
     self.staging = staging
     self.entries = entries
     self.lookups = Lookups(
-      nodes: nodes, entries: entries, listings: listings, walks: walks, store: store,
-      configuration: configuration, diagnostics: diagnostics, clock: clock, tasks: tasks)
+      nodes: nodes, entries: entries, cache: cache, store: store, configuration: configuration,
+      diagnostics: diagnostics, clock: clock, tasks: tasks)
     self.kernelListings = kernelListings
     self.directories = Directories(
-      nodes: nodes, entries: entries, staging: staging, handles: handles, walks: walks, listings: listings,
-      prefetch: prefetch, kernelListings: kernelListings,
+      nodes: nodes, entries: entries, staging: staging, handles: handles, walks: walks, cache: cache,
+      kernelListings: kernelListings,
       store: store, configuration: configuration, diagnostics: diagnostics, clock: clock, tasks: tasks)
     self.namespace = Namespace(
-      nodes: nodes, entries: entries, staging: staging, provenance: provenance, reads: reads, walks: walks,
-      listings: listings,
+      nodes: nodes, entries: entries, staging: staging, provenance: provenance, reads: reads, cache: cache,
       store: store, configuration: configuration, diagnostics: diagnostics, clock: clock)
     self.links = Symlinks(
       nodes: nodes, entries: entries, store: store, configuration: configuration, diagnostics: diagnostics,

@@ -38,7 +38,7 @@ final class OpenDirectory: Sendable {
 }
 
 /// Directory handles over ``DirectoryStream``s: what each readdir pass
-/// shows, and what it tells the walks, the prefetch and the complete listings.
+/// shows, and what it tells the walks and the directory cache.
 final class Directories: Sendable {
   let nodes: NodeTable
   let entries: AttributeBuilder
@@ -46,8 +46,7 @@ final class Directories: Sendable {
   let handles: HandleTable
   /// Tree walks and the listings they fetch ahead (SubtreeWalk.swift).
   let walks: SubtreeWalks
-  let listings: SharedListings
-  let prefetch: SiblingPrefetch
+  let cache: DirectoryCache
   let kernelListings: KernelListings
   let store: any ObjectStore
   /// Owns the tasks this starts (BackgroundTasks.swift).
@@ -59,8 +58,8 @@ final class Directories: Sendable {
   init(
     nodes: NodeTable, entries: AttributeBuilder, staging: Staging, handles: HandleTable,
     walks: SubtreeWalks,
-    listings: SharedListings,
-    prefetch: SiblingPrefetch, kernelListings: KernelListings, store: any ObjectStore,
+    cache: DirectoryCache,
+    kernelListings: KernelListings, store: any ObjectStore,
     configuration: Configuration, diagnostics: Diagnostics,
     clock: @escaping @Sendable () -> Double, tasks: BackgroundTasks
   ) {
@@ -70,8 +69,7 @@ final class Directories: Sendable {
     self.staging = staging
     self.handles = handles
     self.walks = walks
-    self.listings = listings
-    self.prefetch = prefetch
+    self.cache = cache
     self.kernelListings = kernelListings
     self.store = store
     self.configuration = configuration
@@ -103,11 +101,10 @@ final class Directories: Sendable {
     if offset == 0 {
       await stream.rewind()
       directory.restart(inFlight: staging.inFlight(in: stream.prefix))
-      let now = clock()
-      listings.withLock { $0.startPass(handle: handle, directory: stream.prefix, at: now) }
+      cache.passStarted(handle: handle, directory: stream.prefix)
     }
     var listedNames: [(String, Double)] = []
-    defer { notePass(handle: handle, names: listedNames, complete: false) }
+    defer { cache.passListed(handle: handle, names: listedNames, complete: false) }
     let own = entries.attributes(inode: inode, kind: .directory, facts: nil)
     let dot = Entry(attributes: own, entryTimeout: 0, attributeTimeout: 0)
     if offset == 0, !buffer.add(name: ".", entry: dot, nextOffset: 1) { return }
@@ -120,7 +117,7 @@ final class Directories: Sendable {
     var files: [SiblingPrefetch.File] = []
     defer {
       walks.read(stream.prefix, subdirectories: subdirectories)
-      prefetch.listed(stream.prefix, files: files)
+      cache.readdirGave(stream.prefix, files: files)
     }
     while true {
       let batch: ArraySlice<ListedEntry>
@@ -137,7 +134,7 @@ final class Directories: Sendable {
         throw failure
       }
       if batch.isEmpty {
-        notePass(handle: handle, names: listedNames, complete: true)
+        cache.passListed(handle: handle, names: listedNames, complete: true)
         listedNames = []
         addInFlight(directory, from: index, into: buffer)
         return
@@ -187,18 +184,9 @@ final class Directories: Sendable {
     }
   }
 
-  /// Names a readdir pass handed the kernel; `complete` at its end.
-  private func notePass(handle: UInt64, names: [(String, Double)], complete: Bool) {
-    guard !names.isEmpty || complete else { return }
-    listings.withLock { listings in
-      for (name, answeredAt) in names { listings.note(handle: handle, name: name, answeredAt: answeredAt) }
-      if complete { listings.finishPass(handle: handle) }
-    }
-  }
-
   /// Handle `handle`, taken from the table by its release, closed.
   func released(_ directory: OpenDirectory, handle: UInt64) {
     if directory.walked { walks.released(directory.stream.prefix) }
-    listings.withLock { $0.dropPass(handle: handle) }
+    cache.passEnded(handle: handle)
   }
 }

@@ -27,9 +27,7 @@ extension Namespace {
     if targets.contains(where: { $0.utf8.count > Names.maxObjectNameBytes }) { throw Errno.nameTooLong }
 
     let outcome = await moveAll(objects, to: targets, replacing: replaced, into: to)
-    // Without a placeholder nothing stored names `to` itself: its parent's
-    // complete listing must not call it absent.
-    if !outcome.moved.isEmpty { listings.withLock { $0.add(key: to) } }
+    // Each object moved joined the listings of `to` and its parent (ListingAwareStore).
     if let (name, error) = outcome.failure {
       let moved = outcome.moved.map { "\($0.from) -> \($0.to.name)" }
       let kept = outcome.sourceKept.map { "\($0) (copied, source kept)" }

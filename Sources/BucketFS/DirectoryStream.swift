@@ -53,9 +53,9 @@ actor DirectoryStream {
   private var unmatched: [String: ObjectMetadata] = [:]
   /// Pages fetched since the start, and the next one when already under way.
   private var pagesFetched = 0
-  private var prefetch: Task<DatedPage, any Error>?
-  /// The page token `prefetch` was asked for with.
-  private var prefetchToken: String?
+  private var pageAhead: Task<DatedPage, any Error>?
+  /// The page token `pageAhead` was asked for with.
+  private var pageAheadToken: String?
   /// The number of the page the reader is waiting for, if any.
   private var awaited: Int?
   /// Counts restarts, so that a token from an abandoned pass is ignored.
@@ -107,11 +107,11 @@ actor DirectoryStream {
   }
 
   deinit {
-    prefetch?.cancel()
+    pageAhead?.cancel()
   }
 
   private func restart() {
-    cancelPrefetch()
+    cancelPageAhead()
     pass += 1
     pagesFetched = 0
     entries = []
@@ -129,9 +129,9 @@ actor DirectoryStream {
     defer { awaited = nil }
     let page: DatedPage
     do {
-      if let ahead = prefetch {
-        prefetch = nil
-        prefetchToken = nil
+      if let ahead = pageAhead {
+        pageAhead = nil
+        pageAheadToken = nil
         page = try await withTaskCancellationHandler {
           try await ahead.value
         } onCancel: {
@@ -142,11 +142,11 @@ actor DirectoryStream {
       }
     } catch {
       // A page started early from this one's token must not stand in for it.
-      cancelPrefetch()
+      cancelPageAhead()
       throw error
     }
     if let token = page.page.nextPageToken, !tokens.insert(token).inserted {
-      cancelPrefetch()
+      cancelPageAhead()
       throw StorageError.invalidResponse("list \(prefix): page token \(token) came back; the listing loops")
     }
     base += entries.count
@@ -154,36 +154,36 @@ actor DirectoryStream {
     nextPageToken = page.page.nextPageToken
     started = true
     pagesFetched += 1
-    if let token = nextPageToken, prefetchToken != token {
-      cancelPrefetch()
-      if pagesFetched >= 2 { startPrefetch(token, number: number + 1) }
+    if let token = nextPageToken, pageAheadToken != token {
+      cancelPageAhead()
+      if pagesFetched >= 2 { startPageAhead(token, number: number + 1) }
     }
   }
 
   /// A page's token is known (only past the first page): if the reader is
   /// waiting for that page, the next page is asked for now.
   private func tokenArrived(_ token: String, page number: Int, pass: Int) {
-    guard pass == self.pass, awaited == number, prefetch == nil else { return }
-    startPrefetch(token, number: number + 1)
+    guard pass == self.pass, awaited == number, pageAhead == nil else { return }
+    startPageAhead(token, number: number + 1)
   }
 
-  private func startPrefetch(_ token: String, number: Int) {
+  private func startPageAhead(_ token: String, number: Int) {
     let list = lister()
-    prefetchToken = token
-    prefetch = tasks.start(.cancel) { try await list(token, number) }
+    pageAheadToken = token
+    pageAhead = tasks.start(.cancel) { try await list(token, number) }
   }
 
-  private func cancelPrefetch() {
-    prefetch?.cancel()
-    prefetch = nil
-    prefetchToken = nil
+  private func cancelPageAhead() {
+    pageAhead?.cancel()
+    pageAhead = nil
+    pageAheadToken = nil
   }
 
   private func list(_ token: String?, number: Int) async throws -> DatedPage {
     try await lister()(token, number)
   }
 
-  /// Holds the stream weakly, so that dropping it cancels the prefetch.
+  /// Holds the stream weakly, so that dropping it cancels the page asked ahead.
   private func lister() -> @Sendable (String?, Int) async throws -> DatedPage {
     let (store, prefix, pageSize, pass, clock, trailing) = (
       self.store, self.prefix, self.pageSize, self.pass, self.clock, self.placeholders

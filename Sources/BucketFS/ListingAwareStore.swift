@@ -1,77 +1,94 @@
 import NIOCore
 import ObjectStore
 
-/// The store as the filesystem uses it: every name stored through it joins
-/// its directory's complete listing, whichever operation stored it (an
-/// upload, a copy, a move), and a directory placeholder created where no
-/// object was (`ifGenerationMatch=0`) starts as a complete, empty listing;
-/// every file deleted or moved away leaves it. Each change also drops the
-/// walks' kept listings it could make wrong. Reads, listings and patches go
-/// to `inner` unchanged.
+/// The store as the filesystem uses it: the one place every write tells the
+/// ``DirectoryCache``, once, whichever operation made it (an upload, a copy,
+/// a move, a delete, a compose) and whatever its outcome. A name stored
+/// joins its directory's complete listing, and a directory placeholder
+/// created where no object was (`ifGenerationMatch=0`) starts as a
+/// complete, empty listing; a file deleted or moved away leaves it. A write
+/// that fails drops the kept listings that show its name (a 412 or a 404
+/// means another client changed it). Reads, listings and patches go to
+/// `inner` unchanged.
 struct ListingAwareStore: ForwardingObjectStore {
   let inner: any ObjectStore
-  let listings: SharedListings
-  /// Listings kept by tree walks: a change through this store drops those it could make wrong.
-  let walks: SubtreeWalks
-  /// The kernel's cached listings: a change through this store ends those it could make wrong.
-  let kernelListings: KernelListings
+  let cache: DirectoryCache
   let clock: @Sendable () -> Double
+
+  /// Runs a write; tells the cache what it changed, or that it failed.
+  private func write<T>(
+    _ keys: [String], _ body: () async throws -> T, changes: (T) -> [DirectoryCache.Change]
+  ) async throws -> T {
+    let result: T
+    do {
+      result = try await body()
+    } catch {
+      for key in keys { cache.invalidate(.touched(key)) }
+      throw error
+    }
+    for change in changes(result) { cache.invalidate(change) }
+    return result
+  }
 
   func upload(
     _ name: String, from source: any UploadSource, attributes: ObjectAttributes, ifGenerationMatch: Int64?
   ) async throws -> ObjectMetadata {
     let started = clock()
-    let stored = try await inner.upload(
-      name, from: source, attributes: attributes, ifGenerationMatch: ifGenerationMatch)
-    walks.invalidateListings(under: name)
-    kernelListings.changed(name)
-    listings.withLock { listings in
-      listings.add(key: name)
-      if name.hasSuffix("/"), ifGenerationMatch == 0 {
-        listings.record(directory: name, names: [], at: started)
-      }
+    return try await write([name]) {
+      try await inner.upload(name, from: source, attributes: attributes, ifGenerationMatch: ifGenerationMatch)
+    } changes: { _ in
+      name.hasSuffix("/") && ifGenerationMatch == 0
+        ? [.createdDirectory(name, since: started)] : [.stored(name)]
     }
-    return stored
   }
 
   func delete(_ name: String, ifGenerationMatch: Int64?) async throws {
-    try await inner.delete(name, ifGenerationMatch: ifGenerationMatch)
-    walks.invalidateListings(under: name)
-    listings.withLock { $0.remove(key: name) }
-    kernelListings.changed(name)
+    try await write([name]) {
+      try await inner.delete(name, ifGenerationMatch: ifGenerationMatch)
+    } changes: { _ in
+      [.removed(name)]
+    }
   }
 
   func copy(
     _ source: String, sourceGeneration: Int64, to destination: String, attributes: ObjectAttributes?,
     ifGenerationMatch: Int64?
   ) async throws -> ObjectMetadata {
-    let stored = try await inner.copy(
-      source, sourceGeneration: sourceGeneration, to: destination, attributes: attributes,
-      ifGenerationMatch: ifGenerationMatch)
-    walks.invalidateListings(under: destination)
-    kernelListings.changed(destination)
-    listings.withLock { $0.add(key: destination) }
-    return stored
+    try await write([destination]) {
+      try await inner.copy(
+        source, sourceGeneration: sourceGeneration, to: destination, attributes: attributes,
+        ifGenerationMatch: ifGenerationMatch)
+    } changes: { _ in
+      [.stored(destination)]
+    }
   }
 
   func move(_ source: String, sourceGeneration: Int64, to destination: String, ifGenerationMatch: Int64?)
     async throws -> ObjectMetadata
   {
-    let stored = try await inner.move(
-      source, sourceGeneration: sourceGeneration, to: destination, ifGenerationMatch: ifGenerationMatch)
-    walks.invalidateListings(under: source)
-    walks.invalidateListings(under: destination)
-    kernelListings.changed(source)
-    kernelListings.changed(destination)
-    listings.withLock { listings in
-      listings.remove(key: source)
-      listings.add(key: destination)
+    try await write([source, destination]) {
+      try await inner.move(
+        source, sourceGeneration: sourceGeneration, to: destination, ifGenerationMatch: ifGenerationMatch)
+    } changes: { _ in
+      [.removed(source), .stored(destination)]
     }
-    return stored
   }
 
   func partedUpload() -> (any PartedUpload)? {
     inner.partedUpload().map { ListedPartedUpload(inner: $0, store: self) }
+  }
+
+  /// The compose of a parted upload, told as an upload is.
+  fileprivate func compose(
+    _ upload: any PartedUpload, _ parts: [StoredPart], into name: String, attributes: ObjectAttributes,
+    ifGenerationMatch: Int64?
+  ) async throws -> ObjectMetadata {
+    try await write([name]) {
+      try await upload.compose(
+        parts, into: name, attributes: attributes, ifGenerationMatch: ifGenerationMatch)
+    } changes: { _ in
+      [.stored(name)]
+    }
   }
 }
 
@@ -91,11 +108,8 @@ struct ListedPartedUpload: PartedUpload {
   func compose(
     _ parts: [StoredPart], into name: String, attributes: ObjectAttributes, ifGenerationMatch: Int64?
   ) async throws -> ObjectMetadata {
-    let stored = try await inner.compose(
-      parts, into: name, attributes: attributes, ifGenerationMatch: ifGenerationMatch)
-    store.walks.invalidateListings(under: name)
-    store.listings.withLock { $0.add(key: name) }
-    return stored
+    try await store.compose(
+      inner, parts, into: name, attributes: attributes, ifGenerationMatch: ifGenerationMatch)
   }
 
   func combine(_ parts: [StoredPart]) async throws -> StoredPart { try await inner.combine(parts) }

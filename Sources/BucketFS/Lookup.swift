@@ -2,11 +2,11 @@ import FUSE
 import ObjectStore
 import Synchronization
 
-/// Lookups of names: from what the mount holds, from a complete listing's
-/// absence, from a tree walk's kept listing, from a list call a burst of
-/// lookups in one directory shares, or from one list call that shows the
-/// object and its subtree (flat, one page, which ``SubtreeWalks`` keeps when
-/// it ends within it).
+/// Lookups of names: from what the mount holds, from what the
+/// ``DirectoryCache`` knows of the parent (a complete listing's absence, a
+/// kept listing's entry), from a list call a burst of lookups in one
+/// directory shares, or from one list call that shows the object and its
+/// subtree (flat, one page, which fills the cache).
 final class Lookups: Sendable {
   struct Burst {
     var inFlight = 0
@@ -28,9 +28,8 @@ final class Lookups: Sendable {
 
   let nodes: NodeTable
   let entries: AttributeBuilder
-  let listings: SharedListings
-  /// Listings kept for walks: lookups under a listed subtree are answered from them.
-  let walks: SubtreeWalks
+  /// What is known of each directory: lookups are answered from it and fill it.
+  let cache: DirectoryCache
   let store: any ObjectStore
   /// Owns the tasks this starts (BackgroundTasks.swift).
   let tasks: BackgroundTasks
@@ -39,16 +38,14 @@ final class Lookups: Sendable {
   let clock: @Sendable () -> Double
 
   init(
-    nodes: NodeTable, entries: AttributeBuilder, listings: SharedListings, walks: SubtreeWalks,
-    store: any ObjectStore,
+    nodes: NodeTable, entries: AttributeBuilder, cache: DirectoryCache, store: any ObjectStore,
     configuration: Configuration, diagnostics: Diagnostics, clock: @escaping @Sendable () -> Double,
     tasks: BackgroundTasks
   ) {
     self.tasks = tasks
     self.nodes = nodes
     self.entries = entries
-    self.listings = listings
-    self.walks = walks
+    self.cache = cache
     self.store = store
     self.configuration = configuration
     self.diagnostics = diagnostics
@@ -63,11 +60,10 @@ final class Lookups: Sendable {
       return entry
     }
     let now = clock()
-    let absent = listings.withLock {
-      $0.knownAbsent(directory: parentKey, name: name, now: now, ttl: configuration.negativeTTL)
+    if cache.knownAbsent(directory: parentKey, name: name, now: now, ttl: configuration.negativeTTL) {
+      return .negative(timeout: configuration.negativeTTL)
     }
-    if absent { return .negative(timeout: configuration.negativeTTL) }
-    if let entry = fromWalk(name, in: parentKey, fileKey: fileKey, directoryKey: directoryKey, now: now) {
+    if let entry = fromKept(name, in: parentKey, fileKey: fileKey, directoryKey: directoryKey, now: now) {
       return entry
     }
 
@@ -102,17 +98,16 @@ final class Lookups: Sendable {
   /// One list call from `name` up to `name0` (`0` follows `/`): the object
   /// `name` sorts first, then names that go on with a byte below `/`
   /// (`name-x`, `name.txt`, and what is under them), then the subtree
-  /// `name/…`. Flat, one page (kept by ``SubtreeWalks`` when the subtree
-  /// ends within it), unless the subtree was found larger lately: then by
+  /// `name/…`. Flat, one page (kept by the ``DirectoryCache``), unless the subtree was found larger lately: then by
   /// delimiter, where `name/` is one prefix. Only when those other names
   /// fill the page before it shows whether `name/` exists is the name asked
   /// for again, the object and its prefix apart (docs/SEMANTICS.md#listing-lookup).
   private func ask(fileKey: String, directoryKey: String) async throws -> Entry {
-    let probe = walks.probe(directoryKey)
+    let flat = cache.flatLookup(of: directoryKey)
     let page: ListPage
     do {
       page = try await store.list(
-        prefix: fileKey, delimiter: probe == nil ? "/" : nil, pageSize: configuration.pageSize,
+        prefix: fileKey, delimiter: flat == nil ? "/" : nil, pageSize: configuration.pageSize,
         pageToken: nil,
         endOffset: fileKey + "0")
     } catch {
@@ -125,31 +120,31 @@ final class Lookups: Sendable {
       crowd(fileKey, at: answeredAt)
       return try await askApart(fileKey: fileKey, directoryKey: directoryKey)
     }
-    if let probe, isDirectory {
+    if let flat, isDirectory {
       let subtree = ListPage(items: under, prefixes: [], nextPageToken: page.nextPageToken)
-      walks.probed(directoryKey, page: subtree, answeredAt: answeredAt, epoch: probe.epoch)
+      cache.keep(lookedUp: directoryKey, page: subtree, answeredAt: answeredAt, flat: flat)
     }
     let metadata = page.items.first { Names.same($0.name, fileKey) }
     return answer(
       fileKey: fileKey, directoryKey: directoryKey, isDirectory, metadata,
-      placeholder: Self.placeholder(of: directoryKey, first: under.first, flat: probe != nil), at: answeredAt)
+      placeholder: Self.placeholder(of: directoryKey, first: under.first, flat: flat != nil), at: answeredAt)
   }
 
   /// The object and what is under its prefix, asked for at once: a page of
   /// the subtree, flat, unless it was found larger.
   private func askApart(fileKey: String, directoryKey: String) async throws -> Entry {
-    let probe = walks.probe(directoryKey)
+    let flat = cache.flatLookup(of: directoryKey)
     async let object = nodes.optionalMetadata(fileKey)
     async let children = store.list(
-      prefix: directoryKey, delimiter: probe == nil ? "/" : nil, pageSize: probe?.size ?? 1, pageToken: nil)
+      prefix: directoryKey, delimiter: flat == nil ? "/" : nil, pageSize: flat?.size ?? 1, pageToken: nil)
     let isDirectory: Bool
     let placeholder: ObjectMetadata?
     do {
       let page = try await children
       isDirectory = !page.items.isEmpty || !page.prefixes.isEmpty
-      placeholder = Self.placeholder(of: directoryKey, first: page.items.first, flat: probe != nil)
-      if let probe, isDirectory {
-        walks.probed(directoryKey, page: page, answeredAt: clock(), epoch: probe.epoch)
+      placeholder = Self.placeholder(of: directoryKey, first: page.items.first, flat: flat != nil)
+      if let flat, isDirectory {
+        cache.keep(lookedUp: directoryKey, page: page, answeredAt: clock(), flat: flat)
       }
     } catch {
       throw diagnostics.failure(error, operation: "list", key: directoryKey)
@@ -187,9 +182,9 @@ final class Lookups: Sendable {
     return entries.object(fileKey, metadata, at: answeredAt)
   }
 
-  /// The answer a walk's kept listing of the parent gives: the entry as
+  /// The answer the cache's kept listing of the parent gives: the entry as
   /// listed, or "absent" while the listing is younger than the negative TTL.
-  private func fromWalk(
+  private func fromKept(
     _ name: String, in parentKey: String, fileKey: String, directoryKey: String, now: Double
   )
     -> Entry?
@@ -197,7 +192,7 @@ final class Lookups: Sendable {
     // A node the mount holds past its TTL, or found gone by a read, may know
     // better than a listing answered before: ask the service.
     if nodes.held(fileKey: fileKey, directoryKey: directoryKey).inode != nil { return nil }
-    switch walks.known(name, in: parentKey) {
+    switch cache.known(name, in: parentKey) {
     case .listed(let listed)?:
       if listed.kind == .directory {
         return entries.directory(

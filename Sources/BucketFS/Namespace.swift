@@ -16,8 +16,8 @@ final class Namespace: Sendable {
   /// What bucketfs chose of the files it stored, for an atomic save.
   let provenance: Provenance
   let reads: Reads
-  let walks: SubtreeWalks
-  let listings: SharedListings
+  /// Told what a fresh look at the bucket found (the store tells it every write).
+  let cache: DirectoryCache
   let store: any ObjectStore
   let configuration: Configuration
   let diagnostics: Diagnostics
@@ -26,8 +26,7 @@ final class Namespace: Sendable {
 
   init(
     nodes: NodeTable, entries: AttributeBuilder, staging: Staging, provenance: Provenance, reads: Reads,
-    walks: SubtreeWalks,
-    listings: SharedListings, store: any ObjectStore, configuration: Configuration, diagnostics: Diagnostics,
+    cache: DirectoryCache, store: any ObjectStore, configuration: Configuration, diagnostics: Diagnostics,
     clock: @escaping @Sendable () -> Double
   ) {
     self.nodes = nodes
@@ -35,8 +34,7 @@ final class Namespace: Sendable {
     self.staging = staging
     self.provenance = provenance
     self.reads = reads
-    self.walks = walks
-    self.listings = listings
+    self.cache = cache
     self.store = store
     self.configuration = configuration
     self.diagnostics = diagnostics
@@ -47,8 +45,6 @@ final class Namespace: Sendable {
     try checkWritable()
     let parentKey = try nodes.node(parent, kind: .directory).key
     let key = try Names.key(name, under: parentKey, for: .existing)
-    // Kept tree listings that could show the name go, whatever the outcome.
-    defer { walks.invalidateListings(under: key) }
     // A file this mount created and never stored has no object to delete.
     if let inode = nodes.inode(of: key), staging.file(inode: inode)?.unlinkIfNeverStored() == true {
       nodes.detach(inode)
@@ -74,7 +70,6 @@ final class Namespace: Sendable {
     let parentKey = try nodes.node(parent, kind: .directory).key
     let fileKey = try Names.key(name, under: parentKey, for: .newDirectory)
     let directoryKey = fileKey + "/"
-    defer { walks.invalidateListings(under: directoryKey) }
     // The bucket decides, not a held node: an implicit directory vanishes with its last object.
     let found = try await lookInBucket(fileKey: fileKey, directoryKey: directoryKey)
     if found.file != nil || found.directory != nil { throw Errno.exists }
@@ -113,7 +108,6 @@ final class Namespace: Sendable {
     if special != nil, !configuration.posixAttributes { throw Errno.notPermitted }
     let parentKey = try nodes.node(parent, kind: .directory).key
     let key = try Names.key(name, under: parentKey, for: .newFile)
-    defer { walks.invalidateListings(under: key) }
     let found = try await lookInBucket(fileKey: key, directoryKey: key + "/")
     if found.file != nil || found.directory != nil || staging.isInFlight(key: key) { throw Errno.exists }
     let (fileAttributes, inferred) = provenance.newFile(name: name, mode: mode & 0o7777)
@@ -142,7 +136,6 @@ final class Namespace: Sendable {
     let parentKey = try nodes.node(parent, kind: .directory).key
     let fileKey = try Names.key(name, under: parentKey, for: .existing)
     let directoryKey = fileKey + "/"
-    defer { walks.invalidateListings(under: directoryKey) }
     let held = nodes.held(fileKey: fileKey, directoryKey: directoryKey)
     if let kind = held.kind, kind != .directory { throw Errno.notDirectory }
     // A file created in it and not stored yet is in it (docs/SEMANTICS.md#writes-in-flight).
@@ -223,6 +216,10 @@ final class Namespace: Sendable {
   /// list call of two entries (a page may come back short with a token, so
   /// follow tokens while only the placeholder has shown up).
   func contents(of directoryKey: String) async throws -> DirectoryContents {
+    // What is kept of the name may be older than what this finds; the
+    // operation that asks may end here (EEXIST, ENOTEMPTY) or go on to a
+    // write, which the store reports in turn.
+    defer { cache.invalidate(.touched(directoryKey)) }
     var placeholder: ObjectMetadata?
     var token: String?
     for _ in 0..<4 {
@@ -248,6 +245,7 @@ final class Namespace: Sendable {
   /// command acts on the current version.
   func changedMeanwhile(_ key: String, operation: String) async -> Errno {
     logger.warning("\(operation) \(key): changed by someone else meanwhile; left as it is")
+    cache.invalidate(.touched(key))
     if (try? await nodes.optionalMetadata(key)) == nil {
       nodes.forgetKey(key)
     } else {

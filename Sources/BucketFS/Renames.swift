@@ -18,10 +18,6 @@ extension Namespace {
     let toParent = try nodes.node(newParent, kind: .directory).key
     let from = try Names.key(name, under: fromParent, for: .existing)
     let to = try Names.key(newName, under: toParent, for: .newFile)
-    defer {
-      walks.invalidateListings(under: from)
-      walks.invalidateListings(under: to)
-    }
 
     let held = nodes.held(fileKey: from, directoryKey: from + "/")
     var kind = held.kind

@@ -23,14 +23,11 @@ final class SiblingPrefetch: Sendable {
   /// Owns the tasks this starts (BackgroundTasks.swift).
   let tasks: BackgroundTasks
   private let budget: ReadAheadBudget
+  /// Holds the files each directory's readdir gave, in order.
+  private let cache: DirectoryCache
   private let clock: @Sendable () -> Double
 
-  struct File: Sendable {
-    let key: String
-    let inode: UInt64
-    let size: UInt64
-    let generation: Int64
-  }
+  typealias File = DirectoryCache.ListedFile
   struct Prefetched {
     let generation: Int64
     let task: Task<ByteBuffer, any Error>
@@ -38,11 +35,9 @@ final class SiblingPrefetch: Sendable {
     let at: Double
   }
   private struct State {
-    /// The files of the directories read last (a few), in listing order, and
-    /// those already opened (never fetched ahead again, whatever the order).
-    var directories: [ObjectKey: [File]] = [:]
+    /// Files already opened in directories the cache has the order of
+    /// (never fetched ahead again, whatever the order).
     var opened: Set<ObjectKey> = []
-    var recent: [ObjectKey] = []
     /// The last file read to its end, and when.
     var finished: (key: String, at: Double)?
     var prefetched: [ObjectKey: Prefetched] = [:]
@@ -52,12 +47,13 @@ final class SiblingPrefetch: Sendable {
   private let state = Mutex(State())
 
   init(
-    store: any ObjectStore, budget: ReadAheadBudget, clock: @escaping @Sendable () -> Double,
-    tasks: BackgroundTasks
+    store: any ObjectStore, budget: ReadAheadBudget, cache: DirectoryCache,
+    clock: @escaping @Sendable () -> Double, tasks: BackgroundTasks
   ) {
     self.store = store
     self.tasks = tasks
     self.budget = budget
+    self.cache = cache
     self.clock = clock
   }
 
@@ -65,28 +61,6 @@ final class SiblingPrefetch: Sendable {
     state.withLock { state in
       for entry in state.prefetched.values { drop(entry) }
       state.prefetched = [:]
-    }
-  }
-
-  /// A readdir of `directory` gave these files.
-  func listed(_ directory: String, files: [File]) {
-    guard !files.isEmpty else { return }
-    let directory = ObjectKey(directory)
-    state.withLock { state in
-      if state.directories[directory] == nil {
-        state.recent.append(directory)
-        if state.recent.count > 8 {
-          let gone = state.recent.removeFirst()
-          state.directories[gone] = nil
-          state.opened = state.opened.filter { Self.directory(of: $0.name).map { ObjectKey($0) } != gone }
-        }
-      }
-      var known = state.directories[directory, default: []]
-      // A directory listed again (`ls`, then the shell's glob) gives the same names again.
-      var seen = Set(known.lazy.map { ObjectKey($0.key) })
-      for file in files where seen.insert(ObjectKey(file.key)).inserted { known.append(file) }
-      if known.count > 4096 { known.removeFirst(known.count - 4096) }
-      state.directories[directory] = known
     }
   }
 
@@ -101,9 +75,14 @@ final class SiblingPrefetch: Sendable {
   /// this open follows the last file read to its end.
   func opened(_ key: String, generation: Int64) -> (task: Task<ByteBuffer, any Error>, grant: Int)? {
     let now = clock()
+    let files = Self.directory(of: key).flatMap { cache.filesRead(in: $0) }
     return state.withLock { state in
       expire(now: now, &state)
-      if let directory = Self.directory(of: key), state.directories[ObjectKey(directory)] != nil {
+      if files != nil {
+        // Bounded as the cache bounds the orders: a few directories' files.
+        if state.opened.count >= DirectoryCache.readOrderCapacity * DirectoryCache.readOrderFiles {
+          state.opened.removeAll()
+        }
         state.opened.insert(ObjectKey(key))
       }
       var mine: (Task<ByteBuffer, any Error>, Int)?
@@ -111,7 +90,7 @@ final class SiblingPrefetch: Sendable {
         if entry.generation == generation { mine = (entry.task, entry.grant) } else { drop(entry) }
       }
       if let (finished, at) = state.finished, now - at < window,
-        let next = following(finished, then: key, &state)
+        let files, let next = following(finished, then: key, in: files, &state)
       {
         for file in next where state.prefetched[ObjectKey(file.key)] == nil {
           let grant = budget.acquire(upTo: Int(file.size), atLeast: Int(file.size))
@@ -157,10 +136,11 @@ final class SiblingPrefetch: Sendable {
 
   /// The small files after `key` in the order that puts `key` right after
   /// `previous` (name order, else inode order); nil if neither does.
-  private func following(_ previous: String, then key: String, _ state: inout State) -> [File]? {
+  private func following(_ previous: String, then key: String, in files: [File], _ state: inout State)
+    -> [File]?
+  {
     guard let directory = Self.directory(of: key),
-      Self.directory(of: previous).map({ Names.same($0, directory) }) == true,
-      let files = state.directories[ObjectKey(directory)]
+      Self.directory(of: previous).map({ Names.same($0, directory) }) == true
     else { return nil }
     for order in [files, files.sorted { $0.inode < $1.inode }] {
       guard let index = order.firstIndex(where: { Names.same($0.key, key) }), index > 0,

@@ -29,7 +29,7 @@ final class ListedPlaceholderTests: XCTestCase {
     let fs = makeFileSystem(store, pageSize: 3, clock: clock)
     let top = try await fs.inode(at: "top")
     // Past the second in which top's opendir would take its lookup's flat page.
-    clock.advance(fs.walks.followWindow)
+    clock.advance(fs.cache.followWindow)
     store.resetCalls()
 
     let listed = try await fs.entries(of: top)
@@ -68,7 +68,7 @@ final class ListedPlaceholderTests: XCTestCase {
     let fs = makeFileSystem(store, pageSize: 1, clock: clock)
     let top = try await fs.inode(at: "top")
     // Past the second in which top's opendir would take its lookup's flat page.
-    clock.advance(fs.walks.followWindow)
+    clock.advance(fs.cache.followWindow)
     store.resetCalls()
 
     let listed = try await fs.entries(of: top)

@@ -332,7 +332,7 @@ struct OtherClientRound {
     // would make its opendir a walk's), a moment later: past the second in
     // which an opendir takes the listing its lookup fetched (the lookups of
     // step 1 came before the change).
-    clock.advance(fs.walks.followWindow)
+    clock.advance(fs.cache.followWindow)
     let parents = Set(
       changes.map { Model.parent($0.key.hasSuffix("/") ? String($0.key.dropLast()) : $0.key) })
     try await expectListing(parents.sorted().randomElement(using: &generator)!)
@@ -378,7 +378,7 @@ struct OtherClientRound {
 
   /// Waits (a bounded poll) for the tree walks' fetches to end.
   private func settle() async throws {
-    let settled = await eventually { fs.walks.state.withLock { $0.fetches.isEmpty } }
+    let settled = await eventually { fs.walks.fetchesUnderWay == 0 }
     guard settled else { throw RoundMismatch("a tree walk's fetch never ended") }
   }
 

@@ -16,13 +16,10 @@ final class StoreWrapperTests: XCTestCase {
   func testTheListingAwareStoreForwardsEveryRequirement() async throws {
     let recorder = RecordingStore(InMemoryObjectStore(bucket: "b"))
     let clock = ManualClock()
-    let walks = SubtreeWalks(
-      store: recorder, pageSize: 1000, freshness: 1, logger: quietLogger, clock: clock.read,
-      tasks: BackgroundTasks(), onConflict: { _ in })
-    let listings = SharedListings()
-    let store = ListingAwareStore(
-      inner: recorder, listings: listings, walks: walks,
-      kernelListings: KernelListings(ttl: 0, clock: clock.read), clock: clock.read)
+    let cache = DirectoryCache(
+      pageSize: 1000, freshness: 1, kernelListings: KernelListings(ttl: 0, clock: clock.read),
+      clock: clock.read, onConflict: { _ in })
+    let store = ListingAwareStore(inner: recorder, cache: cache, clock: clock.read)
     let seen = try await recorder.callEveryRequirement(of: store)
     XCTAssertEqual(seen, .unchanged)
     XCTAssertEqual(recorder.calls, RecordingStore.Requirement.allCases, "each once, overloads apart")

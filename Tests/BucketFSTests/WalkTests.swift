@@ -117,7 +117,7 @@ final class WalkTests: XCTestCase {
     XCTAssertTrue(settled)
     // The root, one flat page of d0, its own first page, one look-ahead page for d1 and d2.
     XCTAssertLessThanOrEqual(store.calls.count, 5, "\(store.calls)")
-    XCTAssertLessThanOrEqual(fs.walks.heldEntries, fs.walks.capacity)
+    XCTAssertLessThanOrEqual(fs.cache.heldEntries, fs.cache.capacity)
   }
 
   func testHeldListingsStayWithinAFewPagesWhateverTheSubtreeSize() async throws {
@@ -125,11 +125,11 @@ final class WalkTests: XCTestCase {
     Self.seedTree(store, top: 6, middle: 30, files: 20)  // 3,600 files
     let fs = makeFileSystem(store, pageSize: 50)
     var peak = 0
-    let tree = try await fs.walk(onOpen: { peak = max(peak, fs.walks.heldEntries) })
+    let tree = try await fs.walk(onOpen: { peak = max(peak, fs.cache.heldEntries) })
     XCTAssertEqual(tree.count, 1 + 6 + 180)
     XCTAssertGreaterThan(peak, 0)
-    XCTAssertLessThanOrEqual(peak, fs.walks.capacity)
-    XCTAssertEqual(fs.walks.capacity, 4 * 50)
+    XCTAssertLessThanOrEqual(peak, fs.cache.capacity)
+    XCTAssertEqual(fs.cache.capacity, 4 * 50)
   }
 
   func testAWalkThatSpendsLongInEachChildStaysAWalk() async throws {
@@ -148,9 +148,14 @@ final class WalkTests: XCTestCase {
   }
 
   func testSubdirectoryNamesKeptForLookAheadAreBounded() {
+    let clock = ManualClock()
+    let cache = DirectoryCache(
+      pageSize: 10, freshness: 60, kernelListings: KernelListings(ttl: 0, clock: clock.read),
+      clock: clock.read,
+      onConflict: { _ in })
     let walks = SubtreeWalks(
-      store: InMemoryObjectStore(bucket: "b"), pageSize: 10, freshness: 60, logger: quietLogger,
-      clock: ManualClock().read, tasks: BackgroundTasks(), onConflict: { _ in })
+      cache: cache, store: InMemoryObjectStore(bucket: "b"), logger: quietLogger, clock: clock.read,
+      tasks: BackgroundTasks(), onConflict: { _ in })
     for d in 0..<100 {
       walks.read("d\(d)/", subdirectories: (0..<30).map { "d\(d)/s\($0)/" })
       XCTAssertLessThanOrEqual(walks.siblingKeysHeld, 8 * 10 + 20)
@@ -171,8 +176,8 @@ final class WalkTests: XCTestCase {
     // Through the mount (the write layer calls the entry point), d1/m0/f0 goes and d1/new comes.
     store.delete("d1/m0/f0")
     store.put("d1/new", data: [])
-    fs.walks.invalidateListings(under: "d1/m0/f0")
-    fs.walks.invalidateListings(under: "d1/new")
+    fs.cache.invalidate(.removed("d1/m0/f0"))
+    fs.cache.invalidate(.stored("d1/new"))
     await XCTAssertEqualAsync(try await fs.names(of: d1), ["m0", "new"])
     let m0 = try await fs.inode(at: "d1/m0")
     await XCTAssertEqualAsync(try await fs.names(of: m0), ["f1"])
@@ -215,18 +220,5 @@ extension BucketFileSystem {
         inode: attributes.inode, key: key + name + "/", keepOpen: keepOpen, onOpen: onOpen, into: &result)
     }
     if keepOpen { releasedir(inode: inode, handle: handle) }
-  }
-}
-
-/// What a walk holds, read from its state for the tests of its bounds.
-extension SubtreeWalks {
-  /// Entries held in kept listings.
-  var heldEntries: Int { state.withLock { $0.held } }
-
-  var fetchesUnderWay: Int { state.withLock { $0.fetches.count } }
-
-  /// Subdirectory keys held for look-ahead.
-  var siblingKeysHeld: Int {
-    state.withLock { state in state.activity.values.reduce(0) { $0 + $1.subdirectories.count } }
   }
 }

@@ -8,16 +8,19 @@ import FUSE
 /// carried by a pending upload (docs/SEMANTICS.md#writes).
 extension Staging {
   /// Truncates or extends the file: through `writer` (the staged file of
-  /// the write handle setattr came with) or the inode's staged file if it
-  /// has one, else staged just for this change and uploaded at once.
+  /// the write handle setattr came with), else as a writer of its own (on
+  /// the inode's staged file if it has one) and uploaded at once. Never on
+  /// a staged file it does not hold: its last writer's release could
+  /// discard the stage meanwhile, and the change would rewrite the sidecar
+  /// of a removed stage and be lost.
   func setSize(inode: UInt64, writer: StagedFile?, node: Node, to size: UInt64) async throws {
     if size > Self.maxObjectBytes {
       logger.notice(
         "truncate \(node.key) to \(size) bytes: past the largest object the service stores (5 TiB)")
       throw Errno(EFBIG)
     }
-    if let staged = writer ?? file(inode: inode) {
-      return try await resize(staged, to: size)
+    if let writer {
+      return try await resize(writer, to: size)
     }
     let staged = try await openForWriting(inode: inode, node: node, truncate: false)
     defer { releaseWriter(staged) }

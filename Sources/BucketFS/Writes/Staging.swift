@@ -36,7 +36,7 @@ final class Staging: Sendable {
   let nodes: NodeTable
   /// What bucketfs chose of the files it stores, for atomic saves.
   let provenance: Provenance
-  let listings: SharedListings
+  let listings: DirectoryCache
   let store: any ObjectStore
   let configuration: Configuration
   let diagnostics: Diagnostics
@@ -45,7 +45,7 @@ final class Staging: Sendable {
 
   init(
     stageFiles: any StageFiles, diskWork: IOPool? = nil, nodes: NodeTable, provenance: Provenance,
-    listings: SharedListings, store: any ObjectStore, configuration: Configuration,
+    listings: DirectoryCache, store: any ObjectStore, configuration: Configuration,
     diagnostics: Diagnostics, clock: @escaping @Sendable () -> Double, metrics: any MetricsFactory,
     tasks: BackgroundTasks
   ) {

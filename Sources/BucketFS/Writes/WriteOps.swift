@@ -45,7 +45,7 @@ extension Staging {
       throw diagnostics.localFailure(failure, key: key)
     }
     inodes.add(staged)
-    listings.withLock { $0.add(key: key) }
+    listings.invalidate(.createdInFlight(key))
     return staged
   }
 
