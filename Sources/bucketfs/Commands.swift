@@ -315,47 +315,6 @@ struct Mount: ParsableCommand {
       partSize: Int64(compositePartSize) << 20, partsUnder: root)
   }
 
-  private func checkMountpoint() throws(MountFailure) {
-    var info = stat()
-    if stat(mountpoint, &info) != 0 {
-      switch errno {
-      case ENOENT: throw MountFailure(message: "mountpoint \(mountpoint) does not exist")
-      case ENOTCONN, ECONNABORTED:
-        throw MountFailure(
-          message:
-            "mountpoint \(mountpoint) is a stale FUSE mount; clear it with: bucketfs unmount \(mountpoint)")
-      default: throw MountFailure(message: "mountpoint \(mountpoint): \(String(cString: strerror(errno)))")
-      }
-    }
-    guard info.st_mode & S_IFMT == S_IFDIR else {
-      throw MountFailure(message: "mountpoint \(mountpoint) is not a directory")
-    }
-    if MountTable.isMountpoint(mountpoint) {
-      // stat may be answered from the kernel's cache; statvfs always reaches
-      // the filesystem, so a dead FUSE server shows as ENOTCONN here.
-      var fs = statvfs()
-      if statvfs(mountpoint, &fs) != 0 && (errno == ENOTCONN || errno == ECONNABORTED) {
-        throw MountFailure(
-          message:
-            "mountpoint \(mountpoint) is a stale FUSE mount; clear it with: bucketfs unmount \(mountpoint)")
-      }
-      throw MountFailure(message: "mountpoint \(mountpoint) is busy: something is already mounted there")
-    }
-  }
-
-  /// `--cache-dir` when given, else its default (MountOptionTable.cacheDir):
-  /// /var/cache/bucketfs for root, else $XDG_CACHE_HOME/bucketfs, else
-  /// ~/.cache/bucketfs (with neither variable set, /tmp/bucketfs-UID).
-  private func defaultCacheDirectory() -> String {
-    func variable(_ name: String) -> String? {
-      getenv(name).map { String(cString: $0) }.flatMap { $0.isEmpty ? nil : $0 }
-    }
-    if getuid() == 0 { return "/var/cache/bucketfs" }
-    if let xdg = variable("XDG_CACHE_HOME") { return xdg + "/bucketfs" }
-    if let home = variable("HOME") { return home + "/.cache/bucketfs" }
-    return "/tmp/bucketfs-\(getuid())"
-  }
-
   /// The client behind the read cache (MountOptionTable.readCacheSize), or
   /// the client alone when the cache is off or cannot be used.
   private func readCache(around client: CloudStorageClient, pool: IOPool, logger: Logger) -> any ObjectStore {
@@ -363,26 +322,6 @@ struct Mount: ParsableCommand {
     return CachingStore.open(
       wrapping: client, cacheDirectory: cacheDir ?? defaultCacheDirectory(),
       limit: readCacheSize.map { Int64($0) << 20 }, pool: pool, logger: logger) ?? client
-  }
-
-  /// `path` absolute, without symlinks; as given when that fails.
-  private func realPath(_ path: String) -> String {
-    guard let resolved = realpath(path, nil) else { return path }
-    defer { free(resolved) }
-    return String(cString: resolved)
-  }
-
-  /// This mount's staging directory (see ``Recovery/stageDirectory``).
-  private func stageDirectory() -> String? {
-    guard let source = BucketSource(source), let prefix = Names.rootPrefix(source.subtree) else { return nil }
-    var place = mountpoint
-    if let resolved = realpath(mountpoint, nil) {
-      place = String(cString: resolved)
-      free(resolved)
-    }
-    return Recovery.stageDirectory(
-      cacheDirectory: cacheDir ?? defaultCacheDirectory(), bucket: source.bucket, prefix: prefix,
-      mountpoint: place)
   }
 
   private func makeLogger() -> Logger {
