@@ -3,31 +3,19 @@ import NIOCore
 /// A store that wraps another and changes some of its operations. Every
 /// requirement forwards to the same requirement of `inner`, so a wrapper
 /// implements only what it changes, and nothing it leaves alone falls to a
-/// default of ``ObjectStore`` that would drop a spare buffer or an early page
-/// token on the way.
+/// default of ``ObjectStore`` that would drop a spare buffer on the way.
 ///
-/// Reads have two forms and listings three (a token taker, an end offset),
-/// and each form forwards on its own. A wrapper that changes the plain form must route the other form
-/// through it (or change both alike), or callers of the other form bypass
-/// the change: file readers read with a spare, directory streams list with
-/// a token taker.
+/// Reads have two forms, and each forwards on its own. A wrapper that changes
+/// the plain form must route the other form through it (or change both
+/// alike), or callers of the other form bypass the change: file readers read
+/// with a spare. A listing has one form: every field of its ``ListRequest``
+/// (the early token taker too) goes through whatever the wrapper does.
 ///
 /// ```swift
 /// func read(_ name: String, generation: Int64, range: Range<Int64>, reusing spare: SpareBuffer)
 ///   async throws -> ByteBuffer
 /// {
 ///   try await read(name, generation: generation, range: range)  // the changed read; no spare
-/// }
-///
-/// func list(
-///   prefix: String, delimiter: String?, includeTrailingDelimiter: Bool, pageSize: Int, pageToken: String?,
-///   nextPageToken: @escaping @Sendable (String) -> Void
-/// ) async throws -> ListPage {
-///   let page = try await list(
-///     prefix: prefix, delimiter: delimiter, includeTrailingDelimiter: includeTrailingDelimiter,
-///     pageSize: pageSize, pageToken: pageToken)
-///   if let token = page.nextPageToken { nextPageToken(token) }
-///   return page
 /// }
 /// ```
 public protocol ForwardingObjectStore: ObjectStore {
@@ -38,28 +26,8 @@ public protocol ForwardingObjectStore: ObjectStore {
 extension ForwardingObjectStore {
   public var bucket: String { inner.bucket }
 
-  public func list(
-    prefix: String, delimiter: String?, includeTrailingDelimiter: Bool, pageSize: Int, pageToken: String?
-  ) async throws -> ListPage {
-    try await inner.list(
-      prefix: prefix, delimiter: delimiter, includeTrailingDelimiter: includeTrailingDelimiter,
-      pageSize: pageSize, pageToken: pageToken)
-  }
-
-  public func list(
-    prefix: String, delimiter: String?, includeTrailingDelimiter: Bool, pageSize: Int, pageToken: String?,
-    nextPageToken: @escaping @Sendable (String) -> Void
-  ) async throws -> ListPage {
-    try await inner.list(
-      prefix: prefix, delimiter: delimiter, includeTrailingDelimiter: includeTrailingDelimiter,
-      pageSize: pageSize, pageToken: pageToken, nextPageToken: nextPageToken)
-  }
-
-  public func list(prefix: String, delimiter: String?, pageSize: Int, pageToken: String?, endOffset: String)
-    async throws -> ListPage
-  {
-    try await inner.list(
-      prefix: prefix, delimiter: delimiter, pageSize: pageSize, pageToken: pageToken, endOffset: endOffset)
+  public func list(_ request: ListRequest) async throws -> ListPage {
+    try await inner.list(request)
   }
 
   public func metadata(of name: String) async throws -> ObjectMetadata {

@@ -18,7 +18,7 @@ final class ErrorTests: XCTestCase {
     try await withFakeServer(clientBucket: "no-such-bucket") { server, client in
       server.store.put("f", data: [1])
       let listError = await storageError {
-        try await client.list(prefix: "", delimiter: "/", pageSize: 10, pageToken: nil)
+        try await client.list(ListRequest(prefix: "", delimiter: "/", pageSize: 10))
       }
       XCTAssertEqual(listError, .notFound)
       let getError = await storageError { try await client.metadata(of: "f") }
@@ -47,7 +47,7 @@ final class ErrorTests: XCTestCase {
     try await withFakeServer { server, client in
       server.store.injectFaults([.accessDenied(message)], for: .list)
       let error = await storageError {
-        try await client.list(prefix: "", delimiter: "/", pageSize: 10, pageToken: nil)
+        try await client.list(ListRequest(prefix: "", delimiter: "/", pageSize: 10))
       }
       XCTAssertEqual(error, .accessDenied(message))
     }
@@ -129,7 +129,7 @@ final class ErrorTests: XCTestCase {
     for answer in answers {
       try await withCannedServer(handler: { _ in .json(200, answer) }) { _, client in
         let error = await storageError {
-          try await client.list(prefix: "", delimiter: "/", pageSize: 10, pageToken: nil)
+          try await client.list(ListRequest(prefix: "", delimiter: "/", pageSize: 10))
         }
         guard case .invalidResponse = error else {
           return XCTFail("\(answer): expected invalidResponse, got \(String(describing: error))")
@@ -171,7 +171,7 @@ final class ErrorTests: XCTestCase {
         }
         server.injectFaults([.raw(.json(#"{"items":["# + object + "]}"))], for: .list)
         let listError = await storageError {
-          try await client.list(prefix: "", delimiter: "/", pageSize: 10, pageToken: nil)
+          try await client.list(ListRequest(prefix: "", delimiter: "/", pageSize: 10))
         }
         guard case .invalidResponse = listError else {
           return XCTFail("list of \(object): expected invalidResponse, got \(String(describing: listError))")
@@ -197,7 +197,7 @@ final class ErrorTests: XCTestCase {
       }
       server.injectFaults([.raw(.json(#"{"items":["# + object + "]}"))], for: .list)
       let listError = await storageError {
-        try await client.list(prefix: "", delimiter: "/", pageSize: 10, pageToken: nil)
+        try await client.list(ListRequest(prefix: "", delimiter: "/", pageSize: 10))
       }
       guard case .invalidResponse = listError else {
         return XCTFail("expected invalidResponse, got \(String(describing: listError))")
@@ -235,7 +235,7 @@ final class ErrorTests: XCTestCase {
         }
         server.injectFaults([.raw(.json(#"{"items":["# + object + "]}"))], for: .list)
         let listError = await storageError {
-          try await client.list(prefix: "", delimiter: "/", pageSize: 10, pageToken: nil)
+          try await client.list(ListRequest(prefix: "", delimiter: "/", pageSize: 10))
         }
         guard case .invalidResponse = listError else {
           return XCTFail("list of \(object): expected invalidResponse, got \(String(describing: listError))")
