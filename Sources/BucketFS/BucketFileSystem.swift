@@ -34,7 +34,14 @@ public final class BucketFileSystem: FileSystem, Sendable {
   let reads: Reads
   /// What bucketfs chose of the files it stored, and which it created lately.
   let provenance: Provenance
-  let staging: Staging
+  /// Which inodes are staged, and the files in flight (StagedInodes.swift).
+  let stagedInodes = StagedInodes()
+  /// The stages' bytes on local disk (StageStore.swift).
+  let stages: StageStore
+  /// Uploads of staged files at close and fsync (Uploads.swift).
+  let uploads: Uploads
+  /// Opens, setattr's size change and closes of staged files (WriteHandles.swift).
+  let writers: WriteHandles
   let entries: AttributeBuilder
   let lookups: Lookups
   let directories: Directories
@@ -79,13 +86,17 @@ public final class BucketFileSystem: FileSystem, Sendable {
       nodes: nodes, handles: handles, store: store, configuration: configuration, diagnostics: diagnostics,
       budget: readAhead, prefetch: prefetch, tasks: tasks)
     let provenance = Provenance(configuration: configuration, clock: clock)
-    let staging = Staging(
-      stageFiles: stageFiles, diskWork: diskWork, nodes: nodes, provenance: provenance, listings: cache,
-      store: store, configuration: configuration, diagnostics: diagnostics, clock: clock, metrics: metrics,
-      tasks: tasks)
+    let streams = WriteStreams(
+      store: store, configuration: configuration, diagnostics: diagnostics, tasks: tasks)
+    let stages = StageStore(
+      stageFiles: stageFiles, diskWork: diskWork, metrics: metrics, streams: streams, store: store,
+      configuration: configuration, diagnostics: diagnostics)
+    let uploads = Uploads(
+      streams: streams, nodes: nodes, provenance: provenance, store: store, diagnostics: diagnostics,
+      clock: clock, tasks: tasks)
     let entries = AttributeBuilder(
-      nodes: nodes, staging: staging, cache: cache, configuration: configuration, mountTime: Timestamp.now(),
-      clock: clock)
+      nodes: nodes, stagedInodes: stagedInodes, cache: cache, configuration: configuration,
+      mountTime: Timestamp.now(), clock: clock)
     self.configuration = configuration
     self.diagnostics = diagnostics
     self.onMounted = onMounted
@@ -97,26 +108,31 @@ public final class BucketFileSystem: FileSystem, Sendable {
     self.prefetch = prefetch
     self.reads = reads
     self.provenance = provenance
-    self.staging = staging
+    self.stages = stages
+    self.uploads = uploads
+    self.writers = WriteHandles(
+      inodes: stagedInodes, stages: stages, uploads: uploads, nodes: nodes, provenance: provenance,
+      listings: cache, store: store, configuration: configuration, diagnostics: diagnostics, clock: clock,
+      tasks: tasks)
     self.entries = entries
     self.lookups = Lookups(
       nodes: nodes, entries: entries, cache: cache, store: store, configuration: configuration,
       diagnostics: diagnostics, clock: clock, tasks: tasks)
     self.kernelListings = kernelListings
     self.directories = Directories(
-      nodes: nodes, entries: entries, staging: staging, handles: handles, walks: walks, cache: cache,
-      kernelListings: kernelListings,
-      store: store, configuration: configuration, diagnostics: diagnostics, clock: clock, tasks: tasks)
+      nodes: nodes, entries: entries, stagedInodes: stagedInodes, handles: handles, walks: walks,
+      cache: cache, kernelListings: kernelListings, store: store, configuration: configuration,
+      diagnostics: diagnostics, clock: clock, tasks: tasks)
     self.namespace = Namespace(
-      nodes: nodes, entries: entries, staging: staging, provenance: provenance, reads: reads, cache: cache,
-      store: store, configuration: configuration, diagnostics: diagnostics, clock: clock)
+      nodes: nodes, entries: entries, stagedInodes: stagedInodes, uploads: uploads, provenance: provenance,
+      reads: reads, cache: cache, store: store, configuration: configuration, diagnostics: diagnostics,
+      clock: clock)
     self.links = Symlinks(
       nodes: nodes, entries: entries, store: store, configuration: configuration, diagnostics: diagnostics,
       clock: clock)
     self.xattrs = Xattrs(
-      nodes: nodes, staging: staging, provenance: provenance, store: store, configuration: configuration,
-      diagnostics: diagnostics,
-      clock: clock)
+      nodes: nodes, stagedInodes: stagedInodes, provenance: provenance, store: store,
+      configuration: configuration, diagnostics: diagnostics, clock: clock)
   }
 
   public static func monotonicSeconds() -> Double {

@@ -10,7 +10,7 @@ import ObjectStore
 /// values answer first (Writes/StagedXattrs.swift).
 final class Xattrs: Sendable {
   let nodes: NodeTable
-  let staging: Staging
+  let stagedInodes: StagedInodes
   /// What bucketfs chose of the files it stored, and which it created lately.
   let provenance: Provenance
   let store: any ObjectStore
@@ -19,13 +19,13 @@ final class Xattrs: Sendable {
   let clock: @Sendable () -> Double
 
   init(
-    nodes: NodeTable, staging: Staging, provenance: Provenance, store: any ObjectStore,
+    nodes: NodeTable, stagedInodes: StagedInodes, provenance: Provenance, store: any ObjectStore,
     configuration: Configuration,
     diagnostics: Diagnostics, clock: @escaping @Sendable () -> Double
   ) {
     self.clock = clock
     self.nodes = nodes
-    self.staging = staging
+    self.stagedInodes = stagedInodes
     self.provenance = provenance
     self.store = store
     self.configuration = configuration

@@ -10,26 +10,26 @@ final class OpenDirectory: Sendable {
   /// Whether its opendir was told to the walks (one that the kernel answers from its own cache is not).
   let walked: Bool
   private struct Pass {
-    var inFlight: [Staging.InFlight]
+    var inFlight: [StagedInodes.InFlight]
     /// The index of the first in-flight file: the listing's length, once a pass reached its end.
     var end: Int?
   }
   private let pass: Mutex<Pass>
 
-  init(stream: DirectoryStream, inFlight: [Staging.InFlight], walked: Bool) {
+  init(stream: DirectoryStream, inFlight: [StagedInodes.InFlight], walked: Bool) {
     self.stream = stream
     self.walked = walked
     self.pass = Mutex(Pass(inFlight: inFlight))
   }
 
   /// A pass starts again from the first entry, with the files in flight now.
-  func restart(inFlight: [Staging.InFlight]) {
+  func restart(inFlight: [StagedInodes.InFlight]) {
     pass.withLock { $0 = Pass(inFlight: inFlight) }
   }
 
   /// Where the in-flight files start (`index`, if this pass is the first to
   /// reach the listing's end), and which they are.
-  func inFlight(fromEndAt index: Int) -> (end: Int, files: [Staging.InFlight]) {
+  func inFlight(fromEndAt index: Int) -> (end: Int, files: [StagedInodes.InFlight]) {
     pass.withLock { pass in
       if pass.end == nil { pass.end = index }
       return (pass.end ?? index, pass.inFlight)
@@ -42,7 +42,7 @@ final class OpenDirectory: Sendable {
 final class Directories: Sendable {
   let nodes: NodeTable
   let entries: AttributeBuilder
-  let staging: Staging
+  let stagedInodes: StagedInodes
   let handles: HandleTable
   /// Tree walks and the listings they fetch ahead (SubtreeWalk.swift).
   let walks: SubtreeWalks
@@ -56,7 +56,7 @@ final class Directories: Sendable {
   let clock: @Sendable () -> Double
 
   init(
-    nodes: NodeTable, entries: AttributeBuilder, staging: Staging, handles: HandleTable,
+    nodes: NodeTable, entries: AttributeBuilder, stagedInodes: StagedInodes, handles: HandleTable,
     walks: SubtreeWalks,
     cache: DirectoryCache,
     kernelListings: KernelListings, store: any ObjectStore,
@@ -66,7 +66,7 @@ final class Directories: Sendable {
     self.tasks = tasks
     self.nodes = nodes
     self.entries = entries
-    self.staging = staging
+    self.stagedInodes = stagedInodes
     self.handles = handles
     self.walks = walks
     self.cache = cache
@@ -89,7 +89,7 @@ final class Directories: Sendable {
     let stream = DirectoryStream(
       prefix: key, store: store, pageSize: configuration.pageSize, clock: clock, listed: listed,
       placeholders: configuration.posixAttributes, tasks: tasks, onConflict: { diagnostics.warnConflict($0) })
-    let inFlight = staging.inFlight(in: key)
+    let inFlight = stagedInodes.inFlight(in: key)
     let handle = handles.put(.directory(OpenDirectory(stream: stream, inFlight: inFlight, walked: walked)))
     return OpenResult(handle: handle, keepCache: opening == .keep, cacheDirectory: opening != nil)
   }
@@ -100,7 +100,7 @@ final class Directories: Sendable {
     diagnostics.logger.trace("readdir \(stream.prefix) handle \(handle) offset \(offset)")
     if offset == 0 {
       await stream.rewind()
-      directory.restart(inFlight: staging.inFlight(in: stream.prefix))
+      directory.restart(inFlight: stagedInodes.inFlight(in: stream.prefix))
       cache.passStarted(handle: handle, directory: stream.prefix)
     }
     var listedNames: [(String, Double)] = []
@@ -173,8 +173,8 @@ final class Directories: Sendable {
   private func addInFlight(_ directory: OpenDirectory, from index: Int, into buffer: DirectoryBuffer) {
     let (end, inFlight) = directory.inFlight(fromEndAt: index)
     guard index >= end else { return }
-    for (position, file) in inFlight.enumerated().dropFirst(index - end) where staging.isInFlight(file.inode)
-    {
+    for (position, file) in inFlight.enumerated().dropFirst(index - end)
+    where stagedInodes.isInFlight(file.inode) {
       if buffer.isPlus { nodes.retain(file.inode) }
       let nextOffset = UInt64(end + position) + 3
       guard buffer.add(name: file.name, entry: entries.staged(file.inode), nextOffset: nextOffset) else {
