@@ -16,7 +16,7 @@ import Synchronization
 /// under its state lock (docs/ARCHITECTURE.md#locks). A sequential writer's
 /// bytes may leave the stage as parts (``WriteStreams``): a write or resize
 /// ends or feeds the stream, a read brings gone bytes back.
-final class StageStore: Sendable {
+final class StageStore: MountComponent, Sendable {
   private let stages = Mutex<StageDirectory?>(nil)
   /// The calls that write the stages' bytes.
   private let stageFiles: any StageFiles
@@ -25,22 +25,18 @@ final class StageStore: Sendable {
   /// `bucketfs_staged_bytes` (``Stage``).
   private let stagedBytes: Meter
   private let streams: WriteStreams
-  private let store: any ObjectStore
-  private let configuration: Configuration
-  private let diagnostics: Diagnostics
-  private var logger: Logger { diagnostics.logger }
+  /// The store, settings, diagnostics, clock and task owner of the mount.
+  let context: MountContext
 
   init(
-    stageFiles: any StageFiles, diskWork: IOPool?, metrics: any MetricsFactory, streams: WriteStreams,
-    store: any ObjectStore, configuration: Configuration, diagnostics: Diagnostics
+    context: MountContext, stageFiles: any StageFiles, diskWork: IOPool?, metrics: any MetricsFactory,
+    streams: WriteStreams
   ) {
+    self.context = context
     self.stageFiles = stageFiles
     self.diskWork = diskWork
     self.stagedBytes = Meter(label: "bucketfs_staged_bytes", factory: metrics)
     self.streams = streams
-    self.store = store
-    self.configuration = configuration
-    self.diagnostics = diagnostics
   }
 
   /// A fresh, empty stage file in the mount's staging directory.

@@ -5,29 +5,20 @@ import ObjectStore
 /// Uploads of dirty staged files with their precondition (docs/SEMANTICS.md#writes),
 /// and what becomes of a stage once its last writer closed: an upload
 /// under way decides when it ends.
-final class Uploads: Sendable {
+final class Uploads: MountComponent, Sendable {
   private let streams: WriteStreams
   private let nodes: NodeTable
   /// Told what an upload stored, and what of it bucketfs chose.
   private let provenance: Provenance
-  private let store: any ObjectStore
-  private let diagnostics: Diagnostics
-  private let clock: @Sendable () -> Double
-  /// Owns the uploads, and the removals of released stages.
-  private let tasks: BackgroundTasks
-  private var logger: Logger { diagnostics.logger }
+  /// The store, settings and diagnostics; its tasks own the uploads, and
+  /// the removals of released stages.
+  let context: MountContext
 
-  init(
-    streams: WriteStreams, nodes: NodeTable, provenance: Provenance, store: any ObjectStore,
-    diagnostics: Diagnostics, clock: @escaping @Sendable () -> Double, tasks: BackgroundTasks
-  ) {
+  init(context: MountContext, streams: WriteStreams, nodes: NodeTable, provenance: Provenance) {
+    self.context = context
     self.streams = streams
     self.nodes = nodes
     self.provenance = provenance
-    self.store = store
-    self.diagnostics = diagnostics
-    self.clock = clock
-    self.tasks = tasks
   }
 
   /// Uploads a dirty staged file (close, fsync; before a rename, so it acts

@@ -13,7 +13,7 @@ import ObjectStore
 /// readers or an upload under way (docs/SEMANTICS.md#writes-staging). It
 /// knows staged files, never handle numbers: those are the
 /// ``HandleTable``'s.
-final class WriteHandles: Sendable {
+final class WriteHandles: MountComponent, Sendable {
   /// The staged file of each inode, and its writers.
   private let inodes: StagedInodes
   private let stages: StageStore
@@ -23,30 +23,21 @@ final class WriteHandles: Sendable {
   private let provenance: Provenance
   /// A created file joins its directory's listing.
   private let listings: DirectoryCache
-  private let store: any ObjectStore
-  private let configuration: Configuration
-  private let diagnostics: Diagnostics
-  private let clock: @Sendable () -> Double
-  /// Runs the removal of a stage its last reader let go.
-  private let tasks: BackgroundTasks
-  private var logger: Logger { diagnostics.logger }
+  /// The store, settings, diagnostics and clock; its tasks run the removal
+  /// of a stage its last reader let go.
+  let context: MountContext
 
   init(
-    inodes: StagedInodes, stages: StageStore, uploads: Uploads, nodes: NodeTable, provenance: Provenance,
-    listings: DirectoryCache, store: any ObjectStore, configuration: Configuration, diagnostics: Diagnostics,
-    clock: @escaping @Sendable () -> Double, tasks: BackgroundTasks
+    context: MountContext, inodes: StagedInodes, stages: StageStore, uploads: Uploads, nodes: NodeTable,
+    provenance: Provenance, listings: DirectoryCache
   ) {
+    self.context = context
     self.inodes = inodes
     self.stages = stages
     self.uploads = uploads
     self.nodes = nodes
     self.provenance = provenance
     self.listings = listings
-    self.store = store
-    self.configuration = configuration
-    self.diagnostics = diagnostics
-    self.clock = clock
-    self.tasks = tasks
   }
 
   // MARK: - Opening

@@ -15,25 +15,18 @@ import Synchronization
 /// Each file's ``WriteStream`` lives in its ``StagedFile``'s state and
 /// changes only here; the calls that change the stage's bytes run under the
 /// file's gate.
-final class WriteStreams: Sendable {
+final class WriteStreams: MountComponent, Sendable {
   /// The most disk a stream holds when no `--stream-disk-limit` is given.
   static let defaultStreamBound: Int64 = 64 << 20
 
   /// Numbers the files' streams (``WriteStream``).
   private let streamIDs = Atomic<UInt64>(0)
-  /// Owns the part uploads, combines and part deletes (BackgroundTasks.swift).
-  let tasks: BackgroundTasks
-  private let store: any ObjectStore
-  private let configuration: Configuration
-  let diagnostics: Diagnostics
-  var logger: Logger { diagnostics.logger }
+  /// The store, settings and diagnostics; its tasks own the part uploads,
+  /// combines and part deletes.
+  let context: MountContext
 
-  init(store: any ObjectStore, configuration: Configuration, diagnostics: Diagnostics, tasks: BackgroundTasks)
-  {
-    self.store = store
-    self.configuration = configuration
-    self.diagnostics = diagnostics
-    self.tasks = tasks
+  init(context: MountContext) {
+    self.context = context
   }
 
   // MARK: - Before and after a write (under the gate)
