@@ -21,6 +21,7 @@ public final class BucketFileSystem: FileSystem, Sendable {
   let tasks: BackgroundTasks
   /// Inodes, their facts and metadata.
   let nodes: NodeTable
+  let known: KnownMetadata
   /// Every open handle: files, stages and directories (Handles.swift).
   let handles = HandleTable()
   /// Tree walks and the listings they fetch ahead (SubtreeWalk.swift).
@@ -71,26 +72,29 @@ public final class BucketFileSystem: FileSystem, Sendable {
       cache: cache, store: inner, logger: logger, clock: clock, tasks: tasks,
       onConflict: { diagnostics.warnConflict($0) })
     let store = ListingAwareStore(inner: inner, cache: cache, clock: clock)
-    let nodes = NodeTable(configuration: configuration, store: store, diagnostics: diagnostics, clock: clock)
+    let metadataCache = MetadataCache(capacity: configuration.metadataCacheEntries)
+    let nodes = NodeTable(configuration: configuration, metadata: metadataCache, clock: clock)
+    let known = KnownMetadata(nodes: nodes, cache: metadataCache, store: store, diagnostics: diagnostics)
     kernelListings.attach(nodes)
     let readAhead = ReadAheadBudget(capacity: configuration.readAheadBudget, metrics: metrics)
     let prefetch = SiblingPrefetch(store: inner, budget: readAhead, cache: cache, clock: clock, tasks: tasks)
     let reads = Reads(
-      nodes: nodes, handles: handles, store: store, configuration: configuration, diagnostics: diagnostics,
+      nodes: nodes, known: known, handles: handles, store: store, configuration: configuration, diagnostics: diagnostics,
       budget: readAhead, prefetch: prefetch, tasks: tasks)
     let provenance = Provenance(configuration: configuration, clock: clock)
     let staging = Staging(
-      stageFiles: stageFiles, diskWork: diskWork, nodes: nodes, provenance: provenance, listings: cache,
+      stageFiles: stageFiles, diskWork: diskWork, nodes: nodes, known: known, provenance: provenance, listings: cache,
       store: store, configuration: configuration, diagnostics: diagnostics, clock: clock, metrics: metrics,
       tasks: tasks)
     let entries = AttributeBuilder(
-      nodes: nodes, staging: staging, cache: cache, configuration: configuration, mountTime: Timestamp.now(),
+      nodes: nodes, known: known, staging: staging, cache: cache, configuration: configuration, mountTime: Timestamp.now(),
       clock: clock)
     self.configuration = configuration
     self.diagnostics = diagnostics
     self.onMounted = onMounted
     self.tasks = tasks
     self.nodes = nodes
+    self.known = known
     self.walks = walks
     self.cache = cache
     self.readAhead = readAhead
@@ -100,7 +104,7 @@ public final class BucketFileSystem: FileSystem, Sendable {
     self.staging = staging
     self.entries = entries
     self.lookups = Lookups(
-      nodes: nodes, entries: entries, cache: cache, store: store, configuration: configuration,
+      nodes: nodes, known: known, entries: entries, cache: cache, store: store, configuration: configuration,
       diagnostics: diagnostics, clock: clock, tasks: tasks)
     self.kernelListings = kernelListings
     self.directories = Directories(
@@ -108,13 +112,13 @@ public final class BucketFileSystem: FileSystem, Sendable {
       kernelListings: kernelListings,
       store: store, configuration: configuration, diagnostics: diagnostics, clock: clock, tasks: tasks)
     self.namespace = Namespace(
-      nodes: nodes, entries: entries, staging: staging, provenance: provenance, reads: reads, cache: cache,
+      nodes: nodes, known: known, entries: entries, staging: staging, provenance: provenance, reads: reads, cache: cache,
       store: store, configuration: configuration, diagnostics: diagnostics, clock: clock)
     self.links = Symlinks(
-      nodes: nodes, entries: entries, store: store, configuration: configuration, diagnostics: diagnostics,
+      nodes: nodes, known: known, entries: entries, store: store, configuration: configuration, diagnostics: diagnostics,
       clock: clock)
     self.xattrs = Xattrs(
-      nodes: nodes, staging: staging, provenance: provenance, store: store, configuration: configuration,
+      nodes: nodes, known: known, staging: staging, provenance: provenance, store: store, configuration: configuration,
       diagnostics: diagnostics,
       clock: clock)
   }

@@ -27,6 +27,8 @@ final class Lookups: Sendable {
   static let crowdMemory: Double = 60
 
   let nodes: NodeTable
+  /// Full metadata: kept while fresh, else fetched.
+  let known: KnownMetadata
   let entries: AttributeBuilder
   /// What is known of each directory: lookups are answered from it and fill it.
   let cache: DirectoryCache
@@ -38,12 +40,13 @@ final class Lookups: Sendable {
   let clock: @Sendable () -> Double
 
   init(
-    nodes: NodeTable, entries: AttributeBuilder, cache: DirectoryCache, store: any ObjectStore,
+    nodes: NodeTable, known: KnownMetadata, entries: AttributeBuilder, cache: DirectoryCache, store: any ObjectStore,
     configuration: Configuration, diagnostics: Diagnostics, clock: @escaping @Sendable () -> Double,
     tasks: BackgroundTasks
   ) {
     self.tasks = tasks
     self.nodes = nodes
+    self.known = known
     self.entries = entries
     self.cache = cache
     self.store = store
@@ -134,7 +137,7 @@ final class Lookups: Sendable {
   /// the subtree, flat, unless it was found larger.
   private func askApart(fileKey: String, directoryKey: String) async throws -> Entry {
     let flat = cache.flatLookup(of: directoryKey)
-    async let object = nodes.optionalMetadata(fileKey)
+    async let object = known.fetchIfPresent(fileKey)
     async let children = store.list(
       prefix: directoryKey, delimiter: flat == nil ? "/" : nil, pageSize: flat?.size ?? 1, pageToken: nil)
     let isDirectory: Bool
@@ -168,6 +171,13 @@ final class Lookups: Sendable {
     return .noPlaceholder(directoryKey)
   }
 
+  /// Counts a lookup of directory `key`, answered at `at`, with its
+  /// placeholder when the answer showed it (its stored mode and owner).
+  private func directory(_ key: String, placeholder: ObjectMetadata?, at now: Double) -> Entry {
+    let facts = placeholder.flatMap { Names.same($0.name, key) ? FileFacts($0) : nil }
+    return entries.directory(nodes.shown(key, kind: .directory, metadata: nil, facts: facts, at: now).inode)
+  }
+
   /// The directory wins over an object of the same name.
   private func answer(
     fileKey: String, directoryKey: String, _ isDirectory: Bool, _ metadata: ObjectMetadata?,
@@ -175,8 +185,7 @@ final class Lookups: Sendable {
   ) -> Entry {
     if isDirectory {
       if metadata != nil { diagnostics.warnConflict(fileKey) }
-      return entries.directory(
-        nodes.rememberDirectory(directoryKey, at: answeredAt, placeholder: placeholder))
+      return directory(directoryKey, placeholder: placeholder, at: answeredAt)
     }
     guard let metadata else { return .negative(timeout: configuration.negativeTTL) }
     return entries.object(fileKey, metadata, at: answeredAt)
@@ -195,8 +204,7 @@ final class Lookups: Sendable {
     switch cache.known(name, in: parentKey) {
     case .listed(let listed)?:
       if listed.kind == .directory {
-        return entries.directory(
-          nodes.rememberDirectory(directoryKey, at: listed.answeredAt, placeholder: listed.metadata))
+        return directory(directoryKey, placeholder: listed.metadata, at: listed.answeredAt)
       }
       return listed.metadata.map { entries.object(fileKey, $0, at: listed.answeredAt) }
     case .absent(let since)? where now - since < configuration.negativeTTL:
@@ -261,8 +269,7 @@ final class Lookups: Sendable {
     let metadata = page.items.first { Names.same($0.name, fileKey) }
     if page.prefixes.contains(where: { Names.same($0, directoryKey) }) {
       if metadata != nil { diagnostics.warnConflict(fileKey) }
-      return entries.directory(
-        nodes.rememberDirectory(directoryKey, at: now, placeholder: placeholder(directoryKey, in: page)))
+      return directory(directoryKey, placeholder: placeholder(directoryKey, in: page), at: now)
     }
     guard let metadata else { return .negative(timeout: configuration.negativeTTL) }
     return entries.object(fileKey, metadata, at: now)

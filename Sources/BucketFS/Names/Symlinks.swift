@@ -10,6 +10,8 @@ final class Symlinks: Sendable {
   /// Targets read from links' bodies, by object version.
   private let targets = Mutex(LinkTargets(capacity: 4096))
   let nodes: NodeTable
+  /// Full metadata: kept while fresh, else fetched.
+  let known: KnownMetadata
   let entries: AttributeBuilder
   let store: any ObjectStore
   let configuration: Configuration
@@ -17,10 +19,11 @@ final class Symlinks: Sendable {
   let clock: @Sendable () -> Double
 
   init(
-    nodes: NodeTable, entries: AttributeBuilder, store: any ObjectStore, configuration: Configuration,
+    nodes: NodeTable, known: KnownMetadata, entries: AttributeBuilder, store: any ObjectStore, configuration: Configuration,
     diagnostics: Diagnostics, clock: @escaping @Sendable () -> Double
   ) {
     self.nodes = nodes
+    self.known = known
     self.entries = entries
     self.store = store
     self.configuration = configuration
@@ -70,13 +73,13 @@ final class Symlinks: Sendable {
     guard node.kind == .symlink else { throw Errno.invalid }
     // Unlinked or replaced while the kernel holds it: its name means something else.
     if node.isDetached { throw Errno.stale }
-    let metadata = try await nodes.currentMetadata(of: node)
+    let metadata = try await known.current(of: node)
     do {
       return try await target(of: metadata)
     } catch  where Reads.isGenerationGone(error) {
       // Replaced since its metadata was fetched: the version there now.
       do {
-        return try await target(of: try await nodes.fetchMetadata(node.key))
+        return try await target(of: try await known.fetch(node.key))
       } catch {
         throw diagnostics.failure(error, operation: "readlink", key: node.key, context: .read)
       }

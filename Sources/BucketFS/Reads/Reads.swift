@@ -17,6 +17,8 @@ final class Reads: Sendable {
   /// Tells the kernel to drop cached attributes and pages; none until mounted.
   let kernel = Mutex<KernelCache>(.none)
   let nodes: NodeTable
+  /// Full metadata: kept while fresh, else fetched.
+  let known: KnownMetadata
   /// The open handles, whose readers a rename retargets.
   let handles: HandleTable
   let store: any ObjectStore
@@ -30,12 +32,13 @@ final class Reads: Sendable {
   let prefetch: SiblingPrefetch
 
   init(
-    nodes: NodeTable, handles: HandleTable, store: any ObjectStore, configuration: Configuration,
+    nodes: NodeTable, known: KnownMetadata, handles: HandleTable, store: any ObjectStore, configuration: Configuration,
     diagnostics: Diagnostics, budget: ReadAheadBudget, prefetch: SiblingPrefetch, tasks: BackgroundTasks
   ) {
     self.tasks = tasks
     self.state = Mutex(State(readDeadlines: ReadDeadlines(seconds: configuration.retryDeadline)))
     self.nodes = nodes
+    self.known = known
     self.handles = handles
     self.store = store
     self.configuration = configuration
@@ -52,7 +55,7 @@ final class Reads: Sendable {
     if let known = node.facts, nodes.isFresh(node) {
       facts = known
     } else {
-      facts = FileFacts(try await nodes.fetchMetadata(node.key, context: .inode))
+      facts = FileFacts(try await known.fetch(node.key, context: .inode))
     }
     let reader = FileReader(
       key: node.key, generation: facts.generation, size: facts.size, store: store,

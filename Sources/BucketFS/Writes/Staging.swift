@@ -34,6 +34,8 @@ final class Staging: Sendable {
   /// `bucketfs_staged_bytes` (``Stage``).
   let stagedBytes: Meter
   let nodes: NodeTable
+  /// Full metadata: kept while fresh, else fetched.
+  let known: KnownMetadata
   /// What bucketfs chose of the files it stores, for atomic saves.
   let provenance: Provenance
   let listings: DirectoryCache
@@ -44,7 +46,7 @@ final class Staging: Sendable {
   var logger: Logger { diagnostics.logger }
 
   init(
-    stageFiles: any StageFiles, diskWork: IOPool? = nil, nodes: NodeTable, provenance: Provenance,
+    stageFiles: any StageFiles, diskWork: IOPool? = nil, nodes: NodeTable, known: KnownMetadata, provenance: Provenance,
     listings: DirectoryCache, store: any ObjectStore, configuration: Configuration,
     diagnostics: Diagnostics, clock: @escaping @Sendable () -> Double, metrics: any MetricsFactory,
     tasks: BackgroundTasks
@@ -54,6 +56,7 @@ final class Staging: Sendable {
     self.diskWork = diskWork
     self.stagedBytes = Meter(label: "bucketfs_staged_bytes", factory: metrics)
     self.nodes = nodes
+    self.known = known
     self.provenance = provenance
     self.listings = listings
     self.store = store

@@ -59,7 +59,7 @@ extension Staging {
     if let existing = shared(inode: inode), try await attach(existing, truncate: truncate) {
       return existing
     }
-    let base = try await nodes.currentMetadata(of: node, context: .inode)
+    let base = try await known.current(of: node, context: .inode)
     let stage = try makeStage()
     let emptied = truncate || base.size == 0
     // Truncating bytes away is a change: it moves the mtime, as a write does.
