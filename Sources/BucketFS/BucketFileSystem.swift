@@ -79,15 +79,18 @@ public final class BucketFileSystem: FileSystem, Sendable {
     let readAhead = ReadAheadBudget(capacity: configuration.readAheadBudget, metrics: metrics)
     let prefetch = SiblingPrefetch(store: inner, budget: readAhead, cache: cache, clock: clock, tasks: tasks)
     let reads = Reads(
-      nodes: nodes, known: known, handles: handles, store: store, configuration: configuration, diagnostics: diagnostics,
+      nodes: nodes, known: known, handles: handles, store: store, configuration: configuration,
+      diagnostics: diagnostics,
       budget: readAhead, prefetch: prefetch, tasks: tasks)
     let provenance = Provenance(configuration: configuration, clock: clock)
     let staging = Staging(
-      stageFiles: stageFiles, diskWork: diskWork, nodes: nodes, known: known, provenance: provenance, listings: cache,
+      stageFiles: stageFiles, diskWork: diskWork, nodes: nodes, known: known, provenance: provenance,
+      listings: cache,
       store: store, configuration: configuration, diagnostics: diagnostics, clock: clock, metrics: metrics,
       tasks: tasks)
     let entries = AttributeBuilder(
-      nodes: nodes, known: known, staging: staging, cache: cache, configuration: configuration, mountTime: Timestamp.now(),
+      nodes: nodes, known: known, staging: staging, cache: cache, configuration: configuration,
+      mountTime: Timestamp.now(),
       clock: clock)
     self.configuration = configuration
     self.diagnostics = diagnostics
@@ -112,13 +115,16 @@ public final class BucketFileSystem: FileSystem, Sendable {
       kernelListings: kernelListings,
       store: store, configuration: configuration, diagnostics: diagnostics, clock: clock, tasks: tasks)
     self.namespace = Namespace(
-      nodes: nodes, known: known, entries: entries, staging: staging, provenance: provenance, reads: reads, cache: cache,
+      nodes: nodes, known: known, entries: entries, staging: staging, provenance: provenance, reads: reads,
+      cache: cache,
       store: store, configuration: configuration, diagnostics: diagnostics, clock: clock)
     self.links = Symlinks(
-      nodes: nodes, known: known, entries: entries, store: store, configuration: configuration, diagnostics: diagnostics,
+      nodes: nodes, known: known, entries: entries, store: store, configuration: configuration,
+      diagnostics: diagnostics,
       clock: clock)
     self.xattrs = Xattrs(
-      nodes: nodes, known: known, staging: staging, provenance: provenance, store: store, configuration: configuration,
+      nodes: nodes, known: known, staging: staging, provenance: provenance, store: store,
+      configuration: configuration,
       diagnostics: diagnostics,
       clock: clock)
   }

@@ -203,7 +203,8 @@ extension Xattrs {
     guard let property = XattrName(name) else { throw Errno.notSupported }
     if configuration.readOnly { throw Errno.readOnly }
     guard let staged = staging.file(inode: inode) else {
-      if case .readOnly = property, let key = (try? nodes.node(inode))?.key, provenance.isRecentlyCreated(key) {
+      if case .readOnly = property, let key = (try? nodes.node(inode))?.key, provenance.isRecentlyCreated(key)
+      {
         return true
       }
       return false
@@ -236,7 +237,6 @@ extension Xattrs {
     }
   }
 }
-
 
 extension XattrFlags {
   /// The errno these flags give a change of a property that `exists` or

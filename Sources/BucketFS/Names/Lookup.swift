@@ -40,7 +40,8 @@ final class Lookups: Sendable {
   let clock: @Sendable () -> Double
 
   init(
-    nodes: NodeTable, known: KnownMetadata, entries: AttributeBuilder, cache: DirectoryCache, store: any ObjectStore,
+    nodes: NodeTable, known: KnownMetadata, entries: AttributeBuilder, cache: DirectoryCache,
+    store: any ObjectStore,
     configuration: Configuration, diagnostics: Diagnostics, clock: @escaping @Sendable () -> Double,
     tasks: BackgroundTasks
   ) {

@@ -27,7 +27,8 @@ final class Namespace: Sendable {
   var logger: Logger { diagnostics.logger }
 
   init(
-    nodes: NodeTable, known: KnownMetadata, entries: AttributeBuilder, staging: Staging, provenance: Provenance, reads: Reads,
+    nodes: NodeTable, known: KnownMetadata, entries: AttributeBuilder, staging: Staging,
+    provenance: Provenance, reads: Reads,
     cache: DirectoryCache, store: any ObjectStore, configuration: Configuration, diagnostics: Diagnostics,
     clock: @escaping @Sendable () -> Double
   ) {

@@ -113,7 +113,9 @@ extension Namespace {
   /// new name, with the new object's facts; a node that held the new name
   /// (the replaced file) is detached. The bytes are the same, so the kernel's
   /// cached pages of the old generation stay valid.
-  private func moveNode(_ inode: UInt64?, from: String, to moved: ObjectMetadata, sameBytesAs generation: Int64) {
+  private func moveNode(
+    _ inode: UInt64?, from: String, to moved: ObjectMetadata, sameBytesAs generation: Int64
+  ) {
     nodes.moved(file: inode, from: from, to: moved, sameBytesAs: generation)
     // Open readers of the old name read the same bytes at the new one.
     reads.retarget(from: from, generation: generation, to: moved)

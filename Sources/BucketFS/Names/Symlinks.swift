@@ -19,7 +19,8 @@ final class Symlinks: Sendable {
   let clock: @Sendable () -> Double
 
   init(
-    nodes: NodeTable, known: KnownMetadata, entries: AttributeBuilder, store: any ObjectStore, configuration: Configuration,
+    nodes: NodeTable, known: KnownMetadata, entries: AttributeBuilder, store: any ObjectStore,
+    configuration: Configuration,
     diagnostics: Diagnostics, clock: @escaping @Sendable () -> Double
   ) {
     self.nodes = nodes

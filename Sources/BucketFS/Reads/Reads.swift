@@ -32,7 +32,8 @@ final class Reads: Sendable {
   let prefetch: SiblingPrefetch
 
   init(
-    nodes: NodeTable, known: KnownMetadata, handles: HandleTable, store: any ObjectStore, configuration: Configuration,
+    nodes: NodeTable, known: KnownMetadata, handles: HandleTable, store: any ObjectStore,
+    configuration: Configuration,
     diagnostics: Diagnostics, budget: ReadAheadBudget, prefetch: SiblingPrefetch, tasks: BackgroundTasks
   ) {
     self.tasks = tasks

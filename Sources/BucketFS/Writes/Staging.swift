@@ -46,7 +46,8 @@ final class Staging: Sendable {
   var logger: Logger { diagnostics.logger }
 
   init(
-    stageFiles: any StageFiles, diskWork: IOPool? = nil, nodes: NodeTable, known: KnownMetadata, provenance: Provenance,
+    stageFiles: any StageFiles, diskWork: IOPool? = nil, nodes: NodeTable, known: KnownMetadata,
+    provenance: Provenance,
     listings: DirectoryCache, store: any ObjectStore, configuration: Configuration,
     diagnostics: Diagnostics, clock: @escaping @Sendable () -> Double, metrics: any MetricsFactory,
     tasks: BackgroundTasks
