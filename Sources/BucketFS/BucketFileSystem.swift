@@ -13,12 +13,10 @@ import ObjectStore
 /// with object metadata as extended attributes. A thin facade: each FUSE
 /// operation goes to the components it owns, each with its own state and
 /// lock (docs/ARCHITECTURE.md).
-public final class BucketFileSystem: FileSystem, Sendable {
-  let configuration: Configuration
-  let diagnostics: Diagnostics
+public final class BucketFileSystem: FileSystem, MountComponent, Sendable {
+  /// The store, settings, diagnostics, clock and task owner every component shares.
+  let context: MountContext
   private let onMounted: @Sendable () -> Void
-  /// Owns every task started apart from a request (BackgroundTasks.swift).
-  let tasks: BackgroundTasks
   /// Inodes, their facts and metadata.
   let nodes: NodeTable
   let known: KnownMetadata
@@ -68,34 +66,28 @@ public final class BucketFileSystem: FileSystem, Sendable {
     let cache = DirectoryCache(
       pageSize: configuration.pageSize, freshness: configuration.metadataTTL, kernelListings: kernelListings,
       clock: clock, onConflict: { diagnostics.warnConflict($0) })
-    let walks = SubtreeWalks(
-      cache: cache, store: inner, logger: logger, clock: clock, tasks: tasks,
-      onConflict: { diagnostics.warnConflict($0) })
-    let store = ListingAwareStore(inner: inner, cache: cache, clock: clock)
+    let context = MountContext(
+      store: ListingAwareStore(inner: inner, cache: cache, clock: clock), configuration: configuration,
+      diagnostics: diagnostics, clock: clock, tasks: tasks)
+    let walks = SubtreeWalks(context: context, cache: cache)
     let metadataCache = MetadataCache(capacity: configuration.metadataCacheEntries)
-    let nodes = NodeTable(configuration: configuration, metadata: metadataCache, clock: clock)
-    let known = KnownMetadata(nodes: nodes, cache: metadataCache, store: store, diagnostics: diagnostics)
+    let nodes = NodeTable(context: context, metadata: metadataCache)
+    let known = KnownMetadata(context: context, nodes: nodes, cache: metadataCache)
     kernelListings.attach(nodes)
     let readAhead = ReadAheadBudget(capacity: configuration.readAheadBudget, metrics: metrics)
-    let prefetch = SiblingPrefetch(store: inner, budget: readAhead, cache: cache, clock: clock, tasks: tasks)
+    let prefetch = SiblingPrefetch(context: context, budget: readAhead, cache: cache)
     let reads = Reads(
-      nodes: nodes, known: known, handles: handles, store: store, configuration: configuration,
-      diagnostics: diagnostics,
-      budget: readAhead, prefetch: prefetch, tasks: tasks)
+      context: context, nodes: nodes, known: known, handles: handles, budget: readAhead, prefetch: prefetch)
     let provenance = Provenance(configuration: configuration, clock: clock)
     let staging = Staging(
-      stageFiles: stageFiles, diskWork: diskWork, nodes: nodes, known: known, provenance: provenance,
-      listings: cache,
-      store: store, configuration: configuration, diagnostics: diagnostics, clock: clock, metrics: metrics,
-      tasks: tasks)
+      context: context, stageFiles: stageFiles, diskWork: diskWork, nodes: nodes, known: known,
+      provenance: provenance,
+      listings: cache, metrics: metrics)
     let entries = AttributeBuilder(
-      nodes: nodes, known: known, staging: staging, cache: cache, configuration: configuration,
-      mountTime: Timestamp.now(),
-      clock: clock)
-    self.configuration = configuration
-    self.diagnostics = diagnostics
+      context: context, nodes: nodes, known: known, staging: staging, cache: cache, mountTime: Timestamp.now()
+    )
+    self.context = context
     self.onMounted = onMounted
-    self.tasks = tasks
     self.nodes = nodes
     self.known = known
     self.walks = walks
@@ -106,27 +98,17 @@ public final class BucketFileSystem: FileSystem, Sendable {
     self.provenance = provenance
     self.staging = staging
     self.entries = entries
-    self.lookups = Lookups(
-      nodes: nodes, known: known, entries: entries, cache: cache, store: store, configuration: configuration,
-      diagnostics: diagnostics, clock: clock, tasks: tasks)
+    self.lookups = Lookups(context: context, nodes: nodes, known: known, entries: entries, cache: cache)
     self.kernelListings = kernelListings
     self.directories = Directories(
-      nodes: nodes, entries: entries, staging: staging, handles: handles, walks: walks, cache: cache,
-      kernelListings: kernelListings,
-      store: store, configuration: configuration, diagnostics: diagnostics, clock: clock, tasks: tasks)
+      context: context, nodes: nodes, entries: entries, staging: staging, handles: handles, walks: walks,
+      cache: cache, kernelListings: kernelListings)
     self.namespace = Namespace(
-      nodes: nodes, known: known, entries: entries, staging: staging, provenance: provenance, reads: reads,
-      cache: cache,
-      store: store, configuration: configuration, diagnostics: diagnostics, clock: clock)
-    self.links = Symlinks(
-      nodes: nodes, known: known, entries: entries, store: store, configuration: configuration,
-      diagnostics: diagnostics,
-      clock: clock)
+      context: context, nodes: nodes, known: known, entries: entries, staging: staging,
+      provenance: provenance, reads: reads, cache: cache)
+    self.links = Symlinks(context: context, nodes: nodes, known: known, entries: entries)
     self.xattrs = Xattrs(
-      nodes: nodes, known: known, staging: staging, provenance: provenance, store: store,
-      configuration: configuration,
-      diagnostics: diagnostics,
-      clock: clock)
+      context: context, nodes: nodes, known: known, staging: staging, provenance: provenance)
   }
 
   public static func monotonicSeconds() -> Double {

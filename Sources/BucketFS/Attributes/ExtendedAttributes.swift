@@ -8,31 +8,23 @@ import ObjectStore
 /// Object metadata as `user.*` extended attributes (docs/SEMANTICS.md#xattrs), with the
 /// conditional PATCH loop behind set and remove. A staged file's pending
 /// values answer first (below; Writes/StagedXattrs.swift keeps them).
-final class Xattrs: Sendable {
+final class Xattrs: MountComponent, Sendable {
+  let context: MountContext
   let nodes: NodeTable
   /// Full metadata: kept while fresh, else fetched.
   let known: KnownMetadata
   let staging: Staging
   /// What bucketfs chose of the files it stored, and which it created lately.
   let provenance: Provenance
-  let store: any ObjectStore
-  let configuration: Configuration
-  let diagnostics: Diagnostics
-  let clock: @Sendable () -> Double
 
   init(
-    nodes: NodeTable, known: KnownMetadata, staging: Staging, provenance: Provenance, store: any ObjectStore,
-    configuration: Configuration,
-    diagnostics: Diagnostics, clock: @escaping @Sendable () -> Double
+    context: MountContext, nodes: NodeTable, known: KnownMetadata, staging: Staging, provenance: Provenance
   ) {
-    self.clock = clock
+    self.context = context
     self.nodes = nodes
     self.known = known
     self.staging = staging
     self.provenance = provenance
-    self.store = store
-    self.configuration = configuration
-    self.diagnostics = diagnostics
   }
 
   func getxattr(inode: UInt64, name: String) async throws -> [UInt8] {

@@ -4,18 +4,16 @@ import ObjectStore
 /// The full metadata of objects: kept (``MetadataCache``) while the node
 /// that shows it is fresh, else fetched from the bucket, and what a fetch
 /// finds told to the ``NodeTable``. Holds no state of its own.
-final class KnownMetadata: Sendable {
+final class KnownMetadata: MountComponent, Sendable {
+  let context: MountContext
   /// The bounded cache of full metadata (its own lock).
   let cache: MetadataCache
   private let nodes: NodeTable
-  private let store: any ObjectStore
-  private let diagnostics: Diagnostics
 
-  init(nodes: NodeTable, cache: MetadataCache, store: any ObjectStore, diagnostics: Diagnostics) {
+  init(context: MountContext, nodes: NodeTable, cache: MetadataCache) {
+    self.context = context
     self.nodes = nodes
     self.cache = cache
-    self.store = store
-    self.diagnostics = diagnostics
   }
 
   /// The node's metadata if fetched within the TTL, else fetched now.

@@ -9,7 +9,8 @@ import ObjectStore
 /// Changes of the tree: unlink, mknod, mkdir and rmdir here, renames of
 /// files and directories in Renames.swift, each with
 /// preconditions on the names it changes (docs/SEMANTICS.md#tree).
-final class Namespace: Sendable {
+final class Namespace: MountComponent, Sendable {
+  let context: MountContext
   let nodes: NodeTable
   /// Full metadata: kept while fresh, else fetched.
   let known: KnownMetadata
@@ -20,18 +21,13 @@ final class Namespace: Sendable {
   let reads: Reads
   /// Told what a fresh look at the bucket found (the store tells it every write).
   let cache: DirectoryCache
-  let store: any ObjectStore
-  let configuration: Configuration
-  let diagnostics: Diagnostics
-  let clock: @Sendable () -> Double
-  var logger: Logger { diagnostics.logger }
 
   init(
-    nodes: NodeTable, known: KnownMetadata, entries: AttributeBuilder, staging: Staging,
-    provenance: Provenance, reads: Reads,
-    cache: DirectoryCache, store: any ObjectStore, configuration: Configuration, diagnostics: Diagnostics,
-    clock: @escaping @Sendable () -> Double
+    context: MountContext, nodes: NodeTable, known: KnownMetadata, entries: AttributeBuilder,
+    staging: Staging,
+    provenance: Provenance, reads: Reads, cache: DirectoryCache
   ) {
+    self.context = context
     self.nodes = nodes
     self.known = known
     self.entries = entries
@@ -39,10 +35,6 @@ final class Namespace: Sendable {
     self.provenance = provenance
     self.reads = reads
     self.cache = cache
-    self.store = store
-    self.configuration = configuration
-    self.diagnostics = diagnostics
-    self.clock = clock
   }
 
   func unlink(parent: UInt64, name: String) async throws {

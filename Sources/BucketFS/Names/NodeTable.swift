@@ -13,10 +13,10 @@ final class NodeTable: Sendable {
   /// `--metadata-ttl`: how long fetched facts answer without asking again.
   let ttl: Double
 
-  init(configuration: Configuration, metadata: MetadataCache, clock: @escaping @Sendable () -> Double) {
-    self.table = Mutex(InodeTable(rootKey: configuration.rootPrefix, metadata: metadata))
-    self.clock = clock
-    self.ttl = configuration.metadataTTL
+  init(context: MountContext, metadata: MetadataCache) {
+    self.table = Mutex(InodeTable(rootKey: context.configuration.rootPrefix, metadata: metadata))
+    self.clock = context.clock
+    self.ttl = context.configuration.metadataTTL
   }
 
   private func withLock<T>(_ body: (inout InodeTable) throws -> T) rethrows -> T {
