@@ -13,17 +13,18 @@ final class Xattrs: MountComponent, Sendable {
   let nodes: NodeTable
   /// Full metadata: kept while fresh, else fetched.
   let known: KnownMetadata
-  let staging: Staging
+  let stagedInodes: StagedInodes
   /// What bucketfs chose of the files it stored, and which it created lately.
   let provenance: Provenance
 
   init(
-    context: MountContext, nodes: NodeTable, known: KnownMetadata, staging: Staging, provenance: Provenance
+    context: MountContext, nodes: NodeTable, known: KnownMetadata, stagedInodes: StagedInodes,
+    provenance: Provenance
   ) {
     self.context = context
     self.nodes = nodes
     self.known = known
-    self.staging = staging
+    self.stagedInodes = stagedInodes
     self.provenance = provenance
   }
 
@@ -182,7 +183,7 @@ extension Xattrs {
   /// listxattr; nil when the inode is not staged or its handles are only
   /// reading (then the object's own metadata answers).
   private func pending(_ inode: UInt64) -> ObjectMetadata? {
-    staging.file(inode: inode)?.pendingMetadata(bucket: store.bucket)
+    stagedInodes.file(inode: inode)?.pendingMetadata(bucket: store.bucket)
   }
 
   /// Sets or removes (nil) a property of a staged, dirty file in its pending
@@ -194,7 +195,7 @@ extension Xattrs {
   private func setPending(inode: UInt64, name: String, value: [UInt8]?, flags: XattrFlags) throws -> Bool {
     guard let property = XattrName(name) else { throw Errno.notSupported }
     if configuration.readOnly { throw Errno.readOnly }
-    guard let staged = staging.file(inode: inode) else {
+    guard let staged = stagedInodes.file(inode: inode) else {
       if case .readOnly = property, let key = (try? nodes.node(inode))?.key, provenance.isRecentlyCreated(key)
       {
         return true

@@ -67,9 +67,9 @@ extension Namespace {
       (inode, source) = (nil, unheld)
     } else {
       if let held = nodes.held(fileKey: from, directoryKey: from + "/").inode,
-        let staged = staging.file(inode: held)
+        let staged = stagedInodes.file(inode: held)
       {
-        try await staging.commit(staged)
+        try await uploads.commit(staged)
       }
       (inode, source) = try await existingFile(from)
     }
@@ -105,8 +105,8 @@ extension Namespace {
     provenance.stored(key: moved.name, generation: moved.generation, inferred: stillInferred)
     let replacedInode = nodes.inode(of: to)
     moveNode(inode, from: from, to: moved, sameBytesAs: source.generation)
-    if let replacedInode, replacedInode != inode { staging.file(inode: replacedInode)?.noteUnlinked() }
-    if let inode { staging.file(inode: inode)?.noteRenamed(to: to, generation: moved.generation) }
+    if let replacedInode, replacedInode != inode { stagedInodes.file(inode: replacedInode)?.noteUnlinked() }
+    if let inode { stagedInodes.file(inode: inode)?.noteRenamed(to: to, generation: moved.generation) }
   }
 
   /// The table after a file moved: the kernel keeps the inode number for the
@@ -190,7 +190,7 @@ extension Namespace {
     // Dirty files go up first, so the listing has them.
     let heldFiles = nodes.held(under: from).filter { $0.node.kind == .file }
     for (inode, _) in heldFiles {
-      if let staged = staging.file(inode: inode) { try await staging.commit(staged) }
+      if let staged = stagedInodes.file(inode: inode) { try await uploads.commit(staged) }
     }
 
     let objects = try await objectsToMove(under: from)
@@ -219,7 +219,7 @@ extension Namespace {
 
     let renamed = nodes.moved(directory: from, to: to, objects: outcome.moved.map(\.to))
     for (inode, key, generation) in renamed {
-      staging.file(inode: inode)?.noteRenamed(to: key, generation: generation)
+      stagedInodes.file(inode: inode)?.noteRenamed(to: key, generation: generation)
     }
     let generations = Dictionary(objects.map { ($0.name, $0.generation) }, uniquingKeysWith: { a, _ in a })
     for moved in outcome.moved {
