@@ -11,11 +11,14 @@ final class Symlinks: MountComponent, Sendable {
   private let targets = Mutex(LinkTargets(capacity: 4096))
   let context: MountContext
   let nodes: NodeTable
+  /// Full metadata: kept while fresh, else fetched.
+  let known: KnownMetadata
   let entries: AttributeBuilder
 
-  init(context: MountContext, nodes: NodeTable, entries: AttributeBuilder) {
+  init(context: MountContext, nodes: NodeTable, known: KnownMetadata, entries: AttributeBuilder) {
     self.context = context
     self.nodes = nodes
+    self.known = known
     self.entries = entries
   }
 
@@ -61,13 +64,13 @@ final class Symlinks: MountComponent, Sendable {
     guard node.kind == .symlink else { throw Errno.invalid }
     // Unlinked or replaced while the kernel holds it: its name means something else.
     if node.isDetached { throw Errno.stale }
-    let metadata = try await nodes.currentMetadata(of: node)
+    let metadata = try await known.current(of: node)
     do {
       return try await target(of: metadata)
     } catch  where Reads.isGenerationGone(error) {
       // Replaced since its metadata was fetched: the version there now.
       do {
-        return try await target(of: try await nodes.fetchMetadata(node.key))
+        return try await target(of: try await known.fetch(node.key))
       } catch {
         throw diagnostics.failure(error, operation: "readlink", key: node.key, context: .read)
       }
