@@ -13,12 +13,10 @@ import ObjectStore
 /// with object metadata as extended attributes. A thin facade: each FUSE
 /// operation goes to the components it owns, each with its own state and
 /// lock (docs/ARCHITECTURE.md).
-public final class BucketFileSystem: FileSystem, Sendable {
-  let configuration: Configuration
-  let diagnostics: Diagnostics
+public final class BucketFileSystem: FileSystem, MountComponent, Sendable {
+  /// The store, settings, diagnostics, clock and task owner every component shares.
+  let context: MountContext
   private let onMounted: @Sendable () -> Void
-  /// Owns every task started apart from a request (BackgroundTasks.swift).
-  let tasks: BackgroundTasks
   /// Inodes, their facts and metadata.
   let nodes: NodeTable
   /// Every open handle: files, stages and directories (Handles.swift).
@@ -67,29 +65,23 @@ public final class BucketFileSystem: FileSystem, Sendable {
     let cache = DirectoryCache(
       pageSize: configuration.pageSize, freshness: configuration.metadataTTL, kernelListings: kernelListings,
       clock: clock, onConflict: { diagnostics.warnConflict($0) })
-    let walks = SubtreeWalks(
-      cache: cache, store: inner, logger: logger, clock: clock, tasks: tasks,
-      onConflict: { diagnostics.warnConflict($0) })
-    let store = ListingAwareStore(inner: inner, cache: cache, clock: clock)
-    let nodes = NodeTable(configuration: configuration, store: store, diagnostics: diagnostics, clock: clock)
+    let context = MountContext(
+      store: ListingAwareStore(inner: inner, cache: cache, clock: clock), configuration: configuration,
+      diagnostics: diagnostics, clock: clock, tasks: tasks)
+    let walks = SubtreeWalks(context: context, cache: cache)
+    let nodes = NodeTable(context: context)
     kernelListings.attach(nodes)
     let readAhead = ReadAheadBudget(capacity: configuration.readAheadBudget, metrics: metrics)
-    let prefetch = SiblingPrefetch(store: inner, budget: readAhead, cache: cache, clock: clock, tasks: tasks)
-    let reads = Reads(
-      nodes: nodes, handles: handles, store: store, configuration: configuration, diagnostics: diagnostics,
-      budget: readAhead, prefetch: prefetch, tasks: tasks)
+    let prefetch = SiblingPrefetch(context: context, budget: readAhead, cache: cache)
+    let reads = Reads(context: context, nodes: nodes, handles: handles, budget: readAhead, prefetch: prefetch)
     let provenance = Provenance(configuration: configuration, clock: clock)
     let staging = Staging(
-      stageFiles: stageFiles, diskWork: diskWork, nodes: nodes, provenance: provenance, listings: cache,
-      store: store, configuration: configuration, diagnostics: diagnostics, clock: clock, metrics: metrics,
-      tasks: tasks)
+      context: context, stageFiles: stageFiles, diskWork: diskWork, nodes: nodes, provenance: provenance,
+      listings: cache, metrics: metrics)
     let entries = AttributeBuilder(
-      nodes: nodes, staging: staging, cache: cache, configuration: configuration, mountTime: Timestamp.now(),
-      clock: clock)
-    self.configuration = configuration
-    self.diagnostics = diagnostics
+      context: context, nodes: nodes, staging: staging, cache: cache, mountTime: Timestamp.now())
+    self.context = context
     self.onMounted = onMounted
-    self.tasks = tasks
     self.nodes = nodes
     self.walks = walks
     self.cache = cache
@@ -99,24 +91,16 @@ public final class BucketFileSystem: FileSystem, Sendable {
     self.provenance = provenance
     self.staging = staging
     self.entries = entries
-    self.lookups = Lookups(
-      nodes: nodes, entries: entries, cache: cache, store: store, configuration: configuration,
-      diagnostics: diagnostics, clock: clock, tasks: tasks)
+    self.lookups = Lookups(context: context, nodes: nodes, entries: entries, cache: cache)
     self.kernelListings = kernelListings
     self.directories = Directories(
-      nodes: nodes, entries: entries, staging: staging, handles: handles, walks: walks, cache: cache,
-      kernelListings: kernelListings,
-      store: store, configuration: configuration, diagnostics: diagnostics, clock: clock, tasks: tasks)
+      context: context, nodes: nodes, entries: entries, staging: staging, handles: handles, walks: walks,
+      cache: cache, kernelListings: kernelListings)
     self.namespace = Namespace(
-      nodes: nodes, entries: entries, staging: staging, provenance: provenance, reads: reads, cache: cache,
-      store: store, configuration: configuration, diagnostics: diagnostics, clock: clock)
-    self.links = Symlinks(
-      nodes: nodes, entries: entries, store: store, configuration: configuration, diagnostics: diagnostics,
-      clock: clock)
-    self.xattrs = Xattrs(
-      nodes: nodes, staging: staging, provenance: provenance, store: store, configuration: configuration,
-      diagnostics: diagnostics,
-      clock: clock)
+      context: context, nodes: nodes, entries: entries, staging: staging, provenance: provenance,
+      reads: reads, cache: cache)
+    self.links = Symlinks(context: context, nodes: nodes, entries: entries)
+    self.xattrs = Xattrs(context: context, nodes: nodes, staging: staging, provenance: provenance)
   }
 
   public static func monotonicSeconds() -> Double {

@@ -56,6 +56,13 @@ func makeFileSystem(
   return BucketFileSystem(store: store, configuration: configuration, logger: quietLogger, clock: clock.read)
 }
 
+/// The context of a component built alone, over `store`, with the default settings.
+func makeContext(_ store: any ObjectStore, clock: @escaping @Sendable () -> Double) -> MountContext {
+  MountContext(
+    store: store, configuration: Configuration(), diagnostics: Diagnostics(logger: quietLogger), clock: clock,
+    tasks: BackgroundTasks())
+}
+
 extension BucketFileSystem {
   /// Every entry of a directory but `.` and `..`, read as the kernel does:
   /// successive readdir calls, each continuing at the last entry's offset.

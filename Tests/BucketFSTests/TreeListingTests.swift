@@ -80,8 +80,7 @@ final class TreeListingTests: XCTestCase {
     var pending = [root]
     while let key = pending.popLast() {
       let stream = DirectoryStream(
-        prefix: key, store: store, pageSize: pageSize, clock: { 0 }, tasks: BackgroundTasks(),
-        onConflict: { _ in })
+        prefix: key, context: makeContext(store, clock: { 0 }), pageSize: pageSize)
       var rows: [Row] = []
       while true {
         let batch = try await stream.entries(from: rows.count)

@@ -154,8 +154,7 @@ final class WalkTests: XCTestCase {
       clock: clock.read,
       onConflict: { _ in })
     let walks = SubtreeWalks(
-      cache: cache, store: InMemoryObjectStore(bucket: "b"), logger: quietLogger, clock: clock.read,
-      tasks: BackgroundTasks(), onConflict: { _ in })
+      context: makeContext(InMemoryObjectStore(bucket: "b"), clock: clock.read), cache: cache)
     for d in 0..<100 {
       walks.read("d\(d)/", subdirectories: (0..<30).map { "d\(d)/s\($0)/" })
       XCTAssertLessThanOrEqual(walks.siblingKeysHeld, 8 * 10 + 20)

@@ -4,14 +4,13 @@ import ObjectStore
 /// What stat and lookup answer: a node's facts (or its staged view) as
 /// attributes, with the time the kernel may keep them
 /// (docs/SEMANTICS.md#attributes).
-struct AttributeBuilder: Sendable {
+struct AttributeBuilder: MountComponent, Sendable {
+  let context: MountContext
   let nodes: NodeTable
   let staging: Staging
   /// Kept flat listings show a directory's placeholder (or its absence).
   let cache: DirectoryCache
-  let configuration: Configuration
   let mountTime: Timestamp
-  let clock: @Sendable () -> Double
 
   /// The kernel may keep it for the TTL counted from when the service answered.
   func entry(inode: UInt64, kind: Node.Kind, facts: FileFacts?, answeredAt: Double? = nil) -> Entry {

@@ -8,28 +8,18 @@ import ObjectStore
 /// Object metadata as `user.*` extended attributes (docs/SEMANTICS.md#xattrs), with the
 /// conditional PATCH loop behind set and remove. A staged file's pending
 /// values answer first (Writes/StagedXattrs.swift).
-final class Xattrs: Sendable {
+final class Xattrs: MountComponent, Sendable {
+  let context: MountContext
   let nodes: NodeTable
   let staging: Staging
   /// What bucketfs chose of the files it stored, and which it created lately.
   let provenance: Provenance
-  let store: any ObjectStore
-  let configuration: Configuration
-  let diagnostics: Diagnostics
-  let clock: @Sendable () -> Double
 
-  init(
-    nodes: NodeTable, staging: Staging, provenance: Provenance, store: any ObjectStore,
-    configuration: Configuration,
-    diagnostics: Diagnostics, clock: @escaping @Sendable () -> Double
-  ) {
-    self.clock = clock
+  init(context: MountContext, nodes: NodeTable, staging: Staging, provenance: Provenance) {
+    self.context = context
     self.nodes = nodes
     self.staging = staging
     self.provenance = provenance
-    self.store = store
-    self.configuration = configuration
-    self.diagnostics = diagnostics
   }
 
   func getxattr(inode: UInt64, name: String) async throws -> [UInt8] {

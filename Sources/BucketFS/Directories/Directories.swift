@@ -39,7 +39,8 @@ final class OpenDirectory: Sendable {
 
 /// Directory handles over ``DirectoryStream``s: what each readdir pass
 /// shows, and what it tells the walks and the directory cache.
-final class Directories: Sendable {
+final class Directories: MountComponent, Sendable {
+  let context: MountContext
   let nodes: NodeTable
   let entries: AttributeBuilder
   let staging: Staging
@@ -48,22 +49,12 @@ final class Directories: Sendable {
   let walks: SubtreeWalks
   let cache: DirectoryCache
   let kernelListings: KernelListings
-  let store: any ObjectStore
-  /// Owns the tasks this starts (BackgroundTasks.swift).
-  let tasks: BackgroundTasks
-  let configuration: Configuration
-  let diagnostics: Diagnostics
-  let clock: @Sendable () -> Double
 
   init(
-    nodes: NodeTable, entries: AttributeBuilder, staging: Staging, handles: HandleTable,
-    walks: SubtreeWalks,
-    cache: DirectoryCache,
-    kernelListings: KernelListings, store: any ObjectStore,
-    configuration: Configuration, diagnostics: Diagnostics,
-    clock: @escaping @Sendable () -> Double, tasks: BackgroundTasks
+    context: MountContext, nodes: NodeTable, entries: AttributeBuilder, staging: Staging,
+    handles: HandleTable, walks: SubtreeWalks, cache: DirectoryCache, kernelListings: KernelListings
   ) {
-    self.tasks = tasks
+    self.context = context
     self.nodes = nodes
     self.entries = entries
     self.staging = staging
@@ -71,10 +62,6 @@ final class Directories: Sendable {
     self.walks = walks
     self.cache = cache
     self.kernelListings = kernelListings
-    self.store = store
-    self.configuration = configuration
-    self.diagnostics = diagnostics
-    self.clock = clock
   }
 
   func opendir(inode: UInt64) async throws -> OpenResult {
@@ -85,10 +72,9 @@ final class Directories: Sendable {
     let listed =
       walked
       ? await walks.opened(key, parent: SubtreeWalks.parent(of: key, root: configuration.rootPrefix)) : nil
-    let diagnostics = self.diagnostics
     let stream = DirectoryStream(
-      prefix: key, store: store, pageSize: configuration.pageSize, clock: clock, listed: listed,
-      placeholders: configuration.posixAttributes, tasks: tasks, onConflict: { diagnostics.warnConflict($0) })
+      prefix: key, context: context, pageSize: configuration.pageSize, listed: listed,
+      placeholders: configuration.posixAttributes)
     let inFlight = staging.inFlight(in: key)
     let handle = handles.put(.directory(OpenDirectory(stream: stream, inFlight: inFlight, walked: walked)))
     return OpenResult(handle: handle, keepCache: opening == .keep, cacheDirectory: opening != nil)

@@ -27,18 +27,14 @@ struct ListedEntry: Sendable {
 /// soon as the current page's token is known, while the reader waits for that
 /// page to be decoded. At most two pages are held, however large the
 /// directory is.
-actor DirectoryStream {
+actor DirectoryStream: MountComponent {
   let prefix: String
-  private let store: any ObjectStore
-  /// Owns the tasks this starts (BackgroundTasks.swift).
-  let tasks: BackgroundTasks
+  nonisolated let context: MountContext
   private let pageSize: Int
   /// Lists with includeTrailingDelimiter: each subdirectory's placeholder
   /// comes with its prefix, so its stored mode and owner (or that it has
   /// none) are known from the listing (docs/SEMANTICS.md#attributes-modes).
   private let placeholders: Bool
-  private let onConflict: @Sendable (String) -> Void
-  private let clock: @Sendable () -> Double
 
   /// The current page's entries and the listing index of the first one.
   private var entries: [ListedEntry] = []
@@ -68,17 +64,13 @@ actor DirectoryStream {
   /// `listed`: the whole listing, already known (a tree walk's flat pages
   /// made it); a rewind lists again.
   init(
-    prefix: String, store: any ObjectStore, pageSize: Int, clock: @escaping @Sendable () -> Double,
-    listed: [ListedEntry]? = nil, placeholders: Bool = true, tasks: BackgroundTasks,
-    onConflict: @escaping @Sendable (String) -> Void
+    prefix: String, context: MountContext, pageSize: Int, listed: [ListedEntry]? = nil,
+    placeholders: Bool = true
   ) {
-    self.tasks = tasks
     self.prefix = prefix
-    self.store = store
+    self.context = context
     self.pageSize = pageSize
     self.placeholders = placeholders
-    self.clock = clock
-    self.onConflict = onConflict
     if let listed {
       entries = listed
       started = true
@@ -293,7 +285,7 @@ actor DirectoryStream {
   /// come on a later page (it would sort after this page) is deferred.
   private func keep(_ file: ListedEntry, names: Set<ObjectKey>, hasMore: Bool, lastKey: String?) -> Bool {
     if names.contains(ObjectKey(file.name)) {
-      onConflict(file.key)
+      diagnostics.warnConflict(file.key)
       return false
     }
     if hasMore, let lastKey, Names.precedes(lastKey, file.key + "/") {

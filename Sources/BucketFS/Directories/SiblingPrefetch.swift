@@ -15,17 +15,14 @@ import Synchronization
 /// next open, or by a sweep a little later). A listing
 /// alone never starts it, and a file over ``smallFile`` is never fetched
 /// unasked.
-final class SiblingPrefetch: Sendable {
+final class SiblingPrefetch: MountComponent, Sendable {
   let window: Double = 5
   let ahead = 8
   let smallFile: UInt64 = 1 << 20
-  private let store: any ObjectStore
-  /// Owns the tasks this starts (BackgroundTasks.swift).
-  let tasks: BackgroundTasks
+  let context: MountContext
   private let budget: ReadAheadBudget
   /// Holds the files each directory's readdir gave, in order.
   private let cache: DirectoryCache
-  private let clock: @Sendable () -> Double
 
   typealias File = DirectoryCache.ListedFile
   struct Prefetched {
@@ -46,15 +43,10 @@ final class SiblingPrefetch: Sendable {
   }
   private let state = Mutex(State())
 
-  init(
-    store: any ObjectStore, budget: ReadAheadBudget, cache: DirectoryCache,
-    clock: @escaping @Sendable () -> Double, tasks: BackgroundTasks
-  ) {
-    self.store = store
-    self.tasks = tasks
+  init(context: MountContext, budget: ReadAheadBudget, cache: DirectoryCache) {
+    self.context = context
     self.budget = budget
     self.cache = cache
-    self.clock = clock
   }
 
   deinit {

@@ -30,18 +30,13 @@ import Synchronization
 ///   `ls` shows another client's change at once.
 /// - Memory: the cache bounds the kept listings; fetches under way are
 ///   bounded by their pages.
-final class SubtreeWalks: Sendable {
+final class SubtreeWalks: MountComponent, Sendable {
   let window: Double = 5
   let maxPages = 4
   let ahead = 2
   /// Where the listings fetched go, and where `opendir` takes them from.
   let cache: DirectoryCache
-  private let store: any ObjectStore
-  private let clock: @Sendable () -> Double
-  /// Owns the tasks this starts (BackgroundTasks.swift).
-  let tasks: BackgroundTasks
-  private let onConflict: @Sendable (String) -> Void
-  private let logger: Logger
+  let context: MountContext
   var pageSize: Int { cache.pageSize }
 
   struct Activity {
@@ -77,17 +72,9 @@ final class SubtreeWalks: Sendable {
   }
   private let state = Mutex(State())
 
-  init(
-    cache: DirectoryCache, store: any ObjectStore, logger: Logger, clock: @escaping @Sendable () -> Double,
-    tasks: BackgroundTasks,
-    onConflict: @escaping @Sendable (String) -> Void
-  ) {
+  init(context: MountContext, cache: DirectoryCache) {
+    self.context = context
     self.cache = cache
-    self.store = store
-    self.tasks = tasks
-    self.logger = logger
-    self.clock = clock
-    self.onConflict = onConflict
   }
 
   // MARK: - What the directory handles report
@@ -200,7 +187,7 @@ final class SubtreeWalks: Sendable {
   }
 
   private func fetch(_ root: String, pages: Int, id: Int, epoch: Int) async {
-    var tree = TreeListing(root: root, onConflict: onConflict)
+    var tree = TreeListing(root: root, onConflict: { [diagnostics] in diagnostics.warnConflict($0) })
     var token: String?
     var complete = false
     for _ in 0..<pages {

@@ -7,7 +7,7 @@ import Synchronization
 /// kept listing's entry), from a list call a burst of lookups in one
 /// directory shares, or from one list call that shows the object and its
 /// subtree (flat, one page, which fills the cache).
-final class Lookups: Sendable {
+final class Lookups: MountComponent, Sendable {
   struct Burst {
     var inFlight = 0
     var page: Task<DatedPage, any Error>?
@@ -26,30 +26,17 @@ final class Lookups: Sendable {
   private let crowded = Mutex<[ObjectKey: Double]>([:])
   static let crowdMemory: Double = 60
 
+  let context: MountContext
   let nodes: NodeTable
   let entries: AttributeBuilder
   /// What is known of each directory: lookups are answered from it and fill it.
   let cache: DirectoryCache
-  let store: any ObjectStore
-  /// Owns the tasks this starts (BackgroundTasks.swift).
-  let tasks: BackgroundTasks
-  let configuration: Configuration
-  let diagnostics: Diagnostics
-  let clock: @Sendable () -> Double
 
-  init(
-    nodes: NodeTable, entries: AttributeBuilder, cache: DirectoryCache, store: any ObjectStore,
-    configuration: Configuration, diagnostics: Diagnostics, clock: @escaping @Sendable () -> Double,
-    tasks: BackgroundTasks
-  ) {
-    self.tasks = tasks
+  init(context: MountContext, nodes: NodeTable, entries: AttributeBuilder, cache: DirectoryCache) {
+    self.context = context
     self.nodes = nodes
     self.entries = entries
     self.cache = cache
-    self.store = store
-    self.configuration = configuration
-    self.diagnostics = diagnostics
-    self.clock = clock
   }
 
   func lookup(parent: UInt64, name: String) async throws -> Entry {

@@ -9,7 +9,8 @@ import ObjectStore
 /// Changes of the tree: unlink, mkdir and rmdir here, renames of files
 /// (Renames.swift) and of directories (DirectoryRenames.swift), each with
 /// preconditions on the names it changes (docs/SEMANTICS.md#tree).
-final class Namespace: Sendable {
+final class Namespace: MountComponent, Sendable {
+  let context: MountContext
   let nodes: NodeTable
   let entries: AttributeBuilder
   let staging: Staging
@@ -18,27 +19,18 @@ final class Namespace: Sendable {
   let reads: Reads
   /// Told what a fresh look at the bucket found (the store tells it every write).
   let cache: DirectoryCache
-  let store: any ObjectStore
-  let configuration: Configuration
-  let diagnostics: Diagnostics
-  let clock: @Sendable () -> Double
-  var logger: Logger { diagnostics.logger }
 
   init(
-    nodes: NodeTable, entries: AttributeBuilder, staging: Staging, provenance: Provenance, reads: Reads,
-    cache: DirectoryCache, store: any ObjectStore, configuration: Configuration, diagnostics: Diagnostics,
-    clock: @escaping @Sendable () -> Double
+    context: MountContext, nodes: NodeTable, entries: AttributeBuilder, staging: Staging,
+    provenance: Provenance, reads: Reads, cache: DirectoryCache
   ) {
+    self.context = context
     self.nodes = nodes
     self.entries = entries
     self.staging = staging
     self.provenance = provenance
     self.reads = reads
     self.cache = cache
-    self.store = store
-    self.configuration = configuration
-    self.diagnostics = diagnostics
-    self.clock = clock
   }
 
   func unlink(parent: UInt64, name: String) async throws {

@@ -12,15 +12,13 @@ final class NodeTable: Sendable {
   /// `--metadata-ttl`: how long fetched facts answer without asking again.
   let ttl: Double
 
-  init(
-    configuration: Configuration, store: any ObjectStore, diagnostics: Diagnostics,
-    clock: @escaping @Sendable () -> Double
-  ) {
+  init(context: MountContext) {
+    let configuration = context.configuration
     self.table = Mutex(
       InodeTable(rootKey: configuration.rootPrefix, metadataCapacity: configuration.metadataCacheEntries))
-    self.store = store
-    self.diagnostics = diagnostics
-    self.clock = clock
+    self.store = context.store
+    self.diagnostics = context.diagnostics
+    self.clock = context.clock
     self.ttl = configuration.metadataTTL
   }
 

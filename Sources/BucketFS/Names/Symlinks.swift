@@ -6,26 +6,17 @@ import Synchronization
 /// Symbolic links (docs/SEMANTICS.md#symlinks): creating one as a single
 /// conditional upload, and reading where one points. The kernel follows
 /// links; nothing here resolves one.
-final class Symlinks: Sendable {
+final class Symlinks: MountComponent, Sendable {
   /// Targets read from links' bodies, by object version.
   private let targets = Mutex(LinkTargets(capacity: 4096))
+  let context: MountContext
   let nodes: NodeTable
   let entries: AttributeBuilder
-  let store: any ObjectStore
-  let configuration: Configuration
-  let diagnostics: Diagnostics
-  let clock: @Sendable () -> Double
 
-  init(
-    nodes: NodeTable, entries: AttributeBuilder, store: any ObjectStore, configuration: Configuration,
-    diagnostics: Diagnostics, clock: @escaping @Sendable () -> Double
-  ) {
+  init(context: MountContext, nodes: NodeTable, entries: AttributeBuilder) {
+    self.context = context
     self.nodes = nodes
     self.entries = entries
-    self.store = store
-    self.configuration = configuration
-    self.diagnostics = diagnostics
-    self.clock = clock
   }
 
   /// One upload with `ifGenerationMatch=0` holding both stored forms.

@@ -7,7 +7,7 @@ import Synchronization
 /// reads at hand or awaited within one retry deadline per key, and what a
 /// read that finds its generation gone sets off (StaleReads.swift). The
 /// readers belong to their handles (``HandleTable``).
-final class Reads: Sendable {
+final class Reads: MountComponent, Sendable {
   struct State {
     /// Refreshes after a read found its generation gone, per inode.
     var staleReads: [UInt64: Task<Void, Never>] = [:]
@@ -16,30 +16,23 @@ final class Reads: Sendable {
   let state: Mutex<State>
   /// Tells the kernel to drop cached attributes and pages; none until mounted.
   let kernel = Mutex<KernelCache>(.none)
+  let context: MountContext
   let nodes: NodeTable
   /// The open handles, whose readers a rename retargets.
   let handles: HandleTable
-  let store: any ObjectStore
-  /// Owns the tasks this starts (BackgroundTasks.swift).
-  let tasks: BackgroundTasks
-  let configuration: Configuration
-  let diagnostics: Diagnostics
   /// Memory read-ahead may hold, shared by all open files.
   let budget: ReadAheadBudget
   /// Small files fetched ahead of a reader going through a directory.
   let prefetch: SiblingPrefetch
 
   init(
-    nodes: NodeTable, handles: HandleTable, store: any ObjectStore, configuration: Configuration,
-    diagnostics: Diagnostics, budget: ReadAheadBudget, prefetch: SiblingPrefetch, tasks: BackgroundTasks
+    context: MountContext, nodes: NodeTable, handles: HandleTable, budget: ReadAheadBudget,
+    prefetch: SiblingPrefetch
   ) {
-    self.tasks = tasks
-    self.state = Mutex(State(readDeadlines: ReadDeadlines(seconds: configuration.retryDeadline)))
+    self.context = context
+    self.state = Mutex(State(readDeadlines: ReadDeadlines(seconds: context.configuration.retryDeadline)))
     self.nodes = nodes
     self.handles = handles
-    self.store = store
-    self.configuration = configuration
-    self.diagnostics = diagnostics
     self.budget = budget
     self.prefetch = prefetch
   }

@@ -15,7 +15,7 @@ import Synchronization
 /// precondition (docs/SEMANTICS.md#writes). It knows staged files, never
 /// handle numbers: those are the ``HandleTable``'s. Apart from the node
 /// table, so reads and stats of untouched files never wait on it.
-final class Staging: Sendable {
+final class Staging: MountComponent, Sendable {
   static let mtimeKey = "goog-reserved-file-mtime"
   /// The largest object the service stores: a file cannot grow past it.
   static let maxObjectBytes: UInt64 = 5 << 40
@@ -24,8 +24,9 @@ final class Staging: Sendable {
   let inodes = StagedInodes()
   /// Numbers the files' streams (``WriteStream``).
   let streamIDs = Atomic<UInt64>(0)
-  /// Owns the uploads, part uploads and part deletes (BackgroundTasks.swift).
-  let tasks: BackgroundTasks
+  /// The store, settings, diagnostics, clock, and the owner of the uploads,
+  /// part uploads and part deletes.
+  let context: MountContext
   private let stages = Mutex<StageDirectory?>(nil)
   /// The calls that write the stages' bytes.
   let stageFiles: any StageFiles
@@ -37,29 +38,18 @@ final class Staging: Sendable {
   /// What bucketfs chose of the files it stores, for atomic saves.
   let provenance: Provenance
   let listings: DirectoryCache
-  let store: any ObjectStore
-  let configuration: Configuration
-  let diagnostics: Diagnostics
-  let clock: @Sendable () -> Double
-  var logger: Logger { diagnostics.logger }
 
   init(
-    stageFiles: any StageFiles, diskWork: IOPool? = nil, nodes: NodeTable, provenance: Provenance,
-    listings: DirectoryCache, store: any ObjectStore, configuration: Configuration,
-    diagnostics: Diagnostics, clock: @escaping @Sendable () -> Double, metrics: any MetricsFactory,
-    tasks: BackgroundTasks
+    context: MountContext, stageFiles: any StageFiles, diskWork: IOPool? = nil, nodes: NodeTable,
+    provenance: Provenance, listings: DirectoryCache, metrics: any MetricsFactory
   ) {
-    self.tasks = tasks
+    self.context = context
     self.stageFiles = stageFiles
     self.diskWork = diskWork
     self.stagedBytes = Meter(label: "bucketfs_staged_bytes", factory: metrics)
     self.nodes = nodes
     self.provenance = provenance
     self.listings = listings
-    self.store = store
-    self.configuration = configuration
-    self.diagnostics = diagnostics
-    self.clock = clock
   }
 
   /// Whether any file is staged.
