@@ -7,7 +7,8 @@ import NIOCore
 
 /// The FUSE operations on open files. Open puts a ``Handle`` in the
 /// ``HandleTable``; read, write and release look it up once and switch on
-/// it: an object's bytes through ``Reads``, a stage's through ``Staging``.
+/// it: an object's bytes through ``Reads``, a stage's through ``StageStore``
+/// (opens and closes of staged files through ``WriteHandles``).
 /// What needs the disk or the network runs in the request's task, never
 /// inline on the FUSE loop thread.
 extension BucketFileSystem {
@@ -22,11 +23,11 @@ extension BucketFileSystem {
       case .symlink: throw Errno(ELOOP)
       }
       if flags & O_ACCMODE != O_RDONLY || flags & O_TRUNC != 0 {
-        let staged = try await staging.openForWriting(
+        let staged = try await writers.openForWriting(
           inode: inode, node: node, truncate: flags & O_TRUNC != 0)
         return OpenResult(handle: putWriter(staged), keepCache: false)
       }
-      switch staging.openForReading(inode: inode) {
+      switch writers.openForReading(inode: inode) {
       case .stage(let staged):
         return OpenResult(handle: handles.put(.stageReader(staged)), keepCache: false)
       case .base(let base):
@@ -45,7 +46,7 @@ extension BucketFileSystem {
       if configuration.readOnly { throw Errno.readOnly }
       let parentKey = try nodes.node(parent, kind: .directory).key
       let key = try Names.key(name, under: parentKey, for: .newFile)
-      let staged = try await staging.create(key: key, name: name, flags: flags, mode: mode)
+      let staged = try await writers.create(key: key, name: name, flags: flags, mode: mode)
       return (entries.staged(staged.inode), OpenResult(handle: putWriter(staged), keepCache: false))
     }
   }
@@ -71,7 +72,7 @@ extension BucketFileSystem {
       if staged.holdsBytes { return .stage(staged) }
       return base.map(ReadSource.object)
     case .object(let reader):
-      if let staged = staging.file(inode: inode), staged.holdsBytes { return .stage(staged) }
+      if let staged = stagedInodes.file(inode: inode), staged.holdsBytes { return .stage(staged) }
       return .object(reader)
     case .directory, nil:
       return nil
@@ -87,7 +88,7 @@ extension BucketFileSystem {
   public func read(inode: UInt64, handle: UInt64, offset: UInt64, size: Int) async throws -> [ByteBuffer] {
     try await boundary("read") {
       switch readSource(inode: inode, handle: handle) {
-      case .stage(let staged): try await staging.read(staged, offset: offset, size: size)
+      case .stage(let staged): try await stages.read(staged, offset: offset, size: size)
       case .object(let reader): try await reads.read(inode: inode, reader, offset: offset, size: size)
       case nil: throw Errno.badHandle
       }
@@ -104,25 +105,25 @@ extension BucketFileSystem {
     -> Result<Int, Errno>?
   {
     guard let staged = writer(handle) else { return .failure(.badHandle) }
-    return staging.answerWithoutStage(staged, offset: offset, count: data.count)
+    return stages.answerWithoutStage(staged, offset: offset, count: data.count)
   }
 
   public func write(inode: UInt64, handle: UInt64, offset: UInt64, data: [UInt8]) async throws -> Int {
     try await boundary("write") {
       guard let staged = writer(handle) else { throw Errno.badHandle }
-      return try await staging.write(staged, offset: offset, data: data)
+      return try await stages.write(staged, offset: offset, data: data)
     }
   }
 
   public func flush(inode: UInt64, handle: UInt64) async throws {
     try await boundary("flush") {
-      if let staged = writer(handle) { try await staging.commit(staged) }
+      if let staged = writer(handle) { try await uploads.commit(staged) }
     }
   }
 
   public func fsync(inode: UInt64, handle: UInt64, dataOnly: Bool) async throws {
     try await boundary("fsync") {
-      if let staged = writer(handle) { try await staging.commit(staged) }
+      if let staged = writer(handle) { try await uploads.commit(staged) }
     }
   }
 
@@ -134,8 +135,8 @@ extension BucketFileSystem {
   /// (release and releasedir).
   func close(_ handle: UInt64) {
     switch handles.take(handle) {
-    case .write(let staged, _): staging.releaseWriter(staged)
-    case .stageReader(let staged): staging.releaseReader(staged)
+    case .write(let staged, _): writers.releaseWriter(staged)
+    case .stageReader(let staged): writers.releaseReader(staged)
     case .directory(let directory): directories.released(directory, handle: handle)
     case .object, nil: break
     }

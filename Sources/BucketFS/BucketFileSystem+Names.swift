@@ -31,7 +31,7 @@ extension BucketFileSystem {
       // truncate follows links: a size for the link itself comes from no tool.
       if node.kind == .symlink, changes.size != nil { throw Errno.invalid }
       if let size = changes.size {
-        try await staging.setSize(inode: inode, writer: handle.flatMap(writer), node: node, to: size)
+        try await writers.setSize(inode: inode, writer: handle.flatMap(writer), node: node, to: size)
       }
       try await changeStatFields(inode: inode, node: node, changes: changes)
       return try await getattr(inode: inode)

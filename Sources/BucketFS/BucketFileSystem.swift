@@ -32,7 +32,14 @@ public final class BucketFileSystem: FileSystem, MountComponent, Sendable {
   let reads: Reads
   /// What bucketfs chose of the files it stored, and which it created lately.
   let provenance: Provenance
-  let staging: Staging
+  /// Which inodes are staged, and the files in flight (StagedInodes.swift).
+  let stagedInodes = StagedInodes()
+  /// The stages' bytes on local disk (StageStore.swift).
+  let stages: StageStore
+  /// Uploads of staged files at close and fsync (Uploads.swift).
+  let uploads: Uploads
+  /// Opens, setattr's size change and closes of staged files (WriteHandles.swift).
+  let writers: WriteHandles
   let entries: AttributeBuilder
   let lookups: Lookups
   let directories: Directories
@@ -75,11 +82,12 @@ public final class BucketFileSystem: FileSystem, MountComponent, Sendable {
     let prefetch = SiblingPrefetch(context: context, budget: readAhead, cache: cache)
     let reads = Reads(context: context, nodes: nodes, handles: handles, budget: readAhead, prefetch: prefetch)
     let provenance = Provenance(configuration: configuration, clock: clock)
-    let staging = Staging(
-      context: context, stageFiles: stageFiles, diskWork: diskWork, nodes: nodes, provenance: provenance,
-      listings: cache, metrics: metrics)
+    let streams = WriteStreams(context: context)
+    let stages = StageStore(
+      context: context, stageFiles: stageFiles, diskWork: diskWork, metrics: metrics, streams: streams)
+    let uploads = Uploads(context: context, streams: streams, nodes: nodes, provenance: provenance)
     let entries = AttributeBuilder(
-      context: context, nodes: nodes, staging: staging, cache: cache, mountTime: Timestamp.now())
+      context: context, nodes: nodes, stagedInodes: stagedInodes, cache: cache, mountTime: Timestamp.now())
     self.context = context
     self.onMounted = onMounted
     self.nodes = nodes
@@ -89,18 +97,22 @@ public final class BucketFileSystem: FileSystem, MountComponent, Sendable {
     self.prefetch = prefetch
     self.reads = reads
     self.provenance = provenance
-    self.staging = staging
+    self.stages = stages
+    self.uploads = uploads
+    self.writers = WriteHandles(
+      context: context, inodes: stagedInodes, stages: stages, uploads: uploads, nodes: nodes,
+      provenance: provenance, listings: cache)
     self.entries = entries
     self.lookups = Lookups(context: context, nodes: nodes, entries: entries, cache: cache)
     self.kernelListings = kernelListings
     self.directories = Directories(
-      context: context, nodes: nodes, entries: entries, staging: staging, handles: handles, walks: walks,
-      cache: cache, kernelListings: kernelListings)
+      context: context, nodes: nodes, entries: entries, stagedInodes: stagedInodes, handles: handles,
+      walks: walks, cache: cache, kernelListings: kernelListings)
     self.namespace = Namespace(
-      context: context, nodes: nodes, entries: entries, staging: staging, provenance: provenance,
-      reads: reads, cache: cache)
+      context: context, nodes: nodes, entries: entries, stagedInodes: stagedInodes, uploads: uploads,
+      provenance: provenance, reads: reads, cache: cache)
     self.links = Symlinks(context: context, nodes: nodes, entries: entries)
-    self.xattrs = Xattrs(context: context, nodes: nodes, staging: staging, provenance: provenance)
+    self.xattrs = Xattrs(context: context, nodes: nodes, stagedInodes: stagedInodes, provenance: provenance)
   }
 
   public static func monotonicSeconds() -> Double {

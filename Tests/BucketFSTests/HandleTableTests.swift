@@ -75,14 +75,14 @@ final class HandleTableTests: XCTestCase {
     // A second release of the same number (a confused caller) lets go of nothing more:
     // the other writer keeps the stage.
     fs.release(inode: inode, handle: writer)
-    XCTAssertNotNil(fs.staging.file(inode: inode), "the other writer still holds the stage")
+    XCTAssertNotNil(fs.stagedInodes.file(inode: inode), "the other writer still holds the stage")
     await XCTAssertErrno(.badHandle) {
       _ = try await self.fs.read(inode: inode, handle: writer, offset: 0, size: 4)
     }
     await XCTAssertEqualAsync(text(try await fs.readAll(inode, other)), "changedbytes")
     try await fs.close(inode, other)
-    XCTAssertNil(fs.staging.file(inode: inode))
-    XCTAssertEqual(fs.staging.inodes.count, 0)
+    XCTAssertNil(fs.stagedInodes.file(inode: inode))
+    XCTAssertEqual(fs.stagedInodes.count, 0)
     XCTAssertEqual(fs.handles.count(), 0)
   }
 }

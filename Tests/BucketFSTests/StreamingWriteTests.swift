@@ -80,7 +80,7 @@ final class StreamingWriteTests: XCTestCase {
 
   /// Parts are deleted apart from the close that composed them: bounded wait.
   private func waitForNoParts() async throws {
-    await fs.staging.settleBackground()
+    await fs.tasks.finish()
     for _ in 0..<200 where !parts.isEmpty { try await Task.sleep(for: .milliseconds(20)) }
     XCTAssertEqual(parts, [])
   }

@@ -20,7 +20,7 @@ final class TruncateByPathTests: XCTestCase {
     let stages = makeStageDirectory()
     let fs = makeWritingFileSystem(store, stageDirectory: stages)
     let (inode, handle) = try await fs.openFile("docs/readme.txt", flags: O_RDWR)
-    guard let staged = fs.staging.file(inode: inode) else { return XCTFail("the open staged the file") }
+    guard let staged = fs.stagedInodes.file(inode: inode) else { return XCTFail("the open staged the file") }
     try await staged.gate.lock()
     let truncate = Task {
       try await fs.setattr(inode: inode, handle: nil, changes: AttributeChanges(size: 5))
@@ -39,6 +39,6 @@ final class TruncateByPathTests: XCTestCase {
     XCTAssertEqual(attributes.size, 5)
     XCTAssertEqual(store.data("docs/readme.txt"), bytes("hello"), "the truncate is stored")
     XCTAssertEqual(filesIn(stages), [], "no stage or sidecar left behind")
-    XCTAssertEqual(fs.staging.inodes.count, 0, "every stage released")
+    XCTAssertEqual(fs.stagedInodes.count, 0, "every stage released")
   }
 }

@@ -85,7 +85,7 @@ final class WritePreconditionTests: XCTestCase {
   func testAnUnlinkedFileKeepsItsBytesForItsHandlesButNeverUploads() async throws {
     let (inode, handle) = try await fs.createFile("gone.txt")
     try await fs.writeText(inode, handle, at: 0, "scratch")
-    try XCTUnwrap(fs.staging.file(inode: inode)).noteUnlinked()
+    try XCTUnwrap(fs.stagedInodes.file(inode: inode)).noteUnlinked()
     await XCTAssertEqualAsync(text(try await fs.readAll(inode, handle)), "scratch")
     try await fs.close(inode, handle)
     XCTAssertEqual(store.calls(.upload), [])
@@ -97,12 +97,13 @@ final class WritePreconditionTests: XCTestCase {
   func testARenamedStagedFileUploadsToTheNewKeyOverTheGivenGeneration() async throws {
     let (inode, handle) = try await fs.createFile("draft.txt")
     try await fs.writeText(inode, handle, at: 0, "draft")
-    try await fs.staging.commit(XCTUnwrap(fs.staging.file(inode: inode)))
+    try await fs.uploads.commit(XCTUnwrap(fs.stagedInodes.file(inode: inode)))
     let stored = store.object("draft.txt")!
     // What the namespace layer does: a server-side move, then tells the stage.
     let moved = try await store.move(
       "draft.txt", sourceGeneration: stored.generation, to: "final.txt", ifGenerationMatch: 0)
-    try XCTUnwrap(fs.staging.file(inode: inode)).noteRenamed(to: "final.txt", generation: moved.generation)
+    try XCTUnwrap(fs.stagedInodes.file(inode: inode)).noteRenamed(
+      to: "final.txt", generation: moved.generation)
     try await fs.writeText(inode, handle, at: 5, "+more")
     store.resetCalls()
     try await fs.close(inode, handle)
@@ -113,8 +114,8 @@ final class WritePreconditionTests: XCTestCase {
 
   func testCommitStagedUploadsOnlyWhenDirty() async throws {
     let (inode, handle) = try await fs.createFile("c.txt")
-    try await fs.staging.commit(XCTUnwrap(fs.staging.file(inode: inode)))
-    try await fs.staging.commit(XCTUnwrap(fs.staging.file(inode: inode)))
+    try await fs.uploads.commit(XCTUnwrap(fs.stagedInodes.file(inode: inode)))
+    try await fs.uploads.commit(XCTUnwrap(fs.stagedInodes.file(inode: inode)))
     XCTAssertEqual(store.calls(.upload).count, 1)
     try await fs.close(inode, handle)
     XCTAssertEqual(store.calls(.upload).count, 1)
@@ -181,7 +182,7 @@ extension WritePreconditionTests {
   func testAHandleOfAnUnlinkedFileKeepsItsOwnBytesWhenTheNameIsMadeAgain() async throws {
     let (inode, old) = try await fs.createFile("again.txt")
     try await fs.writeText(inode, old, at: 0, "old bytes")
-    try XCTUnwrap(fs.staging.file(inode: inode)).noteUnlinked()
+    try XCTUnwrap(fs.stagedInodes.file(inode: inode)).noteUnlinked()
     // The same name made anew gets the same inode number (a hash of the name).
     let (again, new) = try await fs.createFile("again.txt")
     XCTAssertEqual(again, inode)

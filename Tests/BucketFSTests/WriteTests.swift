@@ -375,6 +375,6 @@ extension WriteTests {
       try await group.waitForAll()
     }
     XCTAssertEqual(text(store.data("many.txt")), "abcdefghijklmnopqrst")
-    XCTAssertEqual(fs.staging.inodes.count, 0, "every stage released")
+    XCTAssertEqual(fs.stagedInodes.count, 0, "every stage released")
   }
 }

@@ -7,7 +7,7 @@ import ObjectStore
 struct AttributeBuilder: MountComponent, Sendable {
   let context: MountContext
   let nodes: NodeTable
-  let staging: Staging
+  let stagedInodes: StagedInodes
   /// Kept flat listings show a directory's placeholder (or its absence).
   let cache: DirectoryCache
   let mountTime: Timestamp
@@ -62,7 +62,7 @@ struct AttributeBuilder: MountComponent, Sendable {
     var modified = facts.modified ?? facts.created ?? mountTime
     var size = facts.size
     var stored = posix.map { StoredPosix(mode: $0.mode, uid: $0.uid, gid: $0.gid) }
-    if let staged = staging.file(inode: inode)?.view {
+    if let staged = stagedInodes.file(inode: inode)?.view {
       size = staged.size
       modified = staged.modified ?? modified
       if configuration.posixAttributes, let pending = staged.posix { stored = pending }
@@ -98,8 +98,8 @@ struct AttributeBuilder: MountComponent, Sendable {
   /// An entry for a staged file the kernel holds, so a lookup of a file
   /// not yet uploaded finds it; counts the lookup.
   func staged(key: String) -> Entry? {
-    guard staging.isActive, let inode = nodes.inode(of: key),
-      let staged = staging.file(inode: inode), !staged.state.withLock({ $0.unlinked })
+    guard !stagedInodes.isEmpty, let inode = nodes.inode(of: key),
+      let staged = stagedInodes.file(inode: inode), !staged.state.withLock({ $0.unlinked })
     else { return nil }
     nodes.retain(inode)
     return self.staged(inode)
@@ -115,7 +115,7 @@ struct AttributeBuilder: MountComponent, Sendable {
     let node = try nodes.node(inode)
     if node.kind == .directory { return try await directoryAttributes(inode: inode, node: node) }
     // An unlinked or replaced file held open: its name now means something else.
-    let staged = staging.file(inode: inode) != nil
+    let staged = stagedInodes.file(inode: inode) != nil
     if let facts = node.facts, nodes.isFresh(node) || node.isDetached || staged {
       // Fresh facts: the kernel may keep them for what is left of the TTL since they were fetched.
       let left =

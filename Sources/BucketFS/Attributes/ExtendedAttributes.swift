@@ -11,14 +11,14 @@ import ObjectStore
 final class Xattrs: MountComponent, Sendable {
   let context: MountContext
   let nodes: NodeTable
-  let staging: Staging
+  let stagedInodes: StagedInodes
   /// What bucketfs chose of the files it stored, and which it created lately.
   let provenance: Provenance
 
-  init(context: MountContext, nodes: NodeTable, staging: Staging, provenance: Provenance) {
+  init(context: MountContext, nodes: NodeTable, stagedInodes: StagedInodes, provenance: Provenance) {
     self.context = context
     self.nodes = nodes
-    self.staging = staging
+    self.stagedInodes = stagedInodes
     self.provenance = provenance
   }
 

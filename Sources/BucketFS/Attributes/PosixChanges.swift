@@ -24,10 +24,10 @@ extension BucketFileSystem {
       nodes.notePlaceholder(inode: inode, placeholder, at: xattrs.clock())
       return
     }
-    if staging.file(inode: inode)?.carry(values, modified: changes.modificationTime) == true { return }
+    if stagedInodes.file(inode: inode)?.carry(values, modified: changes.modificationTime) == true { return }
     let updated = try await xattrs.storeKeys(
       values, key: node.key, from: try await nodes.currentMetadata(of: node), createIfMissing: false)
-    staging.file(inode: inode)?.notePatched(values, modified: changes.modificationTime)
+    stagedInodes.file(inode: inode)?.notePatched(values, modified: changes.modificationTime)
     if changes.modificationTime != nil, values[PosixKeys.mtime] != nil {
       // Set by the user now: an atomic save no longer treats it as inferred.
       provenance.userSet(.custom(PosixKeys.mtime), key: node.key, generation: updated.generation)

@@ -10,26 +10,26 @@ final class OpenDirectory: Sendable {
   /// Whether its opendir was told to the walks (one that the kernel answers from its own cache is not).
   let walked: Bool
   private struct Pass {
-    var inFlight: [Staging.InFlight]
+    var inFlight: [StagedInodes.InFlight]
     /// The index of the first in-flight file: the listing's length, once a pass reached its end.
     var end: Int?
   }
   private let pass: Mutex<Pass>
 
-  init(stream: DirectoryStream, inFlight: [Staging.InFlight], walked: Bool) {
+  init(stream: DirectoryStream, inFlight: [StagedInodes.InFlight], walked: Bool) {
     self.stream = stream
     self.walked = walked
     self.pass = Mutex(Pass(inFlight: inFlight))
   }
 
   /// A pass starts again from the first entry, with the files in flight now.
-  func restart(inFlight: [Staging.InFlight]) {
+  func restart(inFlight: [StagedInodes.InFlight]) {
     pass.withLock { $0 = Pass(inFlight: inFlight) }
   }
 
   /// Where the in-flight files start (`index`, if this pass is the first to
   /// reach the listing's end), and which they are.
-  func inFlight(fromEndAt index: Int) -> (end: Int, files: [Staging.InFlight]) {
+  func inFlight(fromEndAt index: Int) -> (end: Int, files: [StagedInodes.InFlight]) {
     pass.withLock { pass in
       if pass.end == nil { pass.end = index }
       return (pass.end ?? index, pass.inFlight)
@@ -43,7 +43,7 @@ final class Directories: MountComponent, Sendable {
   let context: MountContext
   let nodes: NodeTable
   let entries: AttributeBuilder
-  let staging: Staging
+  let stagedInodes: StagedInodes
   let handles: HandleTable
   /// Tree walks and the listings they fetch ahead (SubtreeWalk.swift).
   let walks: SubtreeWalks
@@ -51,13 +51,13 @@ final class Directories: MountComponent, Sendable {
   let kernelListings: KernelListings
 
   init(
-    context: MountContext, nodes: NodeTable, entries: AttributeBuilder, staging: Staging,
+    context: MountContext, nodes: NodeTable, entries: AttributeBuilder, stagedInodes: StagedInodes,
     handles: HandleTable, walks: SubtreeWalks, cache: DirectoryCache, kernelListings: KernelListings
   ) {
     self.context = context
     self.nodes = nodes
     self.entries = entries
-    self.staging = staging
+    self.stagedInodes = stagedInodes
     self.handles = handles
     self.walks = walks
     self.cache = cache
@@ -75,7 +75,7 @@ final class Directories: MountComponent, Sendable {
     let stream = DirectoryStream(
       prefix: key, context: context, pageSize: configuration.pageSize, listed: listed,
       placeholders: configuration.posixAttributes)
-    let inFlight = staging.inFlight(in: key)
+    let inFlight = stagedInodes.inFlight(in: key)
     let handle = handles.put(.directory(OpenDirectory(stream: stream, inFlight: inFlight, walked: walked)))
     return OpenResult(handle: handle, keepCache: opening == .keep, cacheDirectory: opening != nil)
   }
@@ -86,7 +86,7 @@ final class Directories: MountComponent, Sendable {
     diagnostics.logger.trace("readdir \(stream.prefix) handle \(handle) offset \(offset)")
     if offset == 0 {
       await stream.rewind()
-      directory.restart(inFlight: staging.inFlight(in: stream.prefix))
+      directory.restart(inFlight: stagedInodes.inFlight(in: stream.prefix))
       cache.passStarted(handle: handle, directory: stream.prefix)
     }
     var listedNames: [(String, Double)] = []
@@ -159,8 +159,8 @@ final class Directories: MountComponent, Sendable {
   private func addInFlight(_ directory: OpenDirectory, from index: Int, into buffer: DirectoryBuffer) {
     let (end, inFlight) = directory.inFlight(fromEndAt: index)
     guard index >= end else { return }
-    for (position, file) in inFlight.enumerated().dropFirst(index - end) where staging.isInFlight(file.inode)
-    {
+    for (position, file) in inFlight.enumerated().dropFirst(index - end)
+    where stagedInodes.isInFlight(file.inode) {
       if buffer.isPlus { nodes.retain(file.inode) }
       let nextOffset = UInt64(end + position) + 3
       guard buffer.add(name: file.name, entry: entries.staged(file.inode), nextOffset: nextOffset) else {

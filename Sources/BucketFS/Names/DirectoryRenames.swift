@@ -16,7 +16,7 @@ extension Namespace {
     // Dirty files go up first, so the listing has them.
     let heldFiles = nodes.held(under: from).filter { $0.node.kind == .file }
     for (inode, _) in heldFiles {
-      if let staged = staging.file(inode: inode) { try await staging.commit(staged) }
+      if let staged = stagedInodes.file(inode: inode) { try await uploads.commit(staged) }
     }
 
     let objects = try await objectsToMove(under: from)
@@ -45,7 +45,7 @@ extension Namespace {
 
     let renamed = nodes.movedDirectory(from: from, to: to, moved: outcome.moved.map(\.to))
     for (inode, key, generation) in renamed {
-      staging.file(inode: inode)?.noteRenamed(to: key, generation: generation)
+      stagedInodes.file(inode: inode)?.noteRenamed(to: key, generation: generation)
     }
     let generations = Dictionary(objects.map { ($0.name, $0.generation) }, uniquingKeysWith: { a, _ in a })
     for moved in outcome.moved {

@@ -13,7 +13,10 @@ final class Namespace: MountComponent, Sendable {
   let context: MountContext
   let nodes: NodeTable
   let entries: AttributeBuilder
-  let staging: Staging
+  /// Staged files: told of unlinks and renames; files in flight count as names.
+  let stagedInodes: StagedInodes
+  /// A staged file is stored before a rename.
+  let uploads: Uploads
   /// What bucketfs chose of the files it stored, for an atomic save.
   let provenance: Provenance
   let reads: Reads
@@ -21,13 +24,15 @@ final class Namespace: MountComponent, Sendable {
   let cache: DirectoryCache
 
   init(
-    context: MountContext, nodes: NodeTable, entries: AttributeBuilder, staging: Staging,
+    context: MountContext, nodes: NodeTable, entries: AttributeBuilder, stagedInodes: StagedInodes,
+    uploads: Uploads,
     provenance: Provenance, reads: Reads, cache: DirectoryCache
   ) {
     self.context = context
     self.nodes = nodes
     self.entries = entries
-    self.staging = staging
+    self.stagedInodes = stagedInodes
+    self.uploads = uploads
     self.provenance = provenance
     self.reads = reads
     self.cache = cache
@@ -38,7 +43,7 @@ final class Namespace: MountComponent, Sendable {
     let parentKey = try nodes.node(parent, kind: .directory).key
     let key = try Names.key(name, under: parentKey, for: .existing)
     // A file this mount created and never stored has no object to delete.
-    if let inode = nodes.inode(of: key), staging.file(inode: inode)?.unlinkIfNeverStored() == true {
+    if let inode = nodes.inode(of: key), stagedInodes.file(inode: inode)?.unlinkIfNeverStored() == true {
       nodes.detach(inode)
       return
     }
@@ -54,7 +59,7 @@ final class Namespace: MountComponent, Sendable {
       throw diagnostics.failure(error, operation: "delete", key: key)
     }
     nodes.deleted(key, inode: inode)
-    if let inode { staging.file(inode: inode)?.noteUnlinked() }
+    if let inode { stagedInodes.file(inode: inode)?.noteUnlinked() }
   }
 
   func mkdir(parent: UInt64, name: String, mode: UInt32) async throws -> Entry {
@@ -101,7 +106,8 @@ final class Namespace: MountComponent, Sendable {
     let parentKey = try nodes.node(parent, kind: .directory).key
     let key = try Names.key(name, under: parentKey, for: .newFile)
     let found = try await lookInBucket(fileKey: key, directoryKey: key + "/")
-    if found.file != nil || found.directory != nil || staging.isInFlight(key: key) { throw Errno.exists }
+    let inFlight = nodes.inode(of: key).map(stagedInodes.isInFlight) ?? false
+    if found.file != nil || found.directory != nil || inFlight { throw Errno.exists }
     let (fileAttributes, inferred) = provenance.newFile(name: name, mode: mode & 0o7777)
     var attributes = fileAttributes
     if special != nil {
@@ -131,7 +137,7 @@ final class Namespace: MountComponent, Sendable {
     let held = nodes.held(fileKey: fileKey, directoryKey: directoryKey)
     if let kind = held.kind, kind != .directory { throw Errno.notDirectory }
     // A file created in it and not stored yet is in it (docs/SEMANTICS.md#writes-in-flight).
-    if !staging.inFlight(in: directoryKey, deep: true).isEmpty { throw Errno(ENOTEMPTY) }
+    if !stagedInodes.inFlight(in: directoryKey, deep: true).isEmpty { throw Errno(ENOTEMPTY) }
     for _ in 0..<3 {
       switch try await contents(of: directoryKey) {
       case .nonEmpty:

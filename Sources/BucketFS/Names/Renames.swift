@@ -62,9 +62,9 @@ extension Namespace {
       (inode, source) = (nil, unheld)
     } else {
       if let held = nodes.held(fileKey: from, directoryKey: from + "/").inode,
-        let staged = staging.file(inode: held)
+        let staged = stagedInodes.file(inode: held)
       {
-        try await staging.commit(staged)
+        try await uploads.commit(staged)
       }
       (inode, source) = try await existingFile(from)
     }
@@ -100,8 +100,8 @@ extension Namespace {
     provenance.stored(key: moved.name, generation: moved.generation, inferred: stillInferred)
     let replacedInode = nodes.inode(of: to)
     moveNode(inode, from: from, to: moved, sameBytesAs: source.generation)
-    if let replacedInode, replacedInode != inode { staging.file(inode: replacedInode)?.noteUnlinked() }
-    if let inode { staging.file(inode: inode)?.noteRenamed(to: to, generation: moved.generation) }
+    if let replacedInode, replacedInode != inode { stagedInodes.file(inode: replacedInode)?.noteUnlinked() }
+    if let inode { stagedInodes.file(inode: inode)?.noteRenamed(to: to, generation: moved.generation) }
   }
 
   /// The table after a file moved: the kernel keeps the inode number for the

@@ -9,7 +9,7 @@ extension Xattrs {
   /// listxattr; nil when the inode is not staged or its handles are only
   /// reading (then the object's own metadata answers).
   func pending(_ inode: UInt64) -> ObjectMetadata? {
-    staging.file(inode: inode)?.pendingMetadata(bucket: store.bucket)
+    stagedInodes.file(inode: inode)?.pendingMetadata(bucket: store.bucket)
   }
 
   /// Sets or removes (nil) a property of a staged, dirty file in its pending
@@ -21,7 +21,7 @@ extension Xattrs {
   func setPending(inode: UInt64, name: String, value: [UInt8]?, flags: XattrFlags) throws -> Bool {
     guard let property = XattrName(name) else { throw Errno.notSupported }
     if configuration.readOnly { throw Errno.readOnly }
-    guard let staged = staging.file(inode: inode) else {
+    guard let staged = stagedInodes.file(inode: inode) else {
       if case .readOnly = property, let key = nodes.key(of: inode), provenance.isRecentlyCreated(key) {
         return true
       }

@@ -1,8 +1,26 @@
 import FUSE
+import Logging
 import ObjectStore
 
-/// Uploads of dirty staged files with their precondition (docs/SEMANTICS.md#writes).
-extension Staging {
+/// Uploads of dirty staged files with their precondition (docs/SEMANTICS.md#writes),
+/// and what becomes of a stage once its last writer closed: an upload
+/// under way decides when it ends.
+final class Uploads: MountComponent, Sendable {
+  private let streams: WriteStreams
+  private let nodes: NodeTable
+  /// Told what an upload stored, and what of it bucketfs chose.
+  private let provenance: Provenance
+  /// The store, settings and diagnostics; its tasks own the uploads, and
+  /// the removals of released stages.
+  let context: MountContext
+
+  init(context: MountContext, streams: WriteStreams, nodes: NodeTable, provenance: Provenance) {
+    self.context = context
+    self.streams = streams
+    self.nodes = nodes
+    self.provenance = provenance
+  }
+
   /// Uploads a dirty staged file (close, fsync; before a rename, so it acts
   /// on stored bytes); returns once the object is stored. The
   /// upload runs in a task of its own, which the unmount waits for: an
@@ -10,7 +28,7 @@ extension Staging {
   /// halfway (a cancelled upload whose last request reached the service
   /// would leave the mount on the old generation, and the next upload's
   /// precondition would fail as a false conflict). A release that comes
-  /// meanwhile leaves the stage to the upload's end (``settleReleased(_:)``),
+  /// meanwhile leaves the stage to the upload's end (``released(_:)``),
   /// so stored bytes are never kept as unstored ones.
   func commit(_ staged: StagedFile) async throws {
     staged.state.withLock { $0.uploading += 1 }
@@ -21,6 +39,43 @@ extension Staging {
     try await task.valueUnlessCancelled()
   }
 
+  /// The last writer of `closed` closed (``WriteHandles/releaseWriter(_:)``):
+  /// the stage is settled now, or by the last upload under way when it ends.
+  func released(_ closed: StagedFile) {
+    let deferred = closed.state.withLock { s in
+      if s.uploading > 0 { s.releasedWhileUploading = true }
+      return s.uploading > 0
+    }
+    if !deferred { settleReleased(closed) }
+  }
+
+  /// After the last handle's release and every upload: the stage goes,
+  /// unless it holds bytes that were never stored (then it stays, and the
+  /// log says where) or readers remain (then the last of them removes it).
+  private func settleReleased(_ closed: StagedFile) {
+    let (key, dirty, unlinked, poisoned, uploadedOnce) = closed.state.withLock {
+      ($0.key, $0.dirty, $0.unlinked, $0.poisoned, $0.baseGeneration != 0)
+    }
+    if unlinked || poisoned != nil { streams.dropStream(closed) }
+    let localFault = poisoned != nil && poisoned != .stale
+    if dirty && !unlinked && !localFault {
+      logger.error(
+        "\(key): closed with bytes that were not stored; they are kept in \(closed.stage.path) (see \(closed.stage.sidecarPath))"
+      )
+    } else if closed.state.withLock({ s in
+      s.removeWhenUnread = s.readers > 0
+      return !s.removeWhenUnread
+    }) {
+      // Apart from the caller: release runs on the FUSE loop thread, which never waits for the disk.
+      let stage = closed.stage
+      tasks.start(.finish, priority: .utility) { stage.remove() }
+    }
+    if !uploadedOnce {
+      // Never stored: what stat knows of it must come from the bucket again.
+      nodes.expire(closed.inode)
+    }
+  }
+
   private func uploadEnded(_ staged: StagedFile) {
     let released = staged.state.withLock { s in
       s.uploading -= 1
@@ -28,30 +83,6 @@ extension Staging {
       return s.uploading == 0 && s.releasedWhileUploading
     }
     if released { settleReleased(staged) }
-  }
-
-  /// What a failed upload of `key` (whole or streamed) throws, and leaves
-  /// the file as: a refusal by the precondition is ESTALE, with the stage
-  /// kept (`kept` says what of it, before its path); a local failure
-  /// poisons the file; the rest is mapped and logged. A stream's own
-  /// errors come already mapped and recorded.
-  func uploadFailure(_ error: any Error, of staged: StagedFile, key: String, generation: Int64, kept: String)
-    -> any Error
-  {
-    if let failure = error as? Errno { return failure }
-    if let failure = error as? FileSystemError { return failure }
-    if case StorageError.preconditionFailed = error {
-      staged.state.withLock { $0.poisoned = .stale }
-      logger.error(
-        "upload of \(key) refused: the object \(generation == 0 ? "appeared" : "changed since generation \(generation)") meanwhile; nothing was overwritten; \(kept) \(staged.stage.path)"
-      )
-      return Errno.stale
-    }
-    if let local = error as? StageFailure {
-      staged.state.withLock { $0.poisoned = Errno(local.code) }
-      return diagnostics.localFailure(local.code, key: key)
-    }
-    return diagnostics.failure(error, operation: "upload", key: key)
   }
 
   private func upload(_ staged: StagedFile) async throws {
@@ -64,14 +95,14 @@ extension Staging {
         // seconds, as gsutil), so stat does not change when the file is
         // stored or renamed (vim refuses to save over a changed mtime).
         if let modified = s.modified {
-          attributes.custom[Self.mtimeKey] = String(modified.seconds)
+          attributes.custom[Staging.mtimeKey] = String(modified.seconds)
         }
         return (s.key, s.baseGeneration, attributes, s.size)
       }
       guard let (key, generation, attributes, size) = snapshot else { return }
       let uploaded: ObjectMetadata
       do {
-        if let streamed = try await commitStream(
+        if let streamed = try await streams.commitStream(
           staged, key: key, generation: generation, attributes: attributes, size: size)
         {
           uploaded = streamed
@@ -81,8 +112,8 @@ extension Staging {
             ifGenerationMatch: generation)
         }
       } catch {
-        throw uploadFailure(
-          error, of: staged, key: key, generation: generation, kept: "your bytes are kept in")
+        throw staged.uploadFailure(
+          error, key: key, generation: generation, kept: "your bytes are kept in", diagnostics: diagnostics)
       }
       let inferred = staged.state.withLock { s in
         s.dirty = false

@@ -1,111 +1,93 @@
+import CoreMetrics
 import FUSE
+import IOThreads
+import Logging
 import NIOCore
 import ObjectStore
+import Synchronization
 
 #if canImport(Glibc)
   import Glibc
 #endif
 
-/// create, open for writing, write and resize of staged files. Every read
-/// and write of a stage's bytes and sidecar runs under the file's gate,
-/// never under its state lock (docs/ARCHITECTURE.md#locks).
-extension Staging {
-  /// Creates `key` as a new staged file, with one writer (the caller's
-  /// write handle, closed by ``releaseWriter(_:)``). `mode` (after the
-  /// umask) is stored with it, as is the caller's owner.
-  func create(key: String, name: String, flags: Int32, mode: UInt32) async throws -> StagedFile {
-    let existing = nodes.inode(of: key).flatMap { shared(inode: $0) }
-    if let existing {
-      // Created here and not yet uploaded: the kernel lost its entry.
-      if flags & O_EXCL != 0 { throw Errno.exists }
-      if try await attach(existing, truncate: flags & O_TRUNC != 0) {
-        let inode = existing.inode
-        nodes.retain(inode)
-        return existing
-      }
-    }
+/// The stage store: each staged file's bytes and sidecar on local disk
+/// (``Stage``, in the mount's ``StageDirectory``; Recovery.swift for what a
+/// crash leaves), written, read and resized under the file's gate, never
+/// under its state lock (docs/ARCHITECTURE.md#locks). A sequential writer's
+/// bytes may leave the stage as parts (``WriteStreams``): a write or resize
+/// ends or feeds the stream, a read brings gone bytes back.
+final class StageStore: MountComponent, Sendable {
+  private let stages = Mutex<StageDirectory?>(nil)
+  /// The calls that write the stages' bytes.
+  private let stageFiles: any StageFiles
+  /// Where the stages' file work runs (``Stage``); nil: on the caller's thread.
+  private let diskWork: IOPool?
+  /// `bucketfs_staged_bytes` (``Stage``).
+  private let stagedBytes: Meter
+  private let streams: WriteStreams
+  /// The store, settings, diagnostics, clock and task owner of the mount.
+  let context: MountContext
 
-    let stage = try makeStage()
-    let (attributes, inferred) = provenance.newFile(name: name, mode: mode & 0o7777)
-    let now = clock()
-    let bucket = store.bucket
-    let inode = nodes.created(
-      key, kind: .file, facts: FileFacts(Self.placeholder(key: key, bucket: bucket)), at: now
-    )
-    .inode
-    let staged = StagedFile(
-      inode: inode, stage: stage,
-      state: StagedFile.State(
-        key: key, baseGeneration: 0, base: nil, attributes: attributes, inferred: inferred, size: 0,
-        loaded: true, dirty: true, handles: 1, modified: .wholeSecondsNow(), sequential: true))
-    let failure = await stage.writeRecord(staged.record)
-    if failure != 0 {
-      stage.remove()
-      nodes.forget(inode: inode, count: 1)
-      throw diagnostics.localFailure(failure, key: key)
-    }
-    inodes.add(staged)
-    listings.invalidate(.createdInFlight(key))
-    return staged
+  init(
+    context: MountContext, stageFiles: any StageFiles, diskWork: IOPool?, metrics: any MetricsFactory,
+    streams: WriteStreams
+  ) {
+    self.context = context
+    self.stageFiles = stageFiles
+    self.diskWork = diskWork
+    self.stagedBytes = Meter(label: "bucketfs_staged_bytes", factory: metrics)
+    self.streams = streams
   }
 
-  /// Opens an inode for writing (or with O_TRUNC): one more writer on its
-  /// staged file, or the first on a stage made now over the generation it
-  /// has (ESTALE if its object is gone: the kernel looks the name up again,
-  /// and O_CREAT then creates it). ``releaseWriter(_:)`` closes it.
-  func openForWriting(inode: UInt64, node: Node, truncate: Bool) async throws -> StagedFile {
-    if configuration.readOnly { throw Errno.readOnly }
-    guard node.kind == .file else { throw Errno.isDirectory }
-    if let existing = shared(inode: inode), try await attach(existing, truncate: truncate) {
-      return existing
+  /// A fresh, empty stage file in the mount's staging directory.
+  func makeStage() throws -> Stage {
+    // Where is policy (the CLI's, per mount under --cache-dir): none, no writes.
+    let path = configuration.stageDirectory
+    guard !path.isEmpty else {
+      logger.error("no staging directory is configured; files cannot be written")
+      throw Errno.readOnly
     }
-    let base = try await nodes.currentMetadata(of: node, context: .inode)
-    let stage = try makeStage()
-    let emptied = truncate || base.size == 0
-    // Truncating bytes away is a change: it moves the mtime, as a write does.
-    let truncated = truncate && base.size > 0
-    let inferred = provenance.inferred(key: base.name, generation: base.generation)
-    let staged = StagedFile(
-      inode: inode, stage: stage,
-      state: StagedFile.State(
-        key: node.key, baseGeneration: base.generation, base: base, attributes: ObjectAttributes(of: base),
-        inferred: inferred, size: emptied ? 0 : UInt64(base.size), loaded: emptied,
-        dirty: truncated, handles: 1,
-        modified: truncated
-          ? .wholeSecondsNow() : FileFacts(base).modified ?? RFC3339.parse(base.timeCreated),
-        sequential: emptied))
-    if truncated {
-      let failure = await stage.writeRecord(staged.record)
-      if failure != 0 {
-        stage.remove()
-        throw diagnostics.localFailure(failure, key: node.key)
+    do throws(StageFailure) {
+      // The first stage makes the directory (mkdir, chmod) with no lock held;
+      // two racing first stages both make it, and the first one kept wins.
+      let directory: StageDirectory
+      if let made = stages.withLock({ $0 }) {
+        directory = made
+      } else {
+        let made = try StageDirectory(path: path, files: stageFiles, io: diskWork, staged: stagedBytes)
+        directory = stages.withLock { stages in
+          if let stages { return stages }
+          stages = made
+          return made
+        }
       }
+      return try directory.makeStage()
+    } catch {
+      logger.error("cannot stage a file in \(path): \(Errno(error.code))")
+      throw Errno(error.code)
     }
-    // Another open may have staged the inode meanwhile: share that one.
-    if let winner = inodes.addUnlessShared(staged) {
-      stage.remove()
-      guard try await attach(winner, truncate: truncate) else {
-        return try await openForWriting(inode: inode, node: node, truncate: truncate)
-      }
-      return winner
-    }
-    return staged
   }
 
-  /// One more writer on a staged file; false if its last one closed
-  /// meanwhile (then the caller stages the file anew).
-  private func attach(_ staged: StagedFile, truncate: Bool) async throws -> Bool {
-    // Under the inodes' lock, as the last release is: never a writer on a released stage.
-    guard inodes.addWriter(staged) else { return false }
-    if truncate {
+  /// The bytes of a stage that holds the file's. A streaming file's bytes
+  /// that left the stage are brought back first; a read that raced their
+  /// leaving is made again.
+  func read(_ staged: StagedFile, offset: UInt64, size: Int) async throws -> [ByteBuffer] {
+    while true {
+      let total = staged.state.withLock { $0.size }
+      guard offset < total, size > 0 else { return [] }
+      let count = Int(min(UInt64(size), total - offset))
+      let range = Int64(offset)..<Int64(offset) + Int64(count)
+      if try await streams.bringBackIfGone(staged, range) { continue }
+      let bytes: ByteBuffer
       do {
-        try await resize(staged, to: 0)
+        bytes = try await staged.stage.read(at: Int64(offset), count: count)
       } catch {
-        releaseWriter(staged)
-        throw error
+        throw Errno(error.code)
       }
+      // Bytes are marked gone before they are punched: unmarked now, they were there.
+      if staged.state.withLock({ $0.stream?.gone(range) ?? false }) { continue }
+      return [bytes]
     }
-    return true
   }
 
   // MARK: - Writing
@@ -128,7 +110,7 @@ extension Staging {
       if let answer = unstagedWrite(key, offset: offset, count: data.count) { return try answer.get() }
       if !covered { try await load(staged) }
       try await markDirty(staged)
-      try await streamBeforeWrite(staged, offset: offset, count: data.count)
+      try await streams.streamBeforeWrite(staged, offset: offset, count: data.count)
       let code = await staged.stage.write(data, at: offset)
       try staged.state.withLock { s in
         // A local failure poisons the file: its stage may hold part of the
@@ -141,17 +123,17 @@ extension Staging {
         s.size = max(s.size, offset + UInt64(data.count))
         s.modified = .wholeSecondsNow()
       }
-      try await streamAfterWrite(staged)
+      try await streams.streamAfterWrite(staged)
       return data.count
     }
   }
 
   /// The answer to a write that leaves the stage alone: 0 for no bytes (the
-  /// size stays), EFBIG when it would end past ``maxObjectBytes``.
+  /// size stays), EFBIG when it would end past ``Staging/maxObjectBytes``.
   private func unstagedWrite(_ key: String, offset: UInt64, count: Int) -> Result<Int, Errno>? {
     if count == 0 { return .success(0) }
     let (end, overflow) = offset.addingReportingOverflow(UInt64(count))
-    guard overflow || end > Self.maxObjectBytes else { return nil }
+    guard overflow || end > Staging.maxObjectBytes else { return nil }
     logger.notice("write to \(key) at byte \(offset): past the largest object the service stores (5 TiB)")
     return .failure(Errno(EFBIG))
   }
@@ -163,7 +145,7 @@ extension Staging {
 
   /// Marks the file dirty, first recording so in the sidecar (a kill -9
   /// from now on leaves a stage the next mount lists). Under the gate.
-  func markDirty(_ staged: StagedFile) async throws {
+  private func markDirty(_ staged: StagedFile) async throws {
     let record = staged.state.withLock { s -> StageRecord? in
       guard !s.dirty || s.recordUploaded else { return nil }
       return s.record(uploaded: false)
@@ -179,7 +161,7 @@ extension Staging {
 
   /// Fills the stage with the bytes of the generation it was opened on.
   /// Under the gate.
-  func load(_ staged: StagedFile, upTo limit: UInt64? = nil) async throws {
+  private func load(_ staged: StagedFile, upTo limit: UInt64? = nil) async throws {
     let (base, size, loaded) = staged.state.withLock { ($0.base, $0.size, $0.loaded) }
     guard !loaded, let base else { return }
     let end = min(limit ?? size, size)
@@ -217,7 +199,7 @@ extension Staging {
       if loaded && current == size { return }
       if !loaded && size > 0 { try await load(staged, upTo: min(size, current)) }
       // A stream's bytes come back for any size but 0, which drops them.
-      try await endStream(staged, bringBack: size > 0)
+      try await streams.endStream(staged, bringBack: size > 0)
       try await markDirty(staged)
       let code = await staged.stage.truncate(to: size)
       try staged.state.withLock { s in

@@ -2,9 +2,7 @@ import ObjectStore
 
 /// A file written in order from its first byte, whose full parts go up while
 /// it is written and then leave the stage (docs/SEMANTICS.md#writes-streaming).
-/// Its jobs: StreamsWriting.swift (parts while written), StreamsCombining.swift
-/// (keeping the close to one compose), StreamsCommit.swift (the compose),
-/// StreamsEnding.swift (falling back, dropping, background deletes).
+/// It lives in its ``StagedFile``'s state; only ``WriteStreams`` changes it.
 struct WriteStream: Sendable {
   struct Part: Sendable {
     let range: Range<Int64>
@@ -68,5 +66,27 @@ struct WriteStream: Sendable {
   /// Whether `range` overlaps bytes that may have left the stage.
   func gone(_ range: Range<Int64>) -> Bool {
     range.lowerBound < committed || parts.contains { $0.stored != nil && $0.range.overlaps(range) }
+  }
+}
+
+/// Stored parts combined into one while the file is written, only as far as
+/// needed for the close to compose every source in one request
+/// (docs/SEMANTICS.md#writes-streaming).
+extension WriteStream {
+  /// Whether the compose at close could take more sources than one
+  /// request takes, with a full round of part uploads still to come.
+  var needsCombining: Bool { sourcesAtClose + plan.parallel > Self.composeLimit }
+
+  /// The parts to combine next: the stored ones in a row after those
+  /// combined before (so each byte is combined once), else from the first
+  /// (a stream so long that its combined parts alone crowd the compose);
+  /// at least 2, at most one compose's worth.
+  var combinable: Range<Int>? {
+    let combined = parts.prefix { $0.components > 1 }.count
+    for start in [combined, 0] {
+      let run = parts[start...].prefix { $0.stored != nil }.prefix(Self.composeLimit).count
+      if run >= 2 { return start..<start + run }
+    }
+    return nil
   }
 }

@@ -1,15 +1,33 @@
 import FUSE
+import Logging
 import ObjectStore
+import Synchronization
 
 #if canImport(Glibc)
   import Glibc
 #endif
 
-/// A stream while its file is written: it starts, its full parts go up, the
-/// writer waits at the disk bound (docs/SEMANTICS.md#writes-streaming).
-extension Staging {
+/// The streaming upload of sequential writers (docs/SEMANTICS.md#writes-streaming):
+/// while a file is written in order, its full parts go up and leave the
+/// stage, the writer waits at the disk bound, and stored parts are combined
+/// as far as the close needs (here); the close composes them, or the stream
+/// ends and its bytes come back or are dropped (WriteStreams+Ending.swift).
+/// Each file's ``WriteStream`` lives in its ``StagedFile``'s state and
+/// changes only here; the calls that change the stage's bytes run under the
+/// file's gate.
+final class WriteStreams: MountComponent, Sendable {
   /// The most disk a stream holds when no `--stream-disk-limit` is given.
   static let defaultStreamBound: Int64 = 64 << 20
+
+  /// Numbers the files' streams (``WriteStream``).
+  private let streamIDs = Atomic<UInt64>(0)
+  /// The store, settings and diagnostics; its tasks own the part uploads,
+  /// combines and part deletes.
+  let context: MountContext
+
+  init(context: MountContext) {
+    self.context = context
+  }
 
   // MARK: - Before and after a write (under the gate)
 
@@ -78,7 +96,7 @@ extension Staging {
   // MARK: - Parts
 
   /// Starts the uploads of the parts now complete, as many as the plan runs at once.
-  func launchParts(_ staged: StagedFile) {
+  private func launchParts(_ staged: StagedFile) {
     staged.state.withLock { s in
       guard var stream = s.stream, !stream.failed else { return }
       let (id, upload) = (stream.id, stream.upload)
@@ -156,5 +174,65 @@ extension Staging {
       await task.value
       launchParts(staged)
     }
+  }
+
+  // MARK: - Combining parts
+
+  /// Starts a combine, apart from the writer, when the close would
+  /// otherwise compose too many sources. A file of up to about 22 parts
+  /// (176 MiB in 8 MiB parts) is never combined: its close makes one
+  /// compose, and nothing during the write adds requests or, on an
+  /// emulator, copies of its bytes.
+  private func combineIfNeeded(_ staged: StagedFile, stream id: UInt64) {
+    staged.state.withLock { s in
+      guard var stream = s.stream, stream.id == id, stream.combining == nil, !stream.failed,
+        !stream.composing, stream.needsCombining, let run = stream.combinable
+      else { return }
+      let pieces = stream.parts[run].compactMap(\.stored)
+      let range =
+        stream.parts[run.lowerBound].range.lowerBound..<stream.parts[run.upperBound - 1].range.upperBound
+      let (upload, round) = (stream.upload, stream.combineRound)
+      stream.combining = tasks.start(.finish) {
+        await self.combine(staged, stream: id, round: round, pieces, range: range, via: upload)
+      }
+      s.stream = stream
+    }
+  }
+
+  /// Composes `pieces` (the parts of bytes `range`) into one part, which
+  /// then takes their place; the pieces, or the combined part when it came
+  /// too late (a commit went ahead without it), are deleted.
+  private func combine(
+    _ staged: StagedFile, stream id: UInt64, round: Int, _ pieces: [StoredPart], range: Range<Int64>,
+    via upload: any PartedUpload
+  ) async {
+    do {
+      let combined = try await upload.combine(pieces)
+      let replaced = staged.state.withLock { s -> Bool in
+        guard var stream = s.stream, stream.id == id, stream.combineRound == round else { return false }
+        stream.combining = nil
+        defer { s.stream = stream }
+        guard let first = stream.parts.firstIndex(where: { $0.range.lowerBound == range.lowerBound }),
+          first + pieces.count <= stream.parts.count,
+          stream.parts[first + pieces.count - 1].range.upperBound == range.upperBound
+        else { return false }
+        let replaced = first..<first + pieces.count
+        var part = WriteStream.Part(range: range)
+        part.stored = combined
+        part.components = stream.parts[replaced].reduce(0) { $0 + $1.components }
+        stream.parts.replaceSubrange(replaced, with: [part])
+        return true
+      }
+      let unused = replaced ? pieces : [combined]
+      tasks.start(.finish, priority: .utility) { await upload.remove(unused) }
+    } catch {
+      staged.state.withLock { s in
+        if s.stream?.id == id, s.stream?.combineRound == round { s.stream?.combining = nil }
+      }
+      logger.debug(
+        "combining \(pieces.count) parts under \(upload.prefix) failed (\(error)); the close composes them")
+      return
+    }
+    combineIfNeeded(staged, stream: id)
   }
 }

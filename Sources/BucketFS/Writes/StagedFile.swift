@@ -46,7 +46,7 @@ final class StagedFile: Sendable {
     /// it may stream (``WriteStream``).
     var sequential = false
     var stream: WriteStream?
-    /// Uploads under way (``Staging/commit(_:)``): a release meanwhile
+    /// Uploads under way (``Uploads/commit(_:)``): a release meanwhile
     /// leaves its decision to the last of them to end.
     var uploading = 0
     var releasedWhileUploading = false
@@ -125,137 +125,57 @@ extension StagedFile {
       }
     }
   }
-}
 
-/// The staged file of each inode, and how many write handles each has. A
-/// writer is added only to its inode's current staged file, and the last
-/// one's removal takes the file out, under one lock: no write handle is
-/// ever added to a released stage.
-final class StagedInodes: Sendable {
-  /// The staged file of each inode that new opens share.
-  private let byInode = Mutex<[UInt64: StagedFile]>([:])
-  /// Staged files with writers (some no longer in `byInode`: their name
-  /// was unlinked and made anew): at 0 the lookups skip the lock.
-  private let live = Atomic<Int>(0)
+  // MARK: - What setattr tells it
 
-  /// Whether any file is staged.
-  var isEmpty: Bool { live.load(ordering: .relaxed) == 0 }
-  var count: Int { live.load(ordering: .relaxed) }
-
-  func file(inode: UInt64) -> StagedFile? {
-    guard !isEmpty else { return nil }
-    return byInode.withLock { $0[inode] }
-  }
-
-  /// Every staged file new opens share.
-  func files() -> [StagedFile] {
-    guard !isEmpty else { return [] }
-    return byInode.withLock { Array($0.values) }
-  }
-
-  /// `staged`, with its one writer, becomes its inode's staged file.
-  func add(_ staged: StagedFile) {
-    byInode.withLock { $0[staged.inode] = staged }
-    live.add(1, ordering: .relaxed)
-  }
-
-  /// As ``add(_:)``, unless the inode has a staged file already that is
-  /// not unlinked (another open staged it meanwhile): that one is returned.
-  func addUnlessShared(_ staged: StagedFile) -> StagedFile? {
-    let other = byInode.withLock { byInode -> StagedFile? in
-      if let other = byInode[staged.inode], !other.state.withLock({ $0.unlinked }) { return other }
-      byInode[staged.inode] = staged
-      return nil
-    }
-    if other == nil { live.add(1, ordering: .relaxed) }
-    return other
-  }
-
-  /// One more write handle on `staged`; false if its last one closed
-  /// meanwhile (then the caller stages the file anew).
-  func addWriter(_ staged: StagedFile) -> Bool {
-    byInode.withLock { byInode in
-      guard byInode[staged.inode] === staged else { return false }
-      staged.state.withLock { $0.handles += 1 }
+  /// Folds chmod, chown and utimens keys into a dirty file's upload (no
+  /// request of their own); false when it is not dirty (or unlinked).
+  func carry(_ values: [String: String?], modified: Timestamp?) -> Bool {
+    state.withLock { s -> Bool in
+      guard s.dirty, !s.unlinked else { return false }
+      for (key, value) in values { s.attributes.custom[key] = value }
+      if values[Staging.mtimeKey] != nil, let modified {
+        s.modified = modified
+      }
       return true
     }
   }
 
-  /// A write handle on `staged` closed: true when it was the last.
-  func removeWriter(_ staged: StagedFile) -> Bool {
-    byInode.withLock { byInode in
-      let last = staged.state.withLock { s in
-        s.handles -= 1
-        return s.handles <= 0
+  /// Keys were patched onto the object: a file not dirty yet keeps them,
+  /// so its later upload does not take them back; a patched mtime
+  /// (`modified`, with the mtime key among them) is what stat shows.
+  func notePatched(_ values: [String: String?], modified: Timestamp?) {
+    state.withLock { s in
+      for (key, value) in values { s.attributes.custom[key] = value }
+      if values[Staging.mtimeKey] != nil, let modified {
+        s.modified = modified
       }
-      guard last else { return false }
-      if byInode[staged.inode] === staged { byInode[staged.inode] = nil }
-      live.subtract(1, ordering: .relaxed)
-      return true
-    }
-  }
-}
-
-/// A lock for async work: waiters resume in order, none is lost. A task
-/// cancelled while it waits leaves the line and throws `CancellationError`
-/// (one that finds the gate free takes it).
-final class AsyncGate: Sendable {
-  private struct Waiter {
-    let id: UInt64
-    let continuation: CheckedContinuation<Void, any Error>
-  }
-  private struct State {
-    var locked = false
-    var lastID: UInt64 = 0
-    var waiters: [Waiter] = []
-  }
-  private let state = Mutex(State())
-
-  func lock() async throws {
-    let id = state.withLock { s in
-      s.lastID += 1
-      return s.lastID
-    }
-    try await withTaskCancellationHandler {
-      try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
-        let outcome = state.withLock { s -> Result<Void, any Error>? in
-          if !s.locked {
-            s.locked = true
-            return .success(())
-          }
-          // Cancelled before it could queue: the handler below found nothing to take out.
-          if Task.isCancelled { return .failure(CancellationError()) }
-          s.waiters.append(Waiter(id: id, continuation: continuation))
-          return nil
-        }
-        if let outcome { continuation.resume(with: outcome) }
-      }
-    } onCancel: {
-      let left = state.withLock { s -> Waiter? in
-        guard let index = s.waiters.firstIndex(where: { $0.id == id }) else { return nil }
-        return s.waiters.remove(at: index)
-      }
-      left?.continuation.resume(throwing: CancellationError())
     }
   }
 
-  func unlock() {
-    let next = state.withLock { s -> Waiter? in
-      if s.waiters.isEmpty {
-        s.locked = false
-        return nil
-      }
-      return s.waiters.removeFirst()
+  // MARK: - A failed upload
+
+  /// What a failed upload of `key` (whole or streamed) throws, and leaves
+  /// the file as: a refusal by the precondition is ESTALE, with the stage
+  /// kept (`kept` says what of it, before its path); a local failure
+  /// poisons the file; the rest is mapped and logged. A stream's own
+  /// errors come already mapped and recorded.
+  func uploadFailure(
+    _ error: any Error, key: String, generation: Int64, kept: String, diagnostics: Diagnostics
+  ) -> any Error {
+    if let failure = error as? Errno { return failure }
+    if let failure = error as? FileSystemError { return failure }
+    if case StorageError.preconditionFailed = error {
+      state.withLock { $0.poisoned = .stale }
+      diagnostics.logger.error(
+        "upload of \(key) refused: the object \(generation == 0 ? "appeared" : "changed since generation \(generation)") meanwhile; nothing was overwritten; \(kept) \(stage.path)"
+      )
+      return Errno.stale
     }
-    next?.continuation.resume()
-  }
-
-  /// Tasks waiting for the gate.
-  var waiting: Int { state.withLock { $0.waiters.count } }
-
-  func run<T: Sendable>(_ body: () async throws -> T) async throws -> T {
-    try await lock()
-    defer { unlock() }
-    return try await body()
+    if let local = error as? StageFailure {
+      state.withLock { $0.poisoned = Errno(local.code) }
+      return diagnostics.localFailure(local.code, key: key)
+    }
+    return diagnostics.failure(error, operation: "upload", key: key)
   }
 }

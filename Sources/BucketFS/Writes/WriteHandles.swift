@@ -1,0 +1,208 @@
+import FUSE
+import Logging
+import ObjectStore
+
+#if canImport(Glibc)
+  import Glibc
+#endif
+
+/// The handles on staged files: create, open for writing (a writer on the
+/// inode's shared staged file, or on a stage made now), a read-only open of
+/// a staged inode, setattr's size change, and each one's close: at the last
+/// writer's, the stage goes, or stays with unstored bytes, or waits for its
+/// readers or an upload under way (docs/SEMANTICS.md#writes-staging). It
+/// knows staged files, never handle numbers: those are the
+/// ``HandleTable``'s.
+final class WriteHandles: MountComponent, Sendable {
+  /// The staged file of each inode, and its writers.
+  private let inodes: StagedInodes
+  private let stages: StageStore
+  private let uploads: Uploads
+  private let nodes: NodeTable
+  /// What bucketfs chose of the files it stores: read at open, chosen at create.
+  private let provenance: Provenance
+  /// A created file joins its directory's listing.
+  private let listings: DirectoryCache
+  /// The store, settings, diagnostics and clock; its tasks run the removal
+  /// of a stage its last reader let go.
+  let context: MountContext
+
+  init(
+    context: MountContext, inodes: StagedInodes, stages: StageStore, uploads: Uploads, nodes: NodeTable,
+    provenance: Provenance, listings: DirectoryCache
+  ) {
+    self.context = context
+    self.inodes = inodes
+    self.stages = stages
+    self.uploads = uploads
+    self.nodes = nodes
+    self.provenance = provenance
+    self.listings = listings
+  }
+
+  // MARK: - Opening
+
+  /// Creates `key` as a new staged file, with one writer (the caller's
+  /// write handle, closed by ``releaseWriter(_:)``). `mode` (after the
+  /// umask) is stored with it, as is the caller's owner.
+  func create(key: String, name: String, flags: Int32, mode: UInt32) async throws -> StagedFile {
+    let existing = nodes.inode(of: key).flatMap { inodes.shared(inode: $0) }
+    if let existing {
+      // Created here and not yet uploaded: the kernel lost its entry.
+      if flags & O_EXCL != 0 { throw Errno.exists }
+      if try await attach(existing, truncate: flags & O_TRUNC != 0) {
+        let inode = existing.inode
+        nodes.retain(inode)
+        return existing
+      }
+    }
+
+    let stage = try stages.makeStage()
+    let (attributes, inferred) = provenance.newFile(name: name, mode: mode & 0o7777)
+    let now = clock()
+    let bucket = store.bucket
+    let inode = nodes.created(
+      key, kind: .file, facts: FileFacts(Staging.placeholder(key: key, bucket: bucket)), at: now
+    )
+    .inode
+    let staged = StagedFile(
+      inode: inode, stage: stage,
+      state: StagedFile.State(
+        key: key, baseGeneration: 0, base: nil, attributes: attributes, inferred: inferred, size: 0,
+        loaded: true, dirty: true, handles: 1, modified: .wholeSecondsNow(), sequential: true))
+    let failure = await stage.writeRecord(staged.record)
+    if failure != 0 {
+      stage.remove()
+      nodes.forget(inode: inode, count: 1)
+      throw diagnostics.localFailure(failure, key: key)
+    }
+    inodes.add(staged)
+    listings.invalidate(.createdInFlight(key))
+    return staged
+  }
+
+  /// Opens an inode for writing (or with O_TRUNC): one more writer on its
+  /// staged file, or the first on a stage made now over the generation it
+  /// has (ESTALE if its object is gone: the kernel looks the name up again,
+  /// and O_CREAT then creates it). ``releaseWriter(_:)`` closes it.
+  func openForWriting(inode: UInt64, node: Node, truncate: Bool) async throws -> StagedFile {
+    if configuration.readOnly { throw Errno.readOnly }
+    guard node.kind == .file else { throw Errno.isDirectory }
+    if let existing = inodes.shared(inode: inode), try await attach(existing, truncate: truncate) {
+      return existing
+    }
+    let base = try await nodes.currentMetadata(of: node, context: .inode)
+    let stage = try stages.makeStage()
+    let emptied = truncate || base.size == 0
+    // Truncating bytes away is a change: it moves the mtime, as a write does.
+    let truncated = truncate && base.size > 0
+    let inferred = provenance.inferred(key: base.name, generation: base.generation)
+    let staged = StagedFile(
+      inode: inode, stage: stage,
+      state: StagedFile.State(
+        key: node.key, baseGeneration: base.generation, base: base, attributes: ObjectAttributes(of: base),
+        inferred: inferred, size: emptied ? 0 : UInt64(base.size), loaded: emptied,
+        dirty: truncated, handles: 1,
+        modified: truncated
+          ? .wholeSecondsNow() : FileFacts(base).modified ?? RFC3339.parse(base.timeCreated),
+        sequential: emptied))
+    if truncated {
+      let failure = await stage.writeRecord(staged.record)
+      if failure != 0 {
+        stage.remove()
+        throw diagnostics.localFailure(failure, key: node.key)
+      }
+    }
+    // Another open may have staged the inode meanwhile: share that one.
+    if let winner = inodes.addUnlessShared(staged) {
+      stage.remove()
+      guard try await attach(winner, truncate: truncate) else {
+        return try await openForWriting(inode: inode, node: node, truncate: truncate)
+      }
+      return winner
+    }
+    return staged
+  }
+
+  /// One more writer on a staged file; false if its last one closed
+  /// meanwhile (then the caller stages the file anew).
+  private func attach(_ staged: StagedFile, truncate: Bool) async throws -> Bool {
+    // Under the inodes' lock, as the last release is: never a writer on a released stage.
+    guard inodes.addWriter(staged) else { return false }
+    if truncate {
+      do {
+        try await stages.resize(staged, to: 0)
+      } catch {
+        releaseWriter(staged)
+        throw error
+      }
+    }
+    return true
+  }
+
+  /// What a read-only open of a staged inode reads.
+  enum Reading {
+    /// The stage, which holds the bytes: the handle counts as its reader,
+    /// so the stage outlives the writers' close for it (``releaseReader(_:)``).
+    case stage(StagedFile)
+    /// The generation the stage was opened on, which it does not hold yet.
+    case base(ObjectMetadata)
+  }
+
+  /// A read-only open of `inode`: the stage's bytes once it holds them, the
+  /// opened generation's until then. Nil when it is not staged, or the last
+  /// writer closed meanwhile: then the bucket has the bytes.
+  func openForReading(inode: UInt64) -> Reading? {
+    guard let staged = inodes.file(inode: inode) else { return nil }
+    return staged.state.withLock { s -> Reading? in
+      guard s.handles > 0 else { return nil }
+      guard s.loaded else { return s.base.map(Reading.base) }
+      s.readers += 1
+      return .stage(staged)
+    }
+  }
+
+  // MARK: - setattr
+
+  /// Truncates or extends the file: through `writer` (the staged file of
+  /// the write handle setattr came with), else as a writer of its own (on
+  /// the inode's staged file if it has one) and uploaded at once. Never on
+  /// a staged file it does not hold: its last writer's release could
+  /// discard the stage meanwhile, and the change would rewrite the sidecar
+  /// of a removed stage and be lost.
+  func setSize(inode: UInt64, writer: StagedFile?, node: Node, to size: UInt64) async throws {
+    if size > Staging.maxObjectBytes {
+      logger.notice(
+        "truncate \(node.key) to \(size) bytes: past the largest object the service stores (5 TiB)")
+      throw Errno(EFBIG)
+    }
+    if let writer {
+      return try await stages.resize(writer, to: size)
+    }
+    let staged = try await openForWriting(inode: inode, node: node, truncate: false)
+    defer { releaseWriter(staged) }
+    try await stages.resize(staged, to: size)
+    try await uploads.commit(staged)
+  }
+
+  // MARK: - Closing
+
+  /// A writer of a staged file closed. At the last, the stage goes, unless
+  /// it holds bytes that were never stored (then it stays, and the log says
+  /// where) or readers remain (then the last of them removes it); an upload
+  /// under way decides when it ends (``Uploads/released(_:)``).
+  func releaseWriter(_ closed: StagedFile) {
+    guard inodes.removeWriter(closed) else { return }
+    uploads.released(closed)
+  }
+
+  /// A reader of a stage closed: the last one removes a stage its writers left.
+  func releaseReader(_ staged: StagedFile) {
+    let remove = staged.state.withLock { s in
+      s.readers -= 1
+      return s.readers == 0 && s.removeWhenUnread
+    }
+    // Apart from the caller: release runs on the FUSE loop thread, which never waits for the disk.
+    if remove { tasks.start(.finish, priority: .utility) { staged.stage.remove() } }
+  }
+}
