@@ -6,19 +6,12 @@ import NIOCore
 /// default of ``ObjectStore`` that would drop a spare buffer or an early page
 /// token on the way.
 ///
-/// Reads have two forms and listings three (a token taker, an end offset),
-/// and each form forwards on its own. A wrapper that changes the plain form must route the other form
+/// Listings have three forms (a token taker, an end offset), and each form
+/// forwards on its own. A wrapper that changes the plain form must route the other form
 /// through it (or change both alike), or callers of the other form bypass
-/// the change: file readers read with a spare, directory streams list with
-/// a token taker.
+/// the change: directory streams list with a token taker.
 ///
 /// ```swift
-/// func read(_ name: String, generation: Int64, range: Range<Int64>, reusing spare: SpareBuffer)
-///   async throws -> ByteBuffer
-/// {
-///   try await read(name, generation: generation, range: range)  // the changed read; no spare
-/// }
-///
 /// func list(
 ///   prefix: String, delimiter: String?, includeTrailingDelimiter: Bool, pageSize: Int, pageToken: String?,
 ///   nextPageToken: @escaping @Sendable (String) -> Void
@@ -66,11 +59,7 @@ extension ForwardingObjectStore {
     try await inner.metadata(of: name)
   }
 
-  public func read(_ name: String, generation: Int64, range: Range<Int64>) async throws -> ByteBuffer {
-    try await inner.read(name, generation: generation, range: range)
-  }
-
-  public func read(_ name: String, generation: Int64, range: Range<Int64>, reusing spare: SpareBuffer)
+  public func read(_ name: String, generation: Int64, range: Range<Int64>, reusing spare: SpareBuffer?)
     async throws -> ByteBuffer
   {
     try await inner.read(name, generation: generation, range: range, reusing: spare)

@@ -94,7 +94,8 @@ final class Symlinks: MountComponent, Sendable {
         warn(key, "a target of \(metadata.size) bytes is longer than a link holds")
         throw Errno.nameTooLong
       }
-      let body = try await store.read(key, generation: metadata.generation, range: 0..<metadata.size)
+      let body = try await store.read(
+        key, generation: metadata.generation, range: 0..<metadata.size, reusing: nil)
       let target = try checked(Array(body.readableBytesView), key: key)
       targets.withLock { $0.insert(target, for: metadata) }
       return target
