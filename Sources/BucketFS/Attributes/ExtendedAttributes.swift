@@ -8,7 +8,7 @@ import ObjectStore
 /// Object metadata as `user.*` extended attributes (docs/SEMANTICS.md#xattrs), with the
 /// conditional PATCH loop behind set and remove. A staged file's pending
 /// values answer first (below; Writes/StagedXattrs.swift keeps them).
-final class Xattrs: MountComponent, Sendable {
+struct Xattrs: MountComponent, Sendable {
   let context: MountContext
   let nodes: NodeTable
   /// Full metadata: kept while fresh, else fetched.
@@ -16,17 +16,6 @@ final class Xattrs: MountComponent, Sendable {
   let stagedInodes: StagedInodes
   /// What bucketfs chose of the files it stored, and which it created lately.
   let provenance: Provenance
-
-  init(
-    context: MountContext, nodes: NodeTable, known: KnownMetadata, stagedInodes: StagedInodes,
-    provenance: Provenance
-  ) {
-    self.context = context
-    self.nodes = nodes
-    self.known = known
-    self.stagedInodes = stagedInodes
-    self.provenance = provenance
-  }
 
   func getxattr(inode: UInt64, name: String) async throws -> [UInt8] {
     if let answer = getxattrInline(inode: inode, name: name) { return try answer.get() }

@@ -9,7 +9,7 @@ import ObjectStore
 /// Changes of the tree: unlink, mknod, mkdir and rmdir here, renames of
 /// files and directories in Renames.swift, each with
 /// preconditions on the names it changes (docs/SEMANTICS.md#tree).
-final class Namespace: MountComponent, Sendable {
+struct Namespace: MountComponent, Sendable {
   let context: MountContext
   let nodes: NodeTable
   /// Full metadata: kept while fresh, else fetched.
@@ -24,22 +24,6 @@ final class Namespace: MountComponent, Sendable {
   let reads: Reads
   /// Told what a fresh look at the bucket found (the store tells it every write).
   let cache: DirectoryCache
-
-  init(
-    context: MountContext, nodes: NodeTable, known: KnownMetadata, entries: AttributeBuilder,
-    stagedInodes: StagedInodes, uploads: Uploads,
-    provenance: Provenance, reads: Reads, cache: DirectoryCache
-  ) {
-    self.context = context
-    self.nodes = nodes
-    self.known = known
-    self.entries = entries
-    self.stagedInodes = stagedInodes
-    self.uploads = uploads
-    self.provenance = provenance
-    self.reads = reads
-    self.cache = cache
-  }
 
   func unlink(parent: UInt64, name: String) async throws {
     try checkWritable()
