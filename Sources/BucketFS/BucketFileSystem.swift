@@ -19,6 +19,7 @@ public final class BucketFileSystem: FileSystem, MountComponent, Sendable {
   private let onMounted: @Sendable () -> Void
   /// Inodes, their facts and metadata.
   let nodes: NodeTable
+  let known: KnownMetadata
   /// Every open handle: files, stages and directories (Handles.swift).
   let handles = HandleTable()
   /// Tree walks and the listings they fetch ahead (SubtreeWalk.swift).
@@ -76,21 +77,26 @@ public final class BucketFileSystem: FileSystem, MountComponent, Sendable {
       store: ListingAwareStore(inner: inner, cache: cache, clock: clock), configuration: configuration,
       diagnostics: diagnostics, clock: clock, tasks: tasks)
     let walks = SubtreeWalks(context: context, cache: cache)
-    let nodes = NodeTable(context: context)
+    let metadataCache = MetadataCache(capacity: configuration.metadataCacheEntries)
+    let nodes = NodeTable(context: context, metadata: metadataCache)
+    let known = KnownMetadata(context: context, nodes: nodes, cache: metadataCache)
     kernelListings.attach(nodes)
     let readAhead = ReadAheadBudget(capacity: configuration.readAheadBudget, metrics: metrics)
     let prefetch = SiblingPrefetch(context: context, budget: readAhead, cache: cache)
-    let reads = Reads(context: context, nodes: nodes, handles: handles, budget: readAhead, prefetch: prefetch)
+    let reads = Reads(
+      context: context, nodes: nodes, known: known, handles: handles, budget: readAhead, prefetch: prefetch)
     let provenance = Provenance(configuration: configuration, clock: clock)
     let streams = WriteStreams(context: context)
     let stages = StageStore(
       context: context, stageFiles: stageFiles, diskWork: diskWork, metrics: metrics, streams: streams)
     let uploads = Uploads(context: context, streams: streams, nodes: nodes, provenance: provenance)
     let entries = AttributeBuilder(
-      context: context, nodes: nodes, stagedInodes: stagedInodes, cache: cache, mountTime: Timestamp.now())
+      context: context, nodes: nodes, known: known, stagedInodes: stagedInodes, cache: cache,
+      mountTime: Timestamp.now())
     self.context = context
     self.onMounted = onMounted
     self.nodes = nodes
+    self.known = known
     self.walks = walks
     self.cache = cache
     self.readAhead = readAhead
@@ -100,19 +106,21 @@ public final class BucketFileSystem: FileSystem, MountComponent, Sendable {
     self.stages = stages
     self.uploads = uploads
     self.writers = WriteHandles(
-      context: context, inodes: stagedInodes, stages: stages, uploads: uploads, nodes: nodes,
+      context: context, inodes: stagedInodes, stages: stages, uploads: uploads, nodes: nodes, known: known,
       provenance: provenance, listings: cache)
     self.entries = entries
-    self.lookups = Lookups(context: context, nodes: nodes, entries: entries, cache: cache)
+    self.lookups = Lookups(context: context, nodes: nodes, known: known, entries: entries, cache: cache)
     self.kernelListings = kernelListings
     self.directories = Directories(
       context: context, nodes: nodes, entries: entries, stagedInodes: stagedInodes, handles: handles,
       walks: walks, cache: cache, kernelListings: kernelListings)
     self.namespace = Namespace(
-      context: context, nodes: nodes, entries: entries, stagedInodes: stagedInodes, uploads: uploads,
+      context: context, nodes: nodes, known: known, entries: entries, stagedInodes: stagedInodes,
+      uploads: uploads,
       provenance: provenance, reads: reads, cache: cache)
-    self.links = Symlinks(context: context, nodes: nodes, entries: entries)
-    self.xattrs = Xattrs(context: context, nodes: nodes, stagedInodes: stagedInodes, provenance: provenance)
+    self.links = Symlinks(context: context, nodes: nodes, known: known, entries: entries)
+    self.xattrs = Xattrs(
+      context: context, nodes: nodes, known: known, stagedInodes: stagedInodes, provenance: provenance)
   }
 
   public static func monotonicSeconds() -> Double {

@@ -116,17 +116,7 @@ public final class CloudStorageClient: ObjectStore {
     return try resource.metadata(defaultBucket: bucket)
   }
 
-  public func read(_ name: String, generation: Int64, range: Range<Int64>) async throws -> ByteBuffer {
-    try await read(name, generation: generation, range: range, spare: nil)
-  }
-
-  public func read(_ name: String, generation: Int64, range: Range<Int64>, reusing spare: SpareBuffer)
-    async throws -> ByteBuffer
-  {
-    try await read(name, generation: generation, range: range, spare: spare)
-  }
-
-  private func read(_ name: String, generation: Int64, range: Range<Int64>, spare: SpareBuffer?)
+  public func read(_ name: String, generation: Int64, range: Range<Int64>, reusing spare: SpareBuffer?)
     async throws -> ByteBuffer
   {
     guard !range.isEmpty else { return ByteBuffer() }

@@ -83,15 +83,23 @@ struct JSONReader {
   /// Calls `body` with each key of an object, positioned at its value, which
   /// `body` must read or skip.
   mutating func readObject(_ body: (String, inout JSONReader) throws -> Void) throws {
+    try readMembers { reader in
+      let key = try reader.readString()
+      try reader.expect(UInt8(ascii: ":"))
+      try body(key, &reader)
+    }
+  }
+
+  /// Calls `member` positioned at each key of an object; it reads the key,
+  /// the colon and the value.
+  private mutating func readMembers(_ member: (inout JSONReader) throws -> Void) throws {
     try enter()
     defer { depth -= 1 }
     try expect(UInt8(ascii: "{"))
     if try consume(UInt8(ascii: "}")) { return }
     repeat {
       skipWhitespace()
-      let key = try readString()
-      try expect(UInt8(ascii: ":"))
-      try body(key, &self)
+      try member(&self)
     } while try consume(UInt8(ascii: ","))
     try expect(UInt8(ascii: "}"))
   }
@@ -178,17 +186,11 @@ struct JSONReader {
 
   /// As `readObject` skipping every value, without making strings of the keys.
   private mutating func skipObject() throws {
-    try enter()
-    defer { depth -= 1 }
-    try expect(UInt8(ascii: "{"))
-    if try consume(UInt8(ascii: "}")) { return }
-    repeat {
-      skipWhitespace()
-      try skipString()
-      try expect(UInt8(ascii: ":"))
-      try skipValue()
-    } while try consume(UInt8(ascii: ","))
-    try expect(UInt8(ascii: "}"))
+    try readMembers { reader in
+      try reader.skipString()
+      try reader.expect(UInt8(ascii: ":"))
+      try reader.skipValue()
+    }
   }
 
   // MARK: Strings

@@ -43,7 +43,7 @@ final class ClientPartedUpload: PartedUpload {
   }
 
   func read(_ part: StoredPart, range: Range<Int64>) async throws -> ByteBuffer {
-    try await client.read(part.name, generation: part.generation, range: range)
+    try await client.read(part.name, generation: part.generation, range: range, reusing: nil)
   }
 
   func compose(

@@ -79,17 +79,7 @@ public final class CachingStore: ForwardingObjectStore {
 
   // MARK: Reads
 
-  public func read(_ name: String, generation: Int64, range: Range<Int64>) async throws -> ByteBuffer {
-    try await read(name, generation: generation, range: range, spare: nil)
-  }
-
-  public func read(_ name: String, generation: Int64, range: Range<Int64>, reusing spare: SpareBuffer)
-    async throws -> ByteBuffer
-  {
-    try await read(name, generation: generation, range: range, spare: spare)
-  }
-
-  private func read(_ name: String, generation: Int64, range: Range<Int64>, spare: SpareBuffer?)
+  public func read(_ name: String, generation: Int64, range: Range<Int64>, reusing spare: SpareBuffer?)
     async throws -> ByteBuffer
   {
     // Fills wait while reads keep coming: a stream of reads runs alone.
@@ -106,12 +96,7 @@ public final class CachingStore: ForwardingObjectStore {
       } catch is IOPool.Stopped {}
     }
     metrics.missed()
-    let bytes: ByteBuffer
-    if let spare {
-      bytes = try await inner.read(name, generation: generation, range: range, reusing: spare)
-    } else {
-      bytes = try await inner.read(name, generation: generation, range: range)
-    }
+    let bytes = try await inner.read(name, generation: generation, range: range, reusing: spare)
     fill(key, range, bytes)
     return bytes
   }

@@ -43,20 +43,6 @@ extension ReadCache {
     return sum
   }
 
-  /// The checksum of some bytes, extended by one whole block's length
-  /// (``CRC32C/combine(_:_:lengthB:)`` with a zero second sum): linear in
-  /// its argument, so one table of the images of its 32 bits does it.
-  private static func shift(_ crc: UInt32) -> UInt32 {
-    var image: UInt32 = 0
-    var bits = crc
-    var row = 0
-    while bits != 0 {
-      if bits & 1 != 0 { image ^= blockShift[row] }
-      bits >>= 1
-      row += 1
-    }
-    return image
-  }
-
-  private static let blockShift: [UInt32] = (0..<32).map { CRC32C.combine(1 << $0, 0, lengthB: blockSize) }
+  /// A checksum extended by one whole block's length.
+  private static let shift = CRC32C.Shift(length: blockSize)
 }

@@ -118,15 +118,9 @@ extension FUSESession {
       else { return }
       let current = session(req)
       let fs = current.fileSystem
-      if let pieces = fs.readInline(inode: inode, handle: handle, offset: offset, size: size) {
-        replyData(req, pieces)
-        current.answered(arrival)
-        return
-      }
-      current.serve(
-        req, arrival, { try await fs.read(inode: inode, handle: handle, offset: offset, size: size) }
-      ) { request, pieces in
-        replyData(request.raw, pieces)
+      let inline = fs.readInline(inode: inode, handle: handle, offset: offset, size: size)
+      current.serve(req, arrival, inline: inline.map { .success($0) }, reply: replyData) {
+        { try await fs.read(inode: inode, handle: handle, offset: offset, size: size) }
       }
     }
     ops.release = { req, inode, info in
@@ -157,12 +151,9 @@ extension FUSESession {
       guard let name = name.map({ String(cString: $0) }) else { return missing(req, arrival, "name") }
       let current = session(req)
       let fs = current.fileSystem
-      if let answer = fs.getxattrInline(inode: inode, name: name) {
-        current.answered(arrival, error: replyXattr(req, answer, size: size))
-        return
-      }
-      current.serveWithStatus(req, arrival, { try await fs.getxattr(inode: inode, name: name) }) {
-        request, value in replyXattr(request.raw, .success(value), size: size)
+      let inline = fs.getxattrInline(inode: inode, name: name)
+      current.serve(req, arrival, inline: inline, reply: { replyXattr($0, .success($1), size: size) }) {
+        { try await fs.getxattr(inode: inode, name: name) }
       }
     }
     ops.listxattr = { req, inode, size in
@@ -170,12 +161,11 @@ extension FUSESession {
       guard let req else { return }
       let current = session(req)
       let fs = current.fileSystem
-      if let answer = fs.listxattrInline(inode: inode) {
-        current.answered(arrival, error: replyXattr(req, answer.map(packNames), size: size))
-        return
-      }
-      current.serveWithStatus(req, arrival, { try await fs.listxattr(inode: inode) }) {
-        request, names in replyXattr(request.raw, .success(packNames(names)), size: size)
+      let inline = fs.listxattrInline(inode: inode)
+      current.serve(
+        req, arrival, inline: inline, reply: { replyXattr($0, .success(packNames($1)), size: size) }
+      ) {
+        { try await fs.listxattr(inode: inode) }
       }
     }
     ops.setxattr = { req, inode, name, value, size, flags in
@@ -184,21 +174,14 @@ extension FUSESession {
       let bytes =
         size == 0 || value == nil
         ? [] : Array(UnsafeRawBufferPointer(start: value, count: size).bindMemory(to: UInt8.self))
-      let fs = session(req).fileSystem
-      session(req).serve(
-        req, arrival,
-        { try await fs.setxattr(inode: inode, name: name, value: bytes, flags: XattrFlags(rawValue: flags)) }
-      ) { request, _ in
-        fuse_reply_err(request.raw, 0)
+      serveEmpty(req, arrival) {
+        try await $0.setxattr(inode: inode, name: name, value: bytes, flags: XattrFlags(rawValue: flags))
       }
     }
     ops.removexattr = { req, inode, name in
       let arrival = Arrival(.removexattr)
       guard let name = name.map({ String(cString: $0) }) else { return missing(req, arrival, "name") }
-      let fs = session(req).fileSystem
-      session(req).serve(req, arrival, { try await fs.removexattr(inode: inode, name: name) }) { request, _ in
-        fuse_reply_err(request.raw, 0)
-      }
+      serveEmpty(req, arrival) { try await $0.removexattr(inode: inode, name: name) }
     }
     ops.create = { req, parent, name, mode, info in
       let arrival = Arrival(.create)
@@ -220,45 +203,29 @@ extension FUSESession {
     }
     ops.write = { req, inode, buf, size, offset, info in
       let arrival = Arrival(.write)
-      guard let handle = fileHandle(req, info, arrival), let offset = checkedOffset(req, offset, arrival)
+      guard let req, let handle = fileHandle(req, info, arrival),
+        let offset = checkedOffset(req, offset, arrival)
       else { return }
       guard buf != nil || size == 0 else { return missing(req, arrival, "data") }
       let current = session(req)
       let fs = current.fileSystem
       let bytes = UnsafeRawBufferPointer(start: buf, count: size)
-      if let inline = fs.writeInline(inode: inode, handle: handle, offset: offset, data: bytes) {
-        switch inline {
-        case .success(let count):
-          fuse_reply_write(req, count)
-          current.answered(arrival)
-        case .failure(let errno): answer(req, arrival, error: errno.code)
-        }
-        return
-      }
-      let data = Array(bytes.bindMemory(to: UInt8.self))
-      current.serve(
-        req, arrival, { try await fs.write(inode: inode, handle: handle, offset: offset, data: data) }
-      ) { request, count in
-        fuse_reply_write(request.raw, count)
+      let inline = fs.writeInline(inode: inode, handle: handle, offset: offset, data: bytes)
+      current.serve(req, arrival, inline: inline, reply: replyWritten) {
+        // Only a write served later copies the bytes: libfuse's buffer lasts as long as this callback.
+        let data = Array(bytes.bindMemory(to: UInt8.self))
+        return { try await fs.write(inode: inode, handle: handle, offset: offset, data: data) }
       }
     }
     ops.flush = { req, inode, info in
       let arrival = Arrival(.flush)
       guard let handle = fileHandle(req, info, arrival) else { return }
-      let fs = session(req).fileSystem
-      session(req).serve(req, arrival, { try await fs.flush(inode: inode, handle: handle) }) { request, _ in
-        fuse_reply_err(request.raw, 0)
-      }
+      serveEmpty(req, arrival) { try await $0.flush(inode: inode, handle: handle) }
     }
     ops.fsync = { req, inode, dataOnly, info in
       let arrival = Arrival(.fsync)
       guard let handle = fileHandle(req, info, arrival) else { return }
-      let fs = session(req).fileSystem
-      session(req).serve(
-        req, arrival, { try await fs.fsync(inode: inode, handle: handle, dataOnly: dataOnly != 0) }
-      ) { request, _ in
-        fuse_reply_err(request.raw, 0)
-      }
+      serveEmpty(req, arrival) { try await $0.fsync(inode: inode, handle: handle, dataOnly: dataOnly != 0) }
     }
     ops.setattr = { req, inode, attr, toSet, info in
       let arrival = Arrival(.setattr)
@@ -288,33 +255,21 @@ extension FUSESession {
     ops.unlink = { req, parent, name in
       let arrival = Arrival(.unlink)
       guard let name = utf8Name(req, name) else { return answer(req, arrival, error: ENOENT) }
-      let fs = session(req).fileSystem
-      session(req).serve(req, arrival, { try await fs.unlink(parent: parent, name: name) }) { request, _ in
-        fuse_reply_err(request.raw, 0)
-      }
+      serveEmpty(req, arrival) { try await $0.unlink(parent: parent, name: name) }
     }
     ops.rmdir = { req, parent, name in
       let arrival = Arrival(.rmdir)
       guard let name = utf8Name(req, name) else { return answer(req, arrival, error: ENOENT) }
-      let fs = session(req).fileSystem
-      session(req).serve(req, arrival, { try await fs.rmdir(parent: parent, name: name) }) { request, _ in
-        fuse_reply_err(request.raw, 0)
-      }
+      serveEmpty(req, arrival) { try await $0.rmdir(parent: parent, name: name) }
     }
     ops.rename = { req, parent, name, newParent, newName, flags in
       let arrival = Arrival(.rename)
       guard let name = utf8Name(req, name) else { return answer(req, arrival, error: ENOENT) }
       guard let newName = utf8Name(req, newName) else { return answer(req, arrival, error: EINVAL) }
-      let fs = session(req).fileSystem
-      session(req).serve(
-        req, arrival,
-        {
-          try await fs.rename(
-            parent: parent, name: name, newParent: newParent, newName: newName,
-            flags: RenameFlags(rawValue: flags))
-        }
-      ) { request, _ in
-        fuse_reply_err(request.raw, 0)
+      serveEmpty(req, arrival) {
+        try await $0.rename(
+          parent: parent, name: name, newParent: newParent, newName: newName,
+          flags: RenameFlags(rawValue: flags))
       }
     }
     ops.symlink = { req, target, parent, name in
@@ -338,6 +293,37 @@ extension FUSESession {
       }
     }
     return ops
+  }
+}
+
+extension FUSESession {
+  /// Answers on the loop thread what the filesystem answered at once
+  /// (`inline`: cheap, local work), else serves the operation `later` makes,
+  /// as ``serveWithStatus(_:_:_:reply:)`` does. `reply` answers a value
+  /// either way and returns the errno it answered, or 0; a failure is
+  /// answered as its errno.
+  fileprivate func serve<T: Sendable>(
+    _ req: fuse_req_t, _ arrival: Arrival, inline: Result<T, Errno>?,
+    reply: @escaping @Sendable (fuse_req_t, T) -> Int32, later: () -> @Sendable () async throws -> T
+  ) {
+    switch inline {
+    case nil: serveWithStatus(req, arrival, later()) { request, value in reply(request.raw, value) }
+    case .success(let value): answered(arrival, error: reply(req, value))
+    case .failure(let errno):
+      fuse_reply_err(req, errno.code)
+      answered(arrival, error: errno.code)
+    }
+  }
+}
+
+/// Serves a request answered with success alone (setxattr, removexattr,
+/// flush, fsync, unlink, rmdir, rename).
+private func serveEmpty(
+  _ req: fuse_req_t?, _ arrival: Arrival,
+  _ operation: @escaping @Sendable (any FileSystem) async throws -> Void
+) {
+  let fs = session(req).fileSystem
+  session(req).serve(req, arrival, { try await operation(fs) }) { request, _ in fuse_reply_err(request.raw, 0)
   }
 }
 

@@ -9,7 +9,8 @@ import NIOCore
 // protocol, and the attributes a setattr carries.
 
 /// One writev of every piece: the kernel copies straight out of our buffers.
-func replyData(_ req: fuse_req_t, _ pieces: [ByteBuffer]) {
+/// Returns the errno answered: none, 0.
+func replyData(_ req: fuse_req_t, _ pieces: [ByteBuffer]) -> Int32 {
   var vectors: [iovec] = []
   vectors.reserveCapacity(pieces.count)
   // Each piece's pointer is valid only inside its closure: nest them.
@@ -25,6 +26,13 @@ func replyData(_ req: fuse_req_t, _ pieces: [ByteBuffer]) {
     }
   }
   gather(0)
+  return 0
+}
+
+/// How many bytes a write took. Returns the errno answered: none, 0.
+func replyWritten(_ req: fuse_req_t, _ count: Int) -> Int32 {
+  fuse_reply_write(req, count)
+  return 0
 }
 
 /// The buffer is used by one task at a time, then by the reply.

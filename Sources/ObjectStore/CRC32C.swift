@@ -41,6 +41,21 @@ public enum CRC32C {
     return crc ^ crcB
   }
 
+  /// ``combine(_:_:lengthB:)`` with a zero second checksum, for one fixed
+  /// length, as a table: linear in the checksum, so the images of its 32
+  /// bits do it. For summing many pieces of one length, where `combine`'s
+  /// squarings would cost more than the pieces.
+  public struct Shift: Sendable {
+    private let images: [UInt32]
+
+    public init(length: Int64) {
+      images = (0..<32).map { CRC32C.combine(1 << $0, 0, lengthB: length) }
+    }
+
+    /// The checksum of the bytes `crc` sums, followed by `length` bytes whose checksum is 0.
+    public func callAsFunction(_ crc: UInt32) -> UInt32 { CRC32C.times(images, crc) }
+  }
+
   private static func times(_ matrix: [UInt32], _ vector: UInt32) -> UInt32 {
     var sum: UInt32 = 0
     var vector = vector

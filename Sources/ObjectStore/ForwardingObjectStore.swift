@@ -2,22 +2,10 @@ import NIOCore
 
 /// A store that wraps another and changes some of its operations. Every
 /// requirement forwards to the same requirement of `inner`, so a wrapper
-/// implements only what it changes, and nothing it leaves alone falls to a
-/// default of ``ObjectStore`` that would drop a spare buffer on the way.
-///
-/// Reads have two forms, and each forwards on its own. A wrapper that changes
-/// the plain form must route the other form through it (or change both
-/// alike), or callers of the other form bypass the change: file readers read
-/// with a spare. A listing has one form: every field of its ``ListRequest``
-/// (the early token taker too) goes through whatever the wrapper does.
-///
-/// ```swift
-/// func read(_ name: String, generation: Int64, range: Range<Int64>, reusing spare: SpareBuffer)
-///   async throws -> ByteBuffer
-/// {
-///   try await read(name, generation: generation, range: range)  // the changed read; no spare
-/// }
-/// ```
+/// implements only what it changes. Each operation has one form: a wrapper
+/// that changes `read` or `list` sees every call of it, and every field of a
+/// ``ListRequest`` (the early token taker too) and a read's spare buffer go
+/// through whatever the wrapper does.
 public protocol ForwardingObjectStore: ObjectStore {
   /// The store this one wraps.
   var inner: any ObjectStore { get }
@@ -34,11 +22,7 @@ extension ForwardingObjectStore {
     try await inner.metadata(of: name)
   }
 
-  public func read(_ name: String, generation: Int64, range: Range<Int64>) async throws -> ByteBuffer {
-    try await inner.read(name, generation: generation, range: range)
-  }
-
-  public func read(_ name: String, generation: Int64, range: Range<Int64>, reusing spare: SpareBuffer)
+  public func read(_ name: String, generation: Int64, range: Range<Int64>, reusing spare: SpareBuffer?)
     async throws -> ByteBuffer
   {
     try await inner.read(name, generation: generation, range: range, reusing: spare)

@@ -16,11 +16,9 @@ public protocol ObjectStore: Sendable {
   func metadata(of name: String) async throws -> ObjectMetadata
 
   /// Bytes `range` of generation `generation` of an object; fewer at its end.
-  func read(_ name: String, generation: Int64, range: Range<Int64>) async throws -> ByteBuffer
-
-  /// As ``read(_:generation:range:)``, but the bytes may land in the buffer
-  /// `spare` holds (taken from it) instead of fresh memory.
-  func read(_ name: String, generation: Int64, range: Range<Int64>, reusing spare: SpareBuffer)
+  /// They may land in the buffer `spare` holds (taken from it) instead of
+  /// fresh memory; a store that cannot use it leaves it (nil: fresh memory).
+  func read(_ name: String, generation: Int64, range: Range<Int64>, reusing spare: SpareBuffer?)
     async throws -> ByteBuffer
 
   /// Patches metadata, only if the object is still that generation and
@@ -80,12 +78,6 @@ extension ObjectStore {
     -> ObjectMetadata
   {
     try await self.patch(name, patch, ifGenerationMatch: nil, ifMetagenerationMatch: ifMetagenerationMatch)
-  }
-
-  public func read(_ name: String, generation: Int64, range: Range<Int64>, reusing spare: SpareBuffer)
-    async throws -> ByteBuffer
-  {
-    try await read(name, generation: generation, range: range)
   }
 }
 

@@ -17,8 +17,8 @@ final class DirectoryCacheTests: XCTestCase {
 
   /// A readdir pass over `names` of `directory`, answered at the clock's time.
   func pass(_ cache: DirectoryCache, _ directory: String, _ names: [String], handle: UInt64 = 1) {
-    cache.passStarted(handle: handle, directory: directory)
-    cache.passListed(handle: handle, names: names.map { ($0, clock.read()) }, complete: true)
+    cache.pass(handle: handle, .started(directory: directory))
+    cache.pass(handle: handle, .listed(names.map { ($0, clock.read()) }, complete: true))
   }
 
   func testANameIsKnownAbsentOnlyFromAFreshRecord() {
@@ -73,16 +73,16 @@ final class DirectoryCacheTests: XCTestCase {
   func testAPassRecordsOnlyWhenItReachesTheEndAndIsAsOldAsItsOldestPage() {
     let cache = makeCache()
     let start = clock.read()
-    cache.passStarted(handle: 7, directory: "d/")
-    cache.passListed(handle: 7, names: [("one", start - 10)], complete: false)
+    cache.pass(handle: 7, .started(directory: "d/"))
+    cache.pass(handle: 7, .listed([("one", start - 10)], complete: false))
     XCTAssertFalse(cache.knownAbsent(directory: "d/", name: "two", now: start, ttl: 60), "not finished")
-    cache.passListed(handle: 7, names: [], complete: true)
+    cache.pass(handle: 7, .listed([], complete: true))
     XCTAssertTrue(cache.knownAbsent(directory: "d/", name: "two", now: start + 49, ttl: 60))
     XCTAssertFalse(
       cache.knownAbsent(directory: "d/", name: "two", now: start + 51, ttl: 60), "from its oldest page")
-    cache.passStarted(handle: 8, directory: "e/")
-    cache.passEnded(handle: 8)
-    cache.passListed(handle: 8, names: [], complete: true)
+    cache.pass(handle: 8, .started(directory: "e/"))
+    cache.pass(handle: 8, .ended)
+    cache.pass(handle: 8, .listed([], complete: true))
     XCTAssertFalse(cache.knownAbsent(directory: "e/", name: "x", now: start, ttl: 60))
   }
 

@@ -9,7 +9,7 @@ import XCTest
 /// bounded; a retried PATCH is not mistaken for someone else's change.
 final class EdgeTests: XCTestCase {
   func lookups(_ fs: BucketFileSystem, _ inode: UInt64) -> UInt64? {
-    fs.nodes.lookups(of: inode)
+    (try? fs.nodes.node(inode))?.lookups
   }
 
   func testAFailedLookupReplyIsForgotten() async throws {
@@ -79,12 +79,12 @@ final class EdgeTests: XCTestCase {
       fs.forget(inode: inode, count: 1)
     }
     _ = try await fs.inode(at: "g")
-    let (places, entries, capacity) = fs.nodes.metadataCacheUsage
+    let (places, entries, capacity) = fs.known.cache.usage
     XCTAssertEqual(entries, 1)
     XCTAssertLessThanOrEqual(places, 2 * capacity + 1024)
 
     // A small cache still evicts oldest first after compaction.
-    var cache = MetadataCache(capacity: 2)
+    let cache = MetadataCache(capacity: 2)
     func metadata(_ name: String) -> ObjectMetadata {
       ObjectMetadata(
         bucket: "b", name: name, size: 0, generation: 1, metageneration: 1, timeCreated: "", updated: "")
@@ -93,7 +93,7 @@ final class EdgeTests: XCTestCase {
       cache.insert(metadata("x"))
       cache.remove("x")
     }
-    XCTAssertLessThanOrEqual(cache.orderCount, 2 * 2 + 1024)
+    XCTAssertLessThanOrEqual(cache.usage.places, 2 * 2 + 1024)
     for name in ["a", "b", "c"] { cache.insert(metadata(name)) }
     XCTAssertNil(cache["a"])
     XCTAssertNotNil(cache["b"])

@@ -50,7 +50,10 @@ final class HeldReadStore: ForwardingObjectStore, Sendable {
   /// The next `times` reads starting at `offset` fail as an outage would.
   func fail(at offset: Int64, times: Int = 1) { state.withLock { $0.failing[offset] = times } }
 
-  func read(_ name: String, generation: Int64, range: Range<Int64>) async throws -> ByteBuffer {
+  /// The spare goes unused.
+  func read(_ name: String, generation: Int64, range: Range<Int64>, reusing spare: SpareBuffer?)
+    async throws -> ByteBuffer
+  {
     let (held, round) = state.withLock { s -> (Bool, Int) in
       s.ranges.append(range)
       s.underWay += 1
@@ -78,15 +81,8 @@ final class HeldReadStore: ForwardingObjectStore, Sendable {
       return (failing, short)
     }
     if failing { throw StorageError.unavailable("held read store: failing at \(range.lowerBound)") }
-    var bytes = try await base.read(name, generation: generation, range: range)
+    var bytes = try await base.read(name, generation: generation, range: range, reusing: nil)
     if short { bytes.moveWriterIndex(to: bytes.writerIndex - 1) }
     return bytes
-  }
-
-  /// Through the held read (the spare goes unused): file readers read this way.
-  func read(_ name: String, generation: Int64, range: Range<Int64>, reusing spare: SpareBuffer)
-    async throws -> ByteBuffer
-  {
-    try await read(name, generation: generation, range: range)
   }
 }

@@ -478,18 +478,18 @@ final class MetadataCacheTests: XCTestCase {
   }
 
   func testCacheIsBoundedAndKeepsTheNewest() {
-    var cache = MetadataCache(capacity: 3)
+    let cache = MetadataCache(capacity: 3)
     func meta(_ name: String) -> ObjectMetadata {
       ObjectMetadata(
         bucket: "b", name: name, size: 0, generation: 1, metageneration: 1, timeCreated: "", updated: "")
     }
     for name in ["a", "b", "c", "d", "e"] { cache.insert(meta(name)) }
-    XCTAssertEqual(cache.count, 3)
+    XCTAssertEqual(cache.usage.entries, 3)
     XCTAssertNil(cache["a"])
     XCTAssertNil(cache["b"])
     XCTAssertNotNil(cache["e"])
     cache.insert(meta("e"))
-    XCTAssertEqual(cache.count, 3)
+    XCTAssertEqual(cache.usage.entries, 3)
     cache.remove("d")
     XCTAssertNil(cache["d"])
   }

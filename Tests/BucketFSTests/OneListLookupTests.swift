@@ -73,7 +73,7 @@ final class OneListLookupTests: XCTestCase {
       "then the object and the subtree apart, as before")
     // The next lookup of the name goes apart at once.
     store.resetCalls()
-    fs.nodes.forgetKey("src/")
+    fs.nodes.deleted("src/")
     await XCTAssertEqualAsync(try await fs.kind(at: "src"), .directory)
     XCTAssertEqual(Set(store.calls.map(\.description)), ["metadata(src)", "list(src/, token: nil)"])
   }
@@ -95,7 +95,7 @@ final class OneListLookupTests: XCTestCase {
     store.put("big.txt", data: [])
     let fs = makeFileSystem(store, pageSize: 10)
     await XCTAssertEqualAsync(try await fs.kind(at: "big"), .directory)
-    fs.nodes.forgetKey("big/")
+    fs.nodes.deleted("big/")
     store.resetCalls()
     await XCTAssertEqualAsync(try await fs.kind(at: "big"), .directory)
     await XCTAssertEqualAsync(try await fs.kind(at: "big.txt"), .file)

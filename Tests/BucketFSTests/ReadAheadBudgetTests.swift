@@ -22,21 +22,16 @@ final class ReadAheadBudgetTests: XCTestCase {
     var inner: any ObjectStore { base }
     var peak: Int { bytes.withLock { $0.peak } }
 
-    func read(_ name: String, generation: Int64, range: Range<Int64>) async throws -> ByteBuffer {
+    func read(_ name: String, generation: Int64, range: Range<Int64>, reusing spare: SpareBuffer?)
+      async throws -> ByteBuffer
+    {
       let count = Int(range.count)
       bytes.withLock {
         $0.now += count
         $0.peak = max($0.peak, $0.now)
       }
       defer { bytes.withLock { $0.now -= count } }
-      return try await base.read(name, generation: generation, range: range)
-    }
-
-    /// Through the measured read (the spare goes unused): file readers read this way.
-    func read(_ name: String, generation: Int64, range: Range<Int64>, reusing spare: SpareBuffer)
-      async throws -> ByteBuffer
-    {
-      try await read(name, generation: generation, range: range)
+      return try await base.read(name, generation: generation, range: range, reusing: spare)
     }
   }
 

@@ -168,7 +168,7 @@ final class SmallTreeTests: XCTestCase {
     XCTAssertEqual(store.flatLists, ["big"])
     store.resetCalls()
     // The kernel forgot the name; the next lookup no longer pays for a page.
-    fs.nodes.forgetKey("big/")
+    fs.nodes.deleted("big/")
     _ = try await fs.lookup(parent: InodeTable.rootInode, name: "big")
     XCTAssertEqual(store.flatLists, [], "\(store.calls)")
     XCTAssertEqual(store.calls, [.list(prefix: "big", pageToken: nil)], "one list by delimiter")

@@ -21,4 +21,19 @@ final class CRC32CTests: XCTestCase {
     let rest = whole.getSlice(at: 33_333, length: 100_000 - 33_333)!
     XCTAssertEqual(CRC32C.update(CRC32C.update(0, first), rest), CRC32C.update(0, whole))
   }
+
+  /// A shift is `combine` with a zero second checksum: the sum of the
+  /// bytes followed by as many more whose own checksum is 0.
+  func testAShiftIsACombineWithAZeroSum() {
+    let bytes = ByteBuffer(string: "123456789")
+    let crc = CRC32C.update(0, bytes)
+    for length: Int64 in [1, 3, 4096, 65536, 1_000_003] {
+      XCTAssertEqual(CRC32C.Shift(length: length)(crc), CRC32C.combine(crc, 0, lengthB: length), "\(length)")
+    }
+    let later = ByteBuffer(string: "abcdefgh")
+    let laterCRC = CRC32C.update(0, later)
+    XCTAssertEqual(
+      CRC32C.Shift(length: Int64(later.readableBytes))(crc) ^ laterCRC,
+      CRC32C.update(crc, later))
+  }
 }

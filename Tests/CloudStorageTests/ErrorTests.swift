@@ -23,7 +23,9 @@ final class ErrorTests: XCTestCase {
       XCTAssertEqual(listError, .notFound)
       let getError = await storageError { try await client.metadata(of: "f") }
       XCTAssertEqual(getError, .notFound)
-      let readError = await storageError { try await client.read("f", generation: 1, range: 0..<1) }
+      let readError = await storageError {
+        try await client.read("f", generation: 1, range: 0..<1, reusing: nil)
+      }
       XCTAssertEqual(readError, .notFound)
       XCTAssertTrue(server.requests.allSatisfy { $0.path.hasPrefix("/storage/v1/b/no-such-bucket/") })
     }
@@ -57,7 +59,7 @@ final class ErrorTests: XCTestCase {
     try await withFakeServer { server, client in
       server.store.put("f", data: [1])
       server.injectFaults([.status(403)], for: .media)
-      let error = await storageError { try await client.read("f", generation: 1, range: 0..<1) }
+      let error = await storageError { try await client.read("f", generation: 1, range: 0..<1, reusing: nil) }
       XCTAssertEqual(error, .accessDenied("Access denied."))
     }
   }

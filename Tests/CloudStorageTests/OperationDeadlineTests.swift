@@ -18,7 +18,7 @@ final class OperationDeadlineTests: XCTestCase {
       let seconds = await elapsed {
         error = await storageError {
           try await OperationDeadline.$current.withValue(bound) {
-            _ = try await client.read("f", generation: meta.generation, range: 0..<1)
+            _ = try await client.read("f", generation: meta.generation, range: 0..<1, reusing: nil)
           }
         }
       }
@@ -36,7 +36,7 @@ final class OperationDeadlineTests: XCTestCase {
       let once = OperationDeadline(deadline: nil, retries: false)
       let error = await storageError {
         try await OperationDeadline.$current.withValue(once) {
-          _ = try await client.read("f", generation: meta.generation, range: 0..<1)
+          _ = try await client.read("f", generation: meta.generation, range: 0..<1, reusing: nil)
         }
       }
       guard case .unavailable = error else {
@@ -44,7 +44,7 @@ final class OperationDeadlineTests: XCTestCase {
       }
       XCTAssertEqual(server.requests(.media).count, 1)
       // Without the bound the same read retries and succeeds.
-      let bytes = try await client.read("f", generation: meta.generation, range: 0..<1).array
+      let bytes = try await client.read("f", generation: meta.generation, range: 0..<1, reusing: nil).array
       XCTAssertEqual(bytes, [1])
       XCTAssertEqual(server.requests(.media).count, 3)
     }

@@ -16,7 +16,8 @@ final class ReadTests: XCTestCase {
         0..<1, 0..<size, 1..<2, 100..<1124, 4095..<4097, size - 1..<size, size - 10..<size,
       ]
       for range in ranges {
-        let bytes = try await client.read("blob", generation: meta.generation, range: range).array
+        let bytes = try await client.read("blob", generation: meta.generation, range: range, reusing: nil)
+          .array
         XCTAssertEqual(bytes, Array(data[Int(range.lowerBound)..<Int(range.upperBound)]), "\(range)")
       }
       let sent = server.requests(.media).map { $0.header("Range") }
@@ -58,7 +59,8 @@ final class ReadTests: XCTestCase {
   func testRangePastTheEndGivesFewerBytes() async throws {
     try await withFakeServer { server, client in
       let meta = server.store.put("ten", data: Array(0..<10))
-      let bytes = try await client.read("ten", generation: meta.generation, range: 6..<4096).array
+      let bytes = try await client.read("ten", generation: meta.generation, range: 6..<4096, reusing: nil)
+        .array
       XCTAssertEqual(bytes, [6, 7, 8, 9])
     }
   }
@@ -66,7 +68,8 @@ final class ReadTests: XCTestCase {
   func testEmptyObjectReadsAsNothing() async throws {
     try await withFakeServer { server, client in
       let meta = server.store.put("empty", data: [])
-      let bytes = try await client.read("empty", generation: meta.generation, range: 0..<4096).array
+      let bytes = try await client.read("empty", generation: meta.generation, range: 0..<4096, reusing: nil)
+        .array
       XCTAssertEqual(bytes, [])
     }
   }
@@ -76,10 +79,12 @@ final class ReadTests: XCTestCase {
       let old = server.store.put("f", data: Array("old".utf8))
       let new = server.store.put("f", data: Array("new contents".utf8))
       XCTAssertNotEqual(old.generation, new.generation)
-      let error = await storageError { try await client.read("f", generation: old.generation, range: 0..<3) }
+      let error = await storageError {
+        try await client.read("f", generation: old.generation, range: 0..<3, reusing: nil)
+      }
       XCTAssertEqual(error, .notFound)
       // The live generation still reads.
-      let bytes = try await client.read("f", generation: new.generation, range: 0..<3).array
+      let bytes = try await client.read("f", generation: new.generation, range: 0..<3, reusing: nil).array
       XCTAssertEqual(bytes, Array("new".utf8))
       XCTAssertEqual(server.requests(.media).count, 2, "a 404 is not retried")
     }
@@ -89,7 +94,9 @@ final class ReadTests: XCTestCase {
     try await withFakeServer { server, client in
       let meta = server.store.put("f", data: [1, 2, 3])
       server.store.delete("f")
-      let error = await storageError { try await client.read("f", generation: meta.generation, range: 0..<3) }
+      let error = await storageError {
+        try await client.read("f", generation: meta.generation, range: 0..<3, reusing: nil)
+      }
       XCTAssertEqual(error, .notFound)
     }
   }
@@ -98,9 +105,9 @@ final class ReadTests: XCTestCase {
   func testWholeObjectAnswerIsSliced() async throws {
     let data = Array(0..<200).map { UInt8($0) }
     try await withCannedServer(handler: { _ in .init(200, body: data) }) { server, client in
-      let bytes = try await client.read("x", generation: 1, range: 50..<60).array
+      let bytes = try await client.read("x", generation: 1, range: 50..<60, reusing: nil).array
       XCTAssertEqual(bytes, Array(data[50..<60]))
-      let tail = try await client.read("x", generation: 1, range: 195..<300).array
+      let tail = try await client.read("x", generation: 1, range: 195..<300, reusing: nil).array
       XCTAssertEqual(tail, Array(data[195..<200]))
       XCTAssertEqual(server.requests.first?.header("Range"), "bytes=50-59")
     }
@@ -111,7 +118,9 @@ final class ReadTests: XCTestCase {
     try await withCannedServer(handler: { _ in
       .init(206, headers: [("Content-Range", "bytes 0-9/100")], body: Array(0..<10))
     }) { _, client in
-      let error = await storageError { try await client.read("x", generation: 1, range: 50..<60) }
+      let error = await storageError {
+        try await client.read("x", generation: 1, range: 50..<60, reusing: nil)
+      }
       guard case .invalidResponse = error else { return XCTFail("got \(String(describing: error))") }
     }
   }
@@ -125,7 +134,8 @@ final class ShortReadTests: XCTestCase {
     try await withFakeServer { server, client in
       let meta = server.store.put("f", data: data)
       server.injectFaults([.shortBody(100)], for: .media)
-      let bytes = try await client.read("f", generation: meta.generation, range: 1000..<5000).array
+      let bytes = try await client.read("f", generation: meta.generation, range: 1000..<5000, reusing: nil)
+        .array
       XCTAssertEqual(bytes.count, 4000)
       XCTAssertTrue(bytes == Array(data[1000..<5000]), "the bytes of the range")
       XCTAssertEqual(server.requests(.media).count, 2, "the short answer was retried once")
@@ -138,7 +148,7 @@ final class ShortReadTests: XCTestCase {
       let meta = server.store.put("f", data: data)
       server.injectFaults(Array(repeating: .shortBody(100), count: 1000), for: .media)
       let error = await storageError {
-        try await client.read("f", generation: meta.generation, range: 0..<4096)
+        try await client.read("f", generation: meta.generation, range: 0..<4096, reusing: nil)
       }
       guard case .unavailable = error else {
         return XCTFail("expected unavailable, got \(String(describing: error))")
@@ -151,7 +161,7 @@ final class ShortReadTests: XCTestCase {
   func testTheObjectsEndIsNotShort() async throws {
     try await withFakeServer { server, client in
       let meta = server.store.put("f", data: Array(0..<100))
-      let bytes = try await client.read("f", generation: meta.generation, range: 90..<200).array
+      let bytes = try await client.read("f", generation: meta.generation, range: 90..<200, reusing: nil).array
       XCTAssertEqual(bytes, Array(90..<100))
       XCTAssertEqual(server.requests(.media).count, 1)
     }
@@ -168,7 +178,7 @@ final class ShortReadTests: XCTestCase {
             .init(status: 206, headers: [("Content-Range", "bytes 50-89/200")], body: Array(data[50..<90])))
         ],
         for: .media)
-      let bytes = try await client.read("f", generation: meta.generation, range: 50..<60).array
+      let bytes = try await client.read("f", generation: meta.generation, range: 50..<60, reusing: nil).array
       XCTAssertEqual(bytes, Array(data[50..<60]))
     }
   }
@@ -191,7 +201,7 @@ final class ShortReadTests: XCTestCase {
           ],
           for: .media)
         let error = await storageError {
-          try await client.read("f", generation: meta.generation, range: 50..<60)
+          try await client.read("f", generation: meta.generation, range: 50..<60, reusing: nil)
         }
         guard case .invalidResponse = error else {
           return XCTFail(
@@ -214,7 +224,7 @@ final class ShortReadTests: XCTestCase {
           .raw(.init(status: 206, headers: range, body: Array(data[50..<60]), contentLength: "4096")),
           .raw(.init(status: 206, headers: range, body: Array(data[50..<60]), contentLength: "3")),
         ], for: .media)
-      let bytes = try await client.read("f", generation: meta.generation, range: 50..<60).array
+      let bytes = try await client.read("f", generation: meta.generation, range: 50..<60, reusing: nil).array
       XCTAssertEqual(bytes, Array(data[50..<60]))
       XCTAssertEqual(server.requests(.media).count, 3)
     }
@@ -230,7 +240,8 @@ final class ShortReadTests: XCTestCase {
       for range in ranges {
         server.resetRequests()
         server.injectFaults([.ignoreRange], for: .media)
-        let bytes = try await client.read("big", generation: meta.generation, range: range).array
+        let bytes = try await client.read("big", generation: meta.generation, range: range, reusing: nil)
+          .array
         let upper = Int(min(range.upperBound, Int64(data.count)))
         XCTAssertEqual(bytes.count, upper - Int(range.lowerBound), "\(range)")
         XCTAssertTrue(bytes == Array(data[Int(range.lowerBound)..<upper]), "\(range)")

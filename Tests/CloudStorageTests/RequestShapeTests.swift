@@ -128,8 +128,10 @@ final class RequestShapeTests: XCTestCase {
         XCTAssertEqual(meta.name, name)
         let expected = Array("data of \(name)".utf8)
         XCTAssertEqual(meta.size, Int64(expected.count))
-        let bytes = try await client.read(name, generation: meta.generation, range: 3..<Int64(expected.count))
-          .array
+        let bytes = try await client.read(
+          name, generation: meta.generation, range: 3..<Int64(expected.count), reusing: nil
+        )
+        .array
         XCTAssertEqual(bytes, Array(expected[3...]), name)
       }
       let objectRequests = server.requests.filter { $0.kind == .metadata || $0.kind == .media }
@@ -158,7 +160,7 @@ final class RequestShapeTests: XCTestCase {
     try await withFakeServer { server, client in
       let meta = server.store.put("f", data: Array(0..<100))
       _ = try await client.metadata(of: "f")
-      _ = try await client.read("f", generation: meta.generation, range: 10..<20)
+      _ = try await client.read("f", generation: meta.generation, range: 10..<20, reusing: nil)
       let get = try XCTUnwrap(server.requests(.metadata).first)
       XCTAssertEqual(get.method, "GET")
       XCTAssertNotNil(get.query["fields"])
@@ -173,7 +175,7 @@ final class RequestShapeTests: XCTestCase {
   func testEmptyRangeSendsNothing() async throws {
     try await withFakeServer { server, client in
       let meta = server.store.put("f", data: [1, 2, 3])
-      let bytes = try await client.read("f", generation: meta.generation, range: 2..<2).array
+      let bytes = try await client.read("f", generation: meta.generation, range: 2..<2, reusing: nil).array
       XCTAssertEqual(bytes, [])
       XCTAssertEqual(server.requests.count, 0)
     }

@@ -32,7 +32,7 @@ final class RetryTests: XCTestCase {
     try await withFakeServer { server, client in
       let meta = server.store.put("f", data: Array(0..<50))
       server.injectFaults([.status(503)], for: .media)
-      let bytes = try await client.read("f", generation: meta.generation, range: 10..<20).array
+      let bytes = try await client.read("f", generation: meta.generation, range: 10..<20, reusing: nil).array
       XCTAssertEqual(bytes, Array(10..<20))
       let requests = server.requests(.media)
       XCTAssertEqual(requests.count, 2)
@@ -156,7 +156,7 @@ final class RetryTests: XCTestCase {
       let meta = server.store.put("f", data: Array(0..<10))
       server.injectFaults([.resetConnection], for: .media)
       server.injectFaults([.resetConnection], for: .list)
-      let bytes = try await client.read("f", generation: meta.generation, range: 0..<10).array
+      let bytes = try await client.read("f", generation: meta.generation, range: 0..<10, reusing: nil).array
       XCTAssertEqual(bytes, Array(0..<10))
       XCTAssertEqual(server.requests(.media).count, 2)
       let page = try await client.list(ListRequest(prefix: "", delimiter: "/", pageSize: 10))

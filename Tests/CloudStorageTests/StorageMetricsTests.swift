@@ -29,7 +29,7 @@ final class StorageMetricsTests: XCTestCase {
       _ = try await client.list(ListRequest(prefix: "d/", delimiter: "/", pageSize: 10))
       _ = try await client.metadata(of: "d/a")
       _ = await storageError { try await client.metadata(of: "d/missing") }
-      _ = try await client.read("d/a", generation: meta.generation, range: 10..<50)
+      _ = try await client.read("d/a", generation: meta.generation, range: 10..<50, reusing: nil)
       _ = try await client.patch(
         "d/a", MetadataPatch(fields: [.contentType: "text/plain"]), ifMetagenerationMatch: nil)
       let small = try await client.upload(

@@ -370,12 +370,12 @@ final class CachingStoreTests: XCTestCase {
     let store = try open(disk: disk)
     _ = try await store.metadata(of: "f")
     disk.holdingWrites.store(true, ordering: .releasing)
-    let bytes = try await store.read("f", generation: object.generation, range: 0..<object.size)
+    let bytes = try await store.read("f", generation: object.generation, range: 0..<object.size, reusing: nil)
     XCTAssertEqual(bytes.bytes, data, "answered while the disk still holds the write")
     let writing = await eventually { disk.writesStarted.load(ordering: .relaxed) > 0 }
     XCTAssertTrue(writing)
     // Nothing is listed before it is written: a read meanwhile goes to the bucket.
-    _ = try await store.read("f", generation: object.generation, range: 0..<65536)
+    _ = try await store.read("f", generation: object.generation, range: 0..<65536, reusing: nil)
     XCTAssertEqual(bucketReads, 2)
     disk.holdingWrites.store(false, ordering: .releasing)
     await store.settled()
@@ -417,9 +417,9 @@ final class CachingStoreTests: XCTestCase {
     // Reads of the file's four 64 KiB pieces, one after another, then of all of it.
     for piece in 0..<4 {
       let range = Int64(piece * 65536)..<Int64((piece + 1) * 65536)
-      _ = try await store.read("f", generation: object.generation, range: range)
+      _ = try await store.read("f", generation: object.generation, range: range, reusing: nil)
     }
-    _ = try await store.read("f", generation: object.generation, range: 0..<object.size)
+    _ = try await store.read("f", generation: object.generation, range: 0..<object.size, reusing: nil)
     XCTAssertEqual(store.bytesInUse, 0, "nothing written while the reads came")
     XCTAssertGreaterThan(paced.heldBytes, 0, "the fills wait in memory")
     await store.settled()
@@ -439,7 +439,7 @@ final class CachingStoreTests: XCTestCase {
       CachingStore.open(
         wrapping: bucket, cacheDirectory: directory, limit: 64 << 20, pool: paced, logger: quiet))
     _ = try await store.metadata(of: "f")
-    _ = try await store.read("f", generation: object.generation, range: 0..<object.size)
+    _ = try await store.read("f", generation: object.generation, range: 0..<object.size, reusing: nil)
     let landed = await eventually { store.bytesInUse == object.size + self.overhead }
     XCTAssertTrue(landed, "written after its longest wait, with no pause in the reads")
     let stopped = await paced.shutdown(patience: .seconds(10))
@@ -454,7 +454,7 @@ final class CachingStoreTests: XCTestCase {
       CachingStore.open(
         wrapping: bucket, cacheDirectory: directory, limit: 64 << 20, pool: paced, logger: quiet))
     _ = try await store.metadata(of: "f")
-    _ = try await store.read("f", generation: object.generation, range: 0..<object.size)
+    _ = try await store.read("f", generation: object.generation, range: 0..<object.size, reusing: nil)
     XCTAssertEqual(store.bytesInUse, 0, "waiting for a pause")
     let start = ContinuousClock.now
     let stopped = await paced.shutdown(patience: .seconds(10))

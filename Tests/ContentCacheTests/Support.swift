@@ -123,15 +123,9 @@ func fileNames(in directory: String) -> [String] {
 
 extension CachingStore {
   /// A read, then the disk work it queued: what the next read finds.
-  func readSettled(_ name: String, generation: Int64, range: Range<Int64>) async throws -> ByteBuffer {
-    let bytes = try await read(name, generation: generation, range: range)
-    await settled()
-    return bytes
-  }
-
-  func readSettled(_ name: String, generation: Int64, range: Range<Int64>, reusing spare: SpareBuffer)
-    async throws -> ByteBuffer
-  {
+  func readSettled(
+    _ name: String, generation: Int64, range: Range<Int64>, reusing spare: SpareBuffer? = nil
+  ) async throws -> ByteBuffer {
     let bytes = try await read(name, generation: generation, range: range, reusing: spare)
     await settled()
     return bytes

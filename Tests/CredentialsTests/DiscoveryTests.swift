@@ -468,7 +468,7 @@ final class DiscoveryTests: XCTestCase {
                 logger: logger)
               _ = try await client.list(ListRequest(prefix: "d/", delimiter: "/", pageSize: 10))
               _ = try await client.read(
-                "d/f", generation: client.metadata(of: "d/f").generation, range: 0..<4)
+                "d/f", generation: client.metadata(of: "d/f").generation, range: 0..<4, reusing: nil)
               // A 401 and a refresh, logged as they happen.
               storage.requireBearerToken = "something-else"
               _ = try? await client.metadata(of: "d/f")

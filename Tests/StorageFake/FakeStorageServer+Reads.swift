@@ -68,7 +68,8 @@ extension FakeStorageServer {
     }
     let bytes: [UInt8]
     do {
-      bytes = Array(try await store.read(name, generation: generation, range: range).readableBytesView)
+      bytes = Array(
+        try await store.read(name, generation: generation, range: range, reusing: nil).readableBytesView)
     } catch StorageError.badRequest(let message) where message.hasPrefix("416") {
       throw HTTPError(
         416, "Request range not satisfiable", reason: "requestedRangeNotSatisfiable",

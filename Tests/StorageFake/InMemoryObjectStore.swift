@@ -335,11 +335,11 @@ public final class InMemoryObjectStore: ObjectStore, @unchecked Sendable {
 
   /// Writes into the spare when it is large enough, as the real client does,
   /// so tests of sequential readers run over recycled memory.
-  public func read(_ name: String, generation: Int64, range: Range<Int64>, reusing spare: SpareBuffer)
+  public func read(_ name: String, generation: Int64, range: Range<Int64>, reusing spare: SpareBuffer?)
     async throws -> ByteBuffer
   {
-    let fresh = try await read(name, generation: generation, range: range)
-    guard var recycled = spare.take(), recycled.capacity >= fresh.readableBytes else { return fresh }
+    let fresh = try await bytes(name, generation: generation, range: range)
+    guard var recycled = spare?.take(), recycled.capacity >= fresh.readableBytes else { return fresh }
     readsGivenSpares.add(1, ordering: .relaxed)
     recycled.clear()
     recycled.writeImmutableBuffer(fresh)
@@ -351,7 +351,7 @@ public final class InMemoryObjectStore: ObjectStore, @unchecked Sendable {
   /// a reply and so copied, is up to ByteBuffer).
   public var readsIntoSpares: Int { readsGivenSpares.load(ordering: .relaxed) }
 
-  public func read(_ name: String, generation: Int64, range: Range<Int64>) async throws -> ByteBuffer {
+  private func bytes(_ name: String, generation: Int64, range: Range<Int64>) async throws -> ByteBuffer {
     try await enter(.read(name, range))
     return try state.withLock { (s: inout State) throws(StorageError) -> ByteBuffer in
       guard let entry = s.objects[Key(name.utf8)], entry.meta.generation == generation else {

@@ -42,15 +42,10 @@ public final class RecordingStore: ObjectStore {
     return try await base.metadata(of: name)
   }
 
-  public func read(_ name: String, generation: Int64, range: Range<Int64>) async throws -> ByteBuffer {
-    note(.read)
-    return try await base.read(name, generation: generation, range: range)
-  }
-
-  public func read(_ name: String, generation: Int64, range: Range<Int64>, reusing spare: SpareBuffer)
+  public func read(_ name: String, generation: Int64, range: Range<Int64>, reusing spare: SpareBuffer?)
     async throws -> ByteBuffer
   {
-    note(.readReusing)
+    note(spare == nil ? .read : .readReusing)
     return try await base.read(name, generation: generation, range: range, reusing: spare)
   }
 
@@ -125,7 +120,7 @@ extension RecordingStore {
       )
     ).items.map(\.name)
     seen.metadata = try await store.metadata(of: "d/a").name
-    seen.read = try await store.read("d/a", generation: object.generation, range: 0..<3).array
+    seen.read = try await store.read("d/a", generation: object.generation, range: 0..<3, reusing: nil).array
     let spare = ByteBufferAllocator().buffer(capacity: 64)
     seen.readReusing = try await store.read(
       "d/a", generation: object.generation, range: 1..<3, reusing: SpareBuffer(spare)

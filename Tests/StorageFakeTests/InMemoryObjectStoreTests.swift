@@ -301,33 +301,35 @@ final class InMemoryObjectStoreTests: XCTestCase {
     let store = InMemoryObjectStore(bucket: "bkt")
     let meta = store.put("f", data: bytes("0123456789"))
     let g = meta.generation
-    var read = try await store.read("f", generation: g, range: 2..<5).array
+    var read = try await store.read("f", generation: g, range: 2..<5, reusing: nil).array
     XCTAssertEqual(read, bytes("234"))
-    read = try await store.read("f", generation: g, range: 8..<100).array
+    read = try await store.read("f", generation: g, range: 8..<100, reusing: nil).array
     XCTAssertEqual(read, bytes("89"))
-    read = try await store.read("f", generation: g, range: 0..<Int64.max).array
+    read = try await store.read("f", generation: g, range: 0..<Int64.max, reusing: nil).array
     XCTAssertEqual(read, bytes("0123456789"))
-    read = try await store.read("f", generation: g, range: 9..<10).array
+    read = try await store.read("f", generation: g, range: 9..<10, reusing: nil).array
     XCTAssertEqual(read, bytes("9"))
     await assertThrows(StorageError.badRequest("416 range not satisfiable")) {
-      _ = try await store.read("f", generation: g, range: 10..<12)
+      _ = try await store.read("f", generation: g, range: 10..<12, reusing: nil)
     }
     await assertThrows(StorageError.notFound) {
-      _ = try await store.read("f", generation: g + 1, range: 0..<1)
+      _ = try await store.read("f", generation: g + 1, range: 0..<1, reusing: nil)
     }
     await assertThrows(StorageError.notFound) {
-      _ = try await store.read("nope", generation: g, range: 0..<1)
+      _ = try await store.read("nope", generation: g, range: 0..<1, reusing: nil)
     }
 
     // Replaced: the old generation is gone.
     let replaced = store.put("f", data: bytes("abc"))
-    await assertThrows(StorageError.notFound) { _ = try await store.read("f", generation: g, range: 0..<1) }
-    read = try await store.read("f", generation: replaced.generation, range: 1..<3).array
+    await assertThrows(StorageError.notFound) {
+      _ = try await store.read("f", generation: g, range: 0..<1, reusing: nil)
+    }
+    read = try await store.read("f", generation: replaced.generation, range: 1..<3, reusing: nil).array
     XCTAssertEqual(read, bytes("bc"))
 
     // An empty object reads as empty whatever the range.
     let empty = store.put("empty", data: [])
-    read = try await store.read("empty", generation: empty.generation, range: 0..<10).array
+    read = try await store.read("empty", generation: empty.generation, range: 0..<10, reusing: nil).array
     XCTAssertEqual(read, [])
     XCTAssertEqual(store.calls(.read).first, .read("f", 2..<5))
   }
@@ -446,7 +448,9 @@ final class InMemoryObjectStoreTests: XCTestCase {
     store.injectFaults([.unavailable("list")], for: .list)
     await assertThrows(StorageError.unavailable("503 one")) { _ = try await store.metadata(of: "o") }
     // Other kinds have their own queue.
-    let read = try await store.read("o", generation: store.object("o")!.generation, range: 0..<1).array
+    let read = try await store.read(
+      "o", generation: store.object("o")!.generation, range: 0..<1, reusing: nil
+    ).array
     XCTAssertEqual(read, [1])
     await assertThrows(StorageError.accessDenied("403 two")) { _ = try await store.metadata(of: "o") }
     let meta = try await store.metadata(of: "o")

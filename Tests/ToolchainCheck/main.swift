@@ -4,7 +4,7 @@
 // The element written before the suspension is lost, so the receiver reads
 // garbage (upstream: swiftlang/swift#91911, reverted in #92155, unfixed in
 // 6.3.1). It crashed every `mv dir dir2` of the release build
-// (DirectoryRenames.moveAll).
+// (Namespace.moveAll, Names/Renames.swift).
 //
 // This program is built with the release build and run by scripts/test.sh:
 //   - the shapes bucketfs uses instead (await first, then build the value;
@@ -92,7 +92,7 @@ func awaitThenTuple(_ names: [String]) async -> [String] {
   }
 }
 
-/// Workaround 2 (DirectoryRenames.moveAll): a named struct built after the await.
+/// Workaround 2 (Namespace.moveAll, Names/Renames.swift): a named struct built after the await.
 func namedStruct(_ names: [String]) async -> [String] {
   await withTaskGroup(of: Named.self) { group in
     for (index, name) in names.enumerated() {

@@ -7,6 +7,8 @@ import ObjectStore
 struct AttributeBuilder: MountComponent, Sendable {
   let context: MountContext
   let nodes: NodeTable
+  /// Full metadata: kept while fresh, else fetched.
+  let known: KnownMetadata
   let stagedInodes: StagedInodes
   /// Kept flat listings show a directory's placeholder (or its absence).
   let cache: DirectoryCache
@@ -29,7 +31,7 @@ struct AttributeBuilder: MountComponent, Sendable {
   /// when not, the defaults with no attribute timeout, so the kernel's
   /// next stat asks ``getattr(inode:)``, which reads the placeholder.
   func directory(_ inode: UInt64) -> Entry {
-    entry(inode: inode, kind: .directory, facts: nodes.facts(of: inode))
+    entry(inode: inode, kind: .directory, facts: (try? nodes.node(inode))?.facts)
   }
 
   /// The bucket's root has no placeholder to store attributes on.
@@ -40,9 +42,9 @@ struct AttributeBuilder: MountComponent, Sendable {
   /// Counts a lookup of an object (a file or a link) and answers with the
   /// newest facts known of it.
   func object(_ key: String, _ metadata: ObjectMetadata, at answeredAt: Double) -> Entry {
-    let remembered = nodes.rememberObject(key, metadata, at: answeredAt)
+    let shown = nodes.shown(key, kind: Node.Kind(object: metadata), metadata: metadata, at: answeredAt)
     return entry(
-      inode: remembered.inode, kind: remembered.kind, facts: remembered.facts, answeredAt: answeredAt)
+      inode: shown.inode, kind: shown.kind, facts: shown.facts ?? FileFacts(metadata), answeredAt: answeredAt)
   }
 
   /// `facts` of a directory are its placeholder's, if known.
@@ -91,7 +93,7 @@ struct AttributeBuilder: MountComponent, Sendable {
 
   /// An entry for a key the kernel already holds with fresh metadata; counts the lookup.
   func cached(_ key: String) -> Entry? {
-    guard let (inode, node) = nodes.retainFresh(key) else { return nil }
+    guard let (inode, node) = nodes.retain(ifFresh: key) else { return nil }
     return entry(inode: inode, kind: node.kind, facts: node.facts, answeredAt: node.fetchedAt)
   }
 
@@ -106,7 +108,7 @@ struct AttributeBuilder: MountComponent, Sendable {
   }
 
   func staged(_ inode: UInt64) -> Entry {
-    let facts = nodes.facts(of: inode)
+    let facts = (try? nodes.node(inode))?.facts
     return entry(
       inode: inode, kind: .file, facts: facts ?? FileFacts(Staging.placeholder(key: "", bucket: "")))
   }
@@ -125,7 +127,7 @@ struct AttributeBuilder: MountComponent, Sendable {
     }
     // Gone: ESTALE, so stat, and an open whose permission check asks for the
     // attributes, look the name up again (docs/SEMANTICS.md#errors-table).
-    let metadata = try await nodes.fetchMetadata(node.key, context: .inode)
+    let metadata = try await known.fetch(node.key, context: .inode)
     // A file became a link or a link a file: this inode shows what it was
     // until the kernel looks the name up again (and gets a new inode).
     let facts =
@@ -150,9 +152,9 @@ struct AttributeBuilder: MountComponent, Sendable {
     if let listed = listedPlaceholder(of: node.key) {
       placeholder = listed.metadata.flatMap { $0.generation == 0 ? nil : $0 }
     } else {
-      placeholder = try await nodes.optionalMetadata(node.key)
+      placeholder = try await known.fetchIfPresent(node.key)
     }
-    let facts = nodes.notePlaceholder(inode: inode, placeholder, at: clock())
+    let facts = nodes.remember(placeholder: placeholder, of: inode, at: clock())
     return (attributes(inode: inode, kind: .directory, facts: facts), configuration.metadataTTL)
   }
 

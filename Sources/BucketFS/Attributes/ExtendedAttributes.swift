@@ -7,27 +7,22 @@ import ObjectStore
 
 /// Object metadata as `user.*` extended attributes (docs/SEMANTICS.md#xattrs), with the
 /// conditional PATCH loop behind set and remove. A staged file's pending
-/// values answer first (Writes/StagedXattrs.swift).
-final class Xattrs: MountComponent, Sendable {
+/// values answer first (below; Writes/StagedXattrs.swift keeps them).
+struct Xattrs: MountComponent, Sendable {
   let context: MountContext
   let nodes: NodeTable
+  /// Full metadata: kept while fresh, else fetched.
+  let known: KnownMetadata
   let stagedInodes: StagedInodes
   /// What bucketfs chose of the files it stored, and which it created lately.
   let provenance: Provenance
-
-  init(context: MountContext, nodes: NodeTable, stagedInodes: StagedInodes, provenance: Provenance) {
-    self.context = context
-    self.nodes = nodes
-    self.stagedInodes = stagedInodes
-    self.provenance = provenance
-  }
 
   func getxattr(inode: UInt64, name: String) async throws -> [UInt8] {
     if let answer = getxattrInline(inode: inode, name: name) { return try answer.get() }
     guard let property = XattrName(name) else { throw Errno.notSupported }
     let node = try nodes.node(inode)
     guard node.kind == .file else { throw Errno.noData }
-    let metadata = try await nodes.currentMetadata(of: node)
+    let metadata = try await known.current(of: node)
     guard let value = property.value(in: metadata) else { throw Errno.noData }
     return Array(value.utf8)
   }
@@ -37,7 +32,7 @@ final class Xattrs: MountComponent, Sendable {
     let node = try nodes.node(inode)
     guard node.kind == .file else { return [] }
     return XattrName.names(
-      of: try await nodes.currentMetadata(of: node), hidingStatKeys: configuration.posixAttributes)
+      of: try await known.current(of: node), hidingStatKeys: configuration.posixAttributes)
   }
 
   func getxattrInline(inode: UInt64, name: String) -> Result<[UInt8], Errno>? {
@@ -45,7 +40,7 @@ final class Xattrs: MountComponent, Sendable {
     if let pending = pending(inode) {
       return Self.stagedValue(property, in: pending).map { .success(Array($0.utf8)) } ?? .failure(.noData)
     }
-    guard let (node, metadata) = nodes.metadataInline(inode) else { return nil }
+    guard let (node, metadata) = known.inline(inode) else { return nil }
     guard node.kind == .file else { return .failure(.noData) }
     guard let metadata, let value = property.value(in: metadata) else {
       return metadata == nil ? nil : .failure(.noData)
@@ -57,7 +52,7 @@ final class Xattrs: MountComponent, Sendable {
     if let pending = pending(inode) {
       return .success(Self.stagedNames(of: pending, hidingStatKeys: configuration.posixAttributes))
     }
-    guard let (node, metadata) = nodes.metadataInline(inode) else { return nil }
+    guard let (node, metadata) = known.inline(inode) else { return nil }
     guard node.kind == .file else { return .success([]) }
     return metadata.map { .success(XattrName.names(of: $0, hidingStatKeys: configuration.posixAttributes)) }
   }
@@ -80,7 +75,7 @@ final class Xattrs: MountComponent, Sendable {
   /// gives them; nil for a read-only property, accepted and ignored (as
   /// chmod is on a store with no modes) so that copying tools that set every
   /// xattr they saw (rsync -X, cp -a) never fail on it.
-  func writableProperty(inode: UInt64, name: String) throws -> (XattrName, Node)? {
+  private func writableProperty(inode: UInt64, name: String) throws -> (XattrName, Node)? {
     guard let property = XattrName(name) else { throw Errno.notSupported }
     if configuration.readOnly { throw Errno.readOnly }
     let node = try nodes.node(inode)
@@ -90,7 +85,7 @@ final class Xattrs: MountComponent, Sendable {
     // Stat's fields are set by chmod, chown and utimens, not as xattrs: a
     // copy's `rsync -X` must not undo what its `-p -t` set.
     if case .custom(let key) = property, configuration.posixAttributes,
-      PosixKeys.isStatKey(key, in: nodes.cachedMetadata(of: node.key)?.custom ?? [:])
+      PosixKeys.isStatKey(key, in: known.cached(node.key)?.custom ?? [:])
     {
       return nil
     }
@@ -105,10 +100,10 @@ final class Xattrs: MountComponent, Sendable {
   /// Decides against the metadata at hand and patches only if the object still
   /// has that generation and metageneration; when it changed meanwhile, reads
   /// it again and decides again.
-  func update(
+  private func update(
     _ property: XattrName, to value: String?, flags: XattrFlags, inode: UInt64, node: Node
   ) async throws {
-    var metadata = try await nodes.currentMetadata(of: node)
+    var metadata = try await known.current(of: node)
     var fetchedAt = nodes.isFresh(node) ? node.fetchedAt : clock()
     let patch = property.patch(value)
     /// What the object is after our last PATCH, if that one was applied.
@@ -127,7 +122,7 @@ final class Xattrs: MountComponent, Sendable {
       let unchanged = value != nil && property.value(in: metadata) == value
       let refused = flags.refusal(exists: exists, removing: value == nil)
       if unchanged || refused != nil, clock() - fetchedAt > Self.confirmationAge {
-        metadata = try await nodes.fetchMetadata(node.key)
+        metadata = try await known.fetch(node.key)
         fetchedAt = clock()
         continue
       }
@@ -148,7 +143,7 @@ final class Xattrs: MountComponent, Sendable {
         return
       } catch StorageError.preconditionFailed {
         diagnostics.logger.debug("metadata of \(node.key) changed meanwhile; deciding again")
-        metadata = try await nodes.fetchMetadata(node.key)
+        metadata = try await known.fetch(node.key)
         fetchedAt = clock()
       } catch {
         throw diagnostics.failure(error, operation: "patch", key: node.key)
@@ -166,6 +161,62 @@ final class Xattrs: MountComponent, Sendable {
       && current.metageneration == proposed.metageneration + 1
       && current.custom == proposed.custom
       && ObjectMetadata.WritableField.allCases.allSatisfy { current[$0] == proposed[$0] }
+  }
+}
+
+/// Extended attributes of a staged file (open for writing or not yet
+/// uploaded): pending values, changed in memory and carried by the upload,
+/// with no PATCH of their own (docs/SEMANTICS.md#writes).
+extension Xattrs {
+  /// The metadata the inode's upload would store, for getxattr and
+  /// listxattr; nil when the inode is not staged or its handles are only
+  /// reading (then the object's own metadata answers).
+  private func pending(_ inode: UInt64) -> ObjectMetadata? {
+    stagedInodes.file(inode: inode)?.pendingMetadata(bucket: store.bucket)
+  }
+
+  /// Sets or removes (nil) a property of a staged, dirty file in its pending
+  /// upload. Returns false when the file is not staged that way (the PATCH
+  /// path answers). Read-only names are accepted and ignored, so `cp -a`
+  /// from another bucketfs mount succeeds, as they are on a file this mount
+  /// created within the metadata TTL (rsync -X sets them on its temp file
+  /// after closing it).
+  private func setPending(inode: UInt64, name: String, value: [UInt8]?, flags: XattrFlags) throws -> Bool {
+    guard let property = XattrName(name) else { throw Errno.notSupported }
+    if configuration.readOnly { throw Errno.readOnly }
+    guard let staged = stagedInodes.file(inode: inode) else {
+      if case .readOnly = property, let key = (try? nodes.node(inode))?.key, provenance.isRecentlyCreated(key)
+      {
+        return true
+      }
+      return false
+    }
+    let text: String?
+    if let value {
+      guard let decoded = String(validating: value, as: UTF8.self) else { throw Errno.invalid }
+      if case .custom = property, decoded.utf8.count > MetadataLimits.maxValueBytes { throw Errno.tooBig }
+      text = decoded
+    } else {
+      text = nil
+    }
+    return try staged.setPending(
+      property, to: text, flags: flags, posixAttributes: configuration.posixAttributes)
+  }
+
+  /// The value a staged file shows for `property`: none for what only the
+  /// service will decide (a new object's generation and times).
+  private static func stagedValue(_ property: XattrName, in pending: ObjectMetadata) -> String? {
+    guard let value = property.value(in: pending), !value.isEmpty else { return nil }
+    if case .readOnly(let name) = property, name == .generation || name == .metageneration, value == "0" {
+      return nil
+    }
+    return value
+  }
+
+  private static func stagedNames(of pending: ObjectMetadata, hidingStatKeys: Bool) -> [String] {
+    XattrName.names(of: pending, hidingStatKeys: hidingStatKeys).filter { name in
+      XattrName(name).map { stagedValue($0, in: pending) != nil } ?? false
+    }
   }
 }
 

@@ -16,17 +16,17 @@ extension BucketFileSystem {
     let values = Self.keysToStore(changes, shown: shown, kind: node.kind, configuration: configuration)
     if values.isEmpty { return }
     if node.kind == .directory {
-      let current = try await nodes.optionalMetadata(node.key)
+      let current = try await known.fetchIfPresent(node.key)
       // Back to the defaults where nothing is stored: nothing to store.
       if current == nil, values.values.allSatisfy({ $0 == nil }) { return }
       let placeholder = try await xattrs.storeKeys(
         values, key: node.key, from: current, createIfMissing: true)
-      nodes.notePlaceholder(inode: inode, placeholder, at: xattrs.clock())
+      nodes.remember(placeholder: placeholder, of: inode, at: xattrs.clock())
       return
     }
     if stagedInodes.file(inode: inode)?.carry(values, modified: changes.modificationTime) == true { return }
     let updated = try await xattrs.storeKeys(
-      values, key: node.key, from: try await nodes.currentMetadata(of: node), createIfMissing: false)
+      values, key: node.key, from: try await known.current(of: node), createIfMissing: false)
     stagedInodes.file(inode: inode)?.notePatched(values, modified: changes.modificationTime)
     if changes.modificationTime != nil, values[PosixKeys.mtime] != nil {
       // Set by the user now: an atomic save no longer treats it as inferred.
@@ -85,7 +85,7 @@ extension Xattrs {
             ifGenerationMatch: 0)
         } catch StorageError.preconditionFailed {
           diagnostics.logger.debug("placeholder \(key) made meanwhile; deciding again")
-          current = try await nodes.optionalMetadata(key)
+          current = try await known.fetchIfPresent(key)
           continue
         } catch {
           throw diagnostics.failure(error, operation: "create placeholder", key: key)
@@ -104,7 +104,7 @@ extension Xattrs {
         return updated
       } catch StorageError.preconditionFailed {
         diagnostics.logger.debug("metadata of \(key) changed meanwhile; deciding again")
-        current = try await nodes.optionalMetadata(key)
+        current = try await known.fetchIfPresent(key)
         if let current, !createIfMissing { nodes.remember(current) }
       } catch StorageError.notFound {
         current = nil

@@ -87,10 +87,10 @@ final class Directories: MountComponent, Sendable {
     if offset == 0 {
       await stream.rewind()
       directory.restart(inFlight: stagedInodes.inFlight(in: stream.prefix))
-      cache.passStarted(handle: handle, directory: stream.prefix)
+      cache.pass(handle: handle, .started(directory: stream.prefix))
     }
     var listedNames: [(String, Double)] = []
-    defer { cache.passListed(handle: handle, names: listedNames, complete: false) }
+    defer { cache.pass(handle: handle, .listed(listedNames, complete: false)) }
     let own = entries.attributes(inode: inode, kind: .directory, facts: nil)
     let dot = Entry(attributes: own, entryTimeout: 0, attributeTimeout: 0)
     if offset == 0, !buffer.add(name: ".", entry: dot, nextOffset: 1) { return }
@@ -120,7 +120,7 @@ final class Directories: MountComponent, Sendable {
         throw failure
       }
       if batch.isEmpty {
-        cache.passListed(handle: handle, names: listedNames, complete: true)
+        cache.pass(handle: handle, .listed(listedNames, complete: true))
         listedNames = []
         addInFlight(directory, from: index, into: buffer)
         return
@@ -130,7 +130,7 @@ final class Directories: MountComponent, Sendable {
         let now = listed.answeredAt
         let facts = listed.metadata.map(FileFacts.init)
         // The held node's kind and facts when newer than the page's.
-        let (inode, kind, shown) = nodes.listed(
+        let (inode, kind, shown) = nodes.shown(
           listed.key, kind: listed.kind, metadata: listed.metadata, facts: facts, at: now,
           counting: buffer.isPlus)
         let next = UInt64(index) + 3
@@ -173,6 +173,6 @@ final class Directories: MountComponent, Sendable {
   /// Handle `handle`, taken from the table by its release, closed.
   func released(_ directory: OpenDirectory, handle: UInt64) {
     if directory.walked { walks.released(directory.stream.prefix) }
-    cache.passEnded(handle: handle)
+    cache.pass(handle: handle, .ended)
   }
 }

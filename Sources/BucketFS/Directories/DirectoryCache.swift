@@ -259,21 +259,15 @@ final class DirectoryCache: Sendable {
   }
 
   /// The kept listing of `key` for its `opendir`, if fresh; given once.
-  func take(_ key: String) -> [ListedEntry]? {
+  /// `lookedUpOnly`: only the listing a lookup of `key` just kept, for an
+  /// `opendir` that is no walk's descent (within ``followWindow`` of the
+  /// lookup's answer).
+  func take(_ key: String, lookedUpOnly: Bool = false) -> [ListedEntry]? {
     let now = clock()
     return state.withLock { state in
-      state.lookedUp[ObjectKey(key)] = nil
-      return take(key, now: now, &state)
-    }
-  }
-
-  /// The listing a lookup of `key` just kept, for an `opendir` that is no
-  /// walk's descent: only within ``followWindow`` of the lookup's answer.
-  func takeLookedUp(_ key: String) -> [ListedEntry]? {
-    let now = clock()
-    return state.withLock { state in
-      guard let at = state.lookedUp.removeValue(forKey: ObjectKey(key)), now - at < followWindow else {
-        return nil
+      let lookedUp = state.lookedUp.removeValue(forKey: ObjectKey(key))
+      if lookedUpOnly {
+        guard let at = lookedUp, now - at < followWindow else { return nil }
       }
       return take(key, now: now, &state)
     }
@@ -281,30 +275,38 @@ final class DirectoryCache: Sendable {
 
   // MARK: - What readdir passes fill
 
-  func passStarted(handle: UInt64, directory: String) {
-    let now = clock()
-    state.withLock { $0.passes[handle] = Pass(directory: directory, at: now) }
+  /// A step of a readdir pass, by directory handle.
+  enum PassStep {
+    /// The pass began at the first entry of `directory`.
+    case started(directory: String)
+    /// Names the pass handed the kernel, each from a page answered at its
+    /// time (the listing is as fresh as its oldest page); `complete` at its end.
+    case listed([(String, Double)], complete: Bool)
+    /// The handle was released.
+    case ended
   }
 
-  /// Names a pass handed the kernel, each from a page answered at its time
-  /// (the listing is as fresh as its oldest page); `complete` at its end.
-  func passListed(handle: UInt64, names: [(String, Double)], complete: Bool) {
-    guard !names.isEmpty || complete else { return }
-    state.withLock { state in
-      if var pass = state.passes[handle] {
-        for (name, answeredAt) in names {
-          pass.names.insert(ObjectKey(name))
-          pass.at = min(pass.at, answeredAt)
+  func pass(handle: UInt64, _ step: PassStep) {
+    switch step {
+    case .started(let directory):
+      let now = clock()
+      state.withLock { $0.passes[handle] = Pass(directory: directory, at: now) }
+    case .listed(let names, let complete):
+      guard !names.isEmpty || complete else { return }
+      state.withLock { state in
+        if var pass = state.passes[handle] {
+          for (name, answeredAt) in names {
+            pass.names.insert(ObjectKey(name))
+            pass.at = min(pass.at, answeredAt)
+          }
+          state.passes[handle] = pass.names.count > Self.maxNames ? nil : pass
         }
-        state.passes[handle] = pass.names.count > Self.maxNames ? nil : pass
+        guard complete, let pass = state.passes.removeValue(forKey: handle) else { return }
+        record(directory: pass.directory, names: pass.names, at: pass.at, &state)
       }
-      guard complete, let pass = state.passes.removeValue(forKey: handle) else { return }
-      record(directory: pass.directory, names: pass.names, at: pass.at, &state)
+    case .ended:
+      state.withLock { _ = $0.passes.removeValue(forKey: handle) }
     }
-  }
-
-  func passEnded(handle: UInt64) {
-    state.withLock { _ = $0.passes.removeValue(forKey: handle) }
   }
 
   /// A readdir of `directory` gave these files (in listing order).

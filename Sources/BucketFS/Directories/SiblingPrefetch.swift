@@ -89,7 +89,7 @@ final class SiblingPrefetch: MountComponent, Sendable {
           guard grant > 0 else { break }
           let (store, name, generation, size) = (store, file.key, file.generation, file.size)
           let task = tasks.start(.cancel) {
-            try await store.read(name, generation: generation, range: 0..<Int64(size))
+            try await store.read(name, generation: generation, range: 0..<Int64(size), reusing: nil)
           }
           state.prefetched[ObjectKey(file.key)] = Prefetched(
             generation: file.generation, task: task, grant: grant, at: now)

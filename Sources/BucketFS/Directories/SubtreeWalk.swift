@@ -97,7 +97,7 @@ final class SubtreeWalks: MountComponent, Sendable {
         activity.handles > 0 || now - activity.lastRead < window
       else {
         // No descent: the listing its lookup just fetched, or its own.
-        guard let listing = cache.takeLookedUp(key) else { return (.none, []) }
+        guard let listing = cache.take(key, lookedUpOnly: true) else { return (.none, []) }
         return (.ready(listing), [])
       }
       strong = activity.isDescent || activity.descents > 0

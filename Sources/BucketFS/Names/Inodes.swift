@@ -65,18 +65,23 @@ struct InodeTable: Sendable {
   private var chunks: [ContiguousArray<Node>] = []
   private var slotOf: [UInt64: Int32] = [:]
   private var vacant: [Int32] = []
-  private(set) var metadata: MetadataCache
+  /// The full metadata of held files, changed in the same step as their facts.
+  let metadata: MetadataCache
   /// Live keys whose inode is not their hash (a collision), and their inodes.
   private var mapped: [ObjectKey: UInt64] = [:]
   private var nextCollisionInode: UInt64 = 1 << 63
   private let hashOf: @Sendable (String) -> UInt64
 
   /// `hash` is replaceable so tests can force collisions.
-  init(rootKey: String, metadataCapacity: Int, hash: @escaping @Sendable (String) -> UInt64 = FNV1a.hash) {
-    metadata = MetadataCache(capacity: metadataCapacity)
+  init(rootKey: String, metadata: MetadataCache, hash: @escaping @Sendable (String) -> UInt64 = FNV1a.hash) {
+    self.metadata = metadata
     hashOf = hash
     self[Self.rootInode] = Node(
       key: rootKey, kind: .directory, lookups: 1, facts: nil, fetchedAt: 0, openedGeneration: nil)
+  }
+
+  init(rootKey: String, metadataCapacity: Int, hash: @escaping @Sendable (String) -> UInt64 = FNV1a.hash) {
+    self.init(rootKey: rootKey, metadata: MetadataCache(capacity: metadataCapacity), hash: hash)
   }
 
   /// Inodes the kernel holds.
@@ -125,11 +130,6 @@ struct InodeTable: Sendable {
     if let inode = mapped[ObjectKey(key)] { return inode }
     let inode = hashedInode(key)
     return self[inode].map { Names.same($0.key, key) } == true ? inode : nil
-  }
-
-  /// The inode a lookup of `key` would give now: what plain readdir shows as d_ino.
-  func expectedInode(of key: String) -> UInt64 {
-    inode(of: key) ?? hashedInode(key)
   }
 
   /// Records one more kernel reference to `key`, creating the node if needed,
@@ -194,7 +194,7 @@ struct InodeTable: Sendable {
   /// Whether `metadata` is older than what is known: a lower generation, or
   /// the same generation and a lower metageneration. A late answer (a GET or
   /// a list page sent before a PATCH answered) never replaces a newer one.
-  static func isOlder(_ metadata: ObjectMetadata, than known: FileFacts?) -> Bool {
+  private static func isOlder(_ metadata: ObjectMetadata, than known: FileFacts?) -> Bool {
     guard let known else { return false }
     return (metadata.generation, metadata.metageneration) < (known.generation, known.metageneration)
   }
@@ -233,8 +233,6 @@ struct InodeTable: Sendable {
     }
     self[inode] = node.withKey("\u{0}" + node.key)
   }
-
-  mutating func removeMetadata(of key: String) { metadata.remove(key) }
 
   /// Held nodes whose key starts with `prefix` (a directory's descendants).
   func inodes(under prefix: String) -> [(inode: UInt64, node: Node)] {
@@ -319,31 +317,5 @@ struct FileFacts: Sendable, Equatable {
     return remainder < 0
       ? Timestamp(seconds: Int(seconds - 1), nanoseconds: Int(remainder + 1_000_000_000))
       : Timestamp(seconds: Int(seconds), nanoseconds: Int(remainder))
-  }
-}
-
-/// Full metadata of the most recently listed or fetched files, bounded so a
-/// listing of a huge directory does not hold every object's metadata while
-/// the kernel holds its inodes; an evicted entry is fetched again on demand.
-struct MetadataCache: Sendable {
-  private var map: BoundedMap<ObjectKey, ObjectMetadata>
-
-  init(capacity: Int) {
-    map = BoundedMap(capacity: capacity)
-  }
-
-  var capacity: Int { map.capacity }
-  var count: Int { map.count }
-  /// Places in the insertion order, stale ones included (for tests).
-  var orderCount: Int { map.orderCount }
-
-  subscript(key: String) -> ObjectMetadata? { map[ObjectKey(key)] }
-
-  mutating func insert(_ metadata: ObjectMetadata) {
-    map.insert(metadata, for: ObjectKey(metadata.name))
-  }
-
-  mutating func remove(_ key: String) {
-    map.remove(ObjectKey(key))
   }
 }

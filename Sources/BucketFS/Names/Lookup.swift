@@ -28,13 +28,19 @@ final class Lookups: MountComponent, Sendable {
 
   let context: MountContext
   let nodes: NodeTable
+  /// Full metadata: kept while fresh, else fetched.
+  let known: KnownMetadata
   let entries: AttributeBuilder
   /// What is known of each directory: lookups are answered from it and fill it.
   let cache: DirectoryCache
 
-  init(context: MountContext, nodes: NodeTable, entries: AttributeBuilder, cache: DirectoryCache) {
+  init(
+    context: MountContext, nodes: NodeTable, known: KnownMetadata, entries: AttributeBuilder,
+    cache: DirectoryCache
+  ) {
     self.context = context
     self.nodes = nodes
+    self.known = known
     self.entries = entries
     self.cache = cache
   }
@@ -121,7 +127,7 @@ final class Lookups: MountComponent, Sendable {
   /// the subtree, flat, unless it was found larger.
   private func askApart(fileKey: String, directoryKey: String) async throws -> Entry {
     let flat = cache.flatLookup(of: directoryKey)
-    async let object = nodes.optionalMetadata(fileKey)
+    async let object = known.fetchIfPresent(fileKey)
     async let children = store.list(
       ListRequest(
         prefix: directoryKey, delimiter: flat == nil ? "/" : nil, pageSize: flat?.size ?? 1))
@@ -156,6 +162,13 @@ final class Lookups: MountComponent, Sendable {
     return .noPlaceholder(directoryKey)
   }
 
+  /// Counts a lookup of directory `key`, answered at `at`, with its
+  /// placeholder when the answer showed it (its stored mode and owner).
+  private func directory(_ key: String, placeholder: ObjectMetadata?, at now: Double) -> Entry {
+    let facts = placeholder.flatMap { Names.same($0.name, key) ? FileFacts($0) : nil }
+    return entries.directory(nodes.shown(key, kind: .directory, metadata: nil, facts: facts, at: now).inode)
+  }
+
   /// The directory wins over an object of the same name.
   private func answer(
     fileKey: String, directoryKey: String, _ isDirectory: Bool, _ metadata: ObjectMetadata?,
@@ -163,8 +176,7 @@ final class Lookups: MountComponent, Sendable {
   ) -> Entry {
     if isDirectory {
       if metadata != nil { diagnostics.warnConflict(fileKey) }
-      return entries.directory(
-        nodes.rememberDirectory(directoryKey, at: answeredAt, placeholder: placeholder))
+      return directory(directoryKey, placeholder: placeholder, at: answeredAt)
     }
     guard let metadata else { return .negative(timeout: configuration.negativeTTL) }
     return entries.object(fileKey, metadata, at: answeredAt)
@@ -183,8 +195,7 @@ final class Lookups: MountComponent, Sendable {
     switch cache.known(name, in: parentKey) {
     case .listed(let listed)?:
       if listed.kind == .directory {
-        return entries.directory(
-          nodes.rememberDirectory(directoryKey, at: listed.answeredAt, placeholder: listed.metadata))
+        return directory(directoryKey, placeholder: listed.metadata, at: listed.answeredAt)
       }
       return listed.metadata.map { entries.object(fileKey, $0, at: listed.answeredAt) }
     case .absent(let since)? where now - since < configuration.negativeTTL:
@@ -249,8 +260,7 @@ final class Lookups: MountComponent, Sendable {
     let metadata = page.items.first { Names.same($0.name, fileKey) }
     if page.prefixes.contains(where: { Names.same($0, directoryKey) }) {
       if metadata != nil { diagnostics.warnConflict(fileKey) }
-      return entries.directory(
-        nodes.rememberDirectory(directoryKey, at: now, placeholder: placeholder(directoryKey, in: page)))
+      return directory(directoryKey, placeholder: placeholder(directoryKey, in: page), at: now)
     }
     guard let metadata else { return .negative(timeout: configuration.negativeTTL) }
     return entries.object(fileKey, metadata, at: now)

@@ -6,12 +6,14 @@ import ObjectStore
   import Glibc
 #endif
 
-/// Changes of the tree: unlink, mkdir and rmdir here, renames of files
-/// (Renames.swift) and of directories (DirectoryRenames.swift), each with
+/// Changes of the tree: unlink, mknod, mkdir and rmdir here, renames of
+/// files and directories in Renames.swift, each with
 /// preconditions on the names it changes (docs/SEMANTICS.md#tree).
-final class Namespace: MountComponent, Sendable {
+struct Namespace: MountComponent, Sendable {
   let context: MountContext
   let nodes: NodeTable
+  /// Full metadata: kept while fresh, else fetched.
+  let known: KnownMetadata
   let entries: AttributeBuilder
   /// Staged files: told of unlinks and renames; files in flight count as names.
   let stagedInodes: StagedInodes
@@ -23,35 +25,20 @@ final class Namespace: MountComponent, Sendable {
   /// Told what a fresh look at the bucket found (the store tells it every write).
   let cache: DirectoryCache
 
-  init(
-    context: MountContext, nodes: NodeTable, entries: AttributeBuilder, stagedInodes: StagedInodes,
-    uploads: Uploads,
-    provenance: Provenance, reads: Reads, cache: DirectoryCache
-  ) {
-    self.context = context
-    self.nodes = nodes
-    self.entries = entries
-    self.stagedInodes = stagedInodes
-    self.uploads = uploads
-    self.provenance = provenance
-    self.reads = reads
-    self.cache = cache
-  }
-
   func unlink(parent: UInt64, name: String) async throws {
     try checkWritable()
     let parentKey = try nodes.node(parent, kind: .directory).key
     let key = try Names.key(name, under: parentKey, for: .existing)
     // A file this mount created and never stored has no object to delete.
     if let inode = nodes.inode(of: key), stagedInodes.file(inode: inode)?.unlinkIfNeverStored() == true {
-      nodes.detach(inode)
+      nodes.deleted(key, inode: inode)
       return
     }
     let (inode, metadata) = try await existingFile(key)
     do {
       try await store.delete(key, ifGenerationMatch: metadata.generation)
     } catch StorageError.notFound {
-      nodes.forgetKey(key)
+      nodes.deleted(key)
       throw Errno.noEntry
     } catch StorageError.preconditionFailed {
       throw await changedMeanwhile(key, operation: "unlink")
@@ -146,7 +133,7 @@ final class Namespace: MountComponent, Sendable {
         // Nothing under the prefix: gone already (its last object was
         // removed) if the kernel saw it; else a file or nothing.
         if held.inode == nil {
-          if try await nodes.optionalMetadata(fileKey) != nil { throw Errno.notDirectory }
+          if try await known.fetchIfPresent(fileKey) != nil { throw Errno.notDirectory }
           throw Errno.noEntry
         }
       case .empty(let placeholder?):
@@ -160,7 +147,7 @@ final class Namespace: MountComponent, Sendable {
           throw diagnostics.failure(error, operation: "delete", key: directoryKey)
         }
       }
-      if let inode = held.inode { nodes.detach(inode) }
+      if let inode = held.inode { nodes.deleted(directoryKey, inode: inode) }
       return
     }
     throw await changedMeanwhile(directoryKey, operation: "rmdir")
@@ -179,11 +166,11 @@ final class Namespace: MountComponent, Sendable {
     let held = nodes.held(fileKey: key, directoryKey: key + "/")
     if held.kind == .directory { throw Errno.isDirectory }
     if let inode = held.inode {
-      let (known, cached) = nodes.shownVersion(inode: inode, key: key)
+      let (shown, cached) = known.shownVersion(inode: inode, key: key)
       if let cached { return (inode, cached) }
-      let metadata = try await nodes.fetchMetadata(key)
+      let metadata = try await known.fetch(key)
       // The full metadata was evicted, and the object is no longer the version the mount showed.
-      if let known, metadata.generation != known { throw await changedMeanwhile(key, operation: "change") }
+      if let shown, metadata.generation != shown { throw await changedMeanwhile(key, operation: "change") }
       return (inode, metadata)
     }
     let found = try await lookInBucket(fileKey: key, directoryKey: key + "/")
@@ -197,7 +184,7 @@ final class Namespace: MountComponent, Sendable {
   func lookInBucket(fileKey: String, directoryKey: String) async throws -> (
     file: ObjectMetadata?, directory: DirectoryContents?
   ) {
-    async let object = nodes.optionalMetadata(fileKey)
+    async let object = known.fetchIfPresent(fileKey)
     let directory = try await contents(of: directoryKey)
     let file = try await object
     if case .empty(nil) = directory { return (file, nil) }
@@ -213,7 +200,7 @@ final class Namespace: MountComponent, Sendable {
   /// Whether anything but its own placeholder is under `directoryKey`: a
   /// list call of two entries (a page may come back short with a token, so
   /// follow tokens while only the placeholder has shown up).
-  func contents(of directoryKey: String) async throws -> DirectoryContents {
+  private func contents(of directoryKey: String) async throws -> DirectoryContents {
     // What is kept of the name may be older than what this finds; the
     // operation that asks may end here (EEXIST, ENOTEMPTY) or go on to a
     // write, which the store reports in turn.
@@ -245,10 +232,10 @@ final class Namespace: MountComponent, Sendable {
   func changedMeanwhile(_ key: String, operation: String) async -> Errno {
     logger.warning("\(operation) \(key): changed by someone else meanwhile; left as it is")
     cache.invalidate(.touched(key))
-    if (try? await nodes.optionalMetadata(key)) == nil {
-      nodes.forgetKey(key)
+    if (try? await known.fetchIfPresent(key)) == nil {
+      nodes.deleted(key)
     } else {
-      _ = try? await nodes.fetchMetadata(key)
+      _ = try? await known.fetch(key)
     }
     return .stale
   }

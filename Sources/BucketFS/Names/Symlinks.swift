@@ -11,11 +11,14 @@ final class Symlinks: MountComponent, Sendable {
   private let targets = Mutex(LinkTargets(capacity: 4096))
   let context: MountContext
   let nodes: NodeTable
+  /// Full metadata: kept while fresh, else fetched.
+  let known: KnownMetadata
   let entries: AttributeBuilder
 
-  init(context: MountContext, nodes: NodeTable, entries: AttributeBuilder) {
+  init(context: MountContext, nodes: NodeTable, known: KnownMetadata, entries: AttributeBuilder) {
     self.context = context
     self.nodes = nodes
+    self.known = known
     self.entries = entries
   }
 
@@ -61,13 +64,13 @@ final class Symlinks: MountComponent, Sendable {
     guard node.kind == .symlink else { throw Errno.invalid }
     // Unlinked or replaced while the kernel holds it: its name means something else.
     if node.isDetached { throw Errno.stale }
-    let metadata = try await nodes.currentMetadata(of: node)
+    let metadata = try await known.current(of: node)
     do {
       return try await target(of: metadata)
     } catch  where Reads.isGenerationGone(error) {
       // Replaced since its metadata was fetched: the version there now.
       do {
-        return try await target(of: try await nodes.fetchMetadata(node.key))
+        return try await target(of: try await known.fetch(node.key))
       } catch {
         throw diagnostics.failure(error, operation: "readlink", key: node.key, context: .read)
       }
@@ -91,7 +94,8 @@ final class Symlinks: MountComponent, Sendable {
         warn(key, "a target of \(metadata.size) bytes is longer than a link holds")
         throw Errno.nameTooLong
       }
-      let body = try await store.read(key, generation: metadata.generation, range: 0..<metadata.size)
+      let body = try await store.read(
+        key, generation: metadata.generation, range: 0..<metadata.size, reusing: nil)
       let target = try checked(Array(body.readableBytesView), key: key)
       targets.withLock { $0.insert(target, for: metadata) }
       return target

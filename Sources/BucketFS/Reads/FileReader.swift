@@ -279,7 +279,7 @@ final class FileReader: Sendable {
 
   private func direct(_ offset: UInt64, _ end: UInt64) async throws -> ByteBuffer {
     let (key, generation) = target.withLock { $0 }
-    return try await store.read(key, generation: generation, range: Int64(offset)..<Int64(end))
+    return try await store.read(key, generation: generation, range: Int64(offset)..<Int64(end), reusing: nil)
   }
 
   /// Keeps `streams` segments in flight ahead of the reader, as far as the

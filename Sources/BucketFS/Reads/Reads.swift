@@ -18,6 +18,8 @@ final class Reads: MountComponent, Sendable {
   let kernel = Mutex<KernelCache>(.none)
   let context: MountContext
   let nodes: NodeTable
+  /// Full metadata: kept while fresh, else fetched.
+  let known: KnownMetadata
   /// The open handles, whose readers a rename retargets.
   let handles: HandleTable
   /// Memory read-ahead may hold, shared by all open files.
@@ -26,12 +28,14 @@ final class Reads: MountComponent, Sendable {
   let prefetch: SiblingPrefetch
 
   init(
-    context: MountContext, nodes: NodeTable, handles: HandleTable, budget: ReadAheadBudget,
+    context: MountContext, nodes: NodeTable, known: KnownMetadata, handles: HandleTable,
+    budget: ReadAheadBudget,
     prefetch: SiblingPrefetch
   ) {
     self.context = context
     self.state = Mutex(State(readDeadlines: ReadDeadlines(seconds: context.configuration.retryDeadline)))
     self.nodes = nodes
+    self.known = known
     self.handles = handles
     self.budget = budget
     self.prefetch = prefetch
@@ -45,7 +49,7 @@ final class Reads: MountComponent, Sendable {
     if let known = node.facts, nodes.isFresh(node) {
       facts = known
     } else {
-      facts = FileFacts(try await nodes.fetchMetadata(node.key, context: .inode))
+      facts = FileFacts(try await known.fetch(node.key, context: .inode))
     }
     let reader = FileReader(
       key: node.key, generation: facts.generation, size: facts.size, store: store,

@@ -30,10 +30,10 @@ extension Reads {
     diagnostics.logger.info(
       "\(key): generation \(generation) is gone (replaced or deleted); the next open reads anew")
     let kernel = self.kernel.withLock { $0 }
-    nodes.versionGone(key)
+    nodes.expire(file: key)
     state.withLock { state in
       guard state.staleReads[inode] == nil else { return }
-      let nodes = self.nodes
+      let known = self.known
       state.staleReads[inode] = tasks.start(.cancel) { [weak self] in
         await withCheckedContinuation { done in
           Self.notifications.async {
@@ -41,7 +41,7 @@ extension Reads {
             done.resume()
           }
         }
-        _ = try? await nodes.fetchMetadata(key)
+        _ = try? await known.fetch(key)
         _ = self?.state.withLock { $0.staleReads.removeValue(forKey: inode) }
       }
     }

@@ -171,7 +171,8 @@ final class StageStore: MountComponent, Sendable {
       let upper = min(at + chunk, end)
       let bytes: ByteBuffer
       do {
-        bytes = try await store.read(base.name, generation: base.generation, range: Int64(at)..<Int64(upper))
+        bytes = try await store.read(
+          base.name, generation: base.generation, range: Int64(at)..<Int64(upper), reusing: nil)
       } catch {
         throw diagnostics.failure(error, operation: "read for writing", key: base.name, context: .read)
       }

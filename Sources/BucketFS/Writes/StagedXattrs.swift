@@ -1,61 +1,8 @@
 import FUSE
 import ObjectStore
 
-/// Extended attributes of a staged file (open for writing or not yet
-/// uploaded): pending values, changed in memory and carried by the upload,
-/// with no PATCH of their own (docs/SEMANTICS.md#writes).
-extension Xattrs {
-  /// The metadata the inode's upload would store, for getxattr and
-  /// listxattr; nil when the inode is not staged or its handles are only
-  /// reading (then the object's own metadata answers).
-  func pending(_ inode: UInt64) -> ObjectMetadata? {
-    stagedInodes.file(inode: inode)?.pendingMetadata(bucket: store.bucket)
-  }
-
-  /// Sets or removes (nil) a property of a staged, dirty file in its pending
-  /// upload. Returns false when the file is not staged that way (the PATCH
-  /// path answers). Read-only names are accepted and ignored, so `cp -a`
-  /// from another bucketfs mount succeeds, as they are on a file this mount
-  /// created within the metadata TTL (rsync -X sets them on its temp file
-  /// after closing it).
-  func setPending(inode: UInt64, name: String, value: [UInt8]?, flags: XattrFlags) throws -> Bool {
-    guard let property = XattrName(name) else { throw Errno.notSupported }
-    if configuration.readOnly { throw Errno.readOnly }
-    guard let staged = stagedInodes.file(inode: inode) else {
-      if case .readOnly = property, let key = nodes.key(of: inode), provenance.isRecentlyCreated(key) {
-        return true
-      }
-      return false
-    }
-    let text: String?
-    if let value {
-      guard let decoded = String(validating: value, as: UTF8.self) else { throw Errno.invalid }
-      if case .custom = property, decoded.utf8.count > MetadataLimits.maxValueBytes { throw Errno.tooBig }
-      text = decoded
-    } else {
-      text = nil
-    }
-    return try staged.setPending(
-      property, to: text, flags: flags, posixAttributes: configuration.posixAttributes)
-  }
-
-  /// The value a staged file shows for `property`: none for what only the
-  /// service will decide (a new object's generation and times).
-  static func stagedValue(_ property: XattrName, in pending: ObjectMetadata) -> String? {
-    guard let value = property.value(in: pending), !value.isEmpty else { return nil }
-    if case .readOnly(let name) = property, name == .generation || name == .metageneration, value == "0" {
-      return nil
-    }
-    return value
-  }
-
-  static func stagedNames(of pending: ObjectMetadata, hidingStatKeys: Bool) -> [String] {
-    XattrName.names(of: pending, hidingStatKeys: hidingStatKeys).filter { name in
-      XattrName(name).map { stagedValue($0, in: pending) != nil } ?? false
-    }
-  }
-}
-
+/// What a staged file's pending xattrs are (the values its upload will
+/// carry); ``Xattrs`` asks its staged files first (ExtendedAttributes.swift).
 extension StagedFile {
   /// The metadata the upload would store; nil when the file only reads.
   func pendingMetadata(bucket: String) -> ObjectMetadata? {

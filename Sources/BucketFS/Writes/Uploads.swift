@@ -127,7 +127,7 @@ final class Uploads: MountComponent, Sendable {
       _ = await staged.stage.writeRecord(staged.record)
       provenance.stored(
         key: key, generation: uploaded.generation, inferred: inferred, created: generation == 0)
-      nodes.recordUpload(uploaded, inode: staged.inode, at: clock())
+      nodes.remember(uploaded: uploaded, inode: staged.inode, at: clock())
     }
   }
 }

@@ -19,6 +19,8 @@ final class WriteHandles: MountComponent, Sendable {
   private let stages: StageStore
   private let uploads: Uploads
   private let nodes: NodeTable
+  /// Full metadata: kept while fresh, else fetched.
+  private let known: KnownMetadata
   /// What bucketfs chose of the files it stores: read at open, chosen at create.
   private let provenance: Provenance
   /// A created file joins its directory's listing.
@@ -29,13 +31,14 @@ final class WriteHandles: MountComponent, Sendable {
 
   init(
     context: MountContext, inodes: StagedInodes, stages: StageStore, uploads: Uploads, nodes: NodeTable,
-    provenance: Provenance, listings: DirectoryCache
+    known: KnownMetadata, provenance: Provenance, listings: DirectoryCache
   ) {
     self.context = context
     self.inodes = inodes
     self.stages = stages
     self.uploads = uploads
     self.nodes = nodes
+    self.known = known
     self.provenance = provenance
     self.listings = listings
   }
@@ -91,7 +94,7 @@ final class WriteHandles: MountComponent, Sendable {
     if let existing = inodes.shared(inode: inode), try await attach(existing, truncate: truncate) {
       return existing
     }
-    let base = try await nodes.currentMetadata(of: node, context: .inode)
+    let base = try await known.current(of: node, context: .inode)
     let stage = try stages.makeStage()
     let emptied = truncate || base.size == 0
     // Truncating bytes away is a change: it moves the mtime, as a write does.

@@ -1,0 +1,66 @@
+import FUSE
+import ObjectStore
+
+/// The full metadata of objects: kept (``MetadataCache``) while the node
+/// that shows it is fresh, else fetched from the bucket, and what a fetch
+/// finds told to the ``NodeTable``. Holds no state of its own.
+final class KnownMetadata: MountComponent, Sendable {
+  let context: MountContext
+  /// The bounded cache of full metadata (its own lock).
+  let cache: MetadataCache
+  private let nodes: NodeTable
+
+  init(context: MountContext, nodes: NodeTable, cache: MetadataCache) {
+    self.context = context
+    self.nodes = nodes
+    self.cache = cache
+  }
+
+  /// The node's metadata if fetched within the TTL, else fetched now.
+  func current(of node: Node, context: ErrorMapping.Context = .metadata) async throws -> ObjectMetadata {
+    if nodes.isFresh(node), let metadata = cache[node.key] { return metadata }
+    return try await fetch(node.key, context: context)
+  }
+
+  /// The object as the bucket has it now (ENOENT when it has none); the
+  /// node table learns it.
+  func fetch(_ key: String, context: ErrorMapping.Context = .metadata) async throws -> ObjectMetadata {
+    do {
+      let metadata = try await store.metadata(of: key)
+      // A PATCH may have answered with newer metadata while this GET was under way.
+      return nodes.remember(metadata)
+    } catch {
+      throw diagnostics.failure(error, operation: "get metadata", key: key, context: context)
+    }
+  }
+
+  /// The object as the bucket has it now, nil when it has none; nothing is learnt.
+  func fetchIfPresent(_ key: String) async throws -> ObjectMetadata? {
+    do {
+      return try await store.metadata(of: key)
+    } catch StorageError.notFound {
+      return nil
+    } catch {
+      throw diagnostics.failure(error, operation: "get metadata", key: key)
+    }
+  }
+
+  /// The full metadata kept of `key`, whatever its age.
+  func cached(_ key: String) -> ObjectMetadata? {
+    cache[key]
+  }
+
+  /// A node the kernel holds, with its full metadata if kept and fresh
+  /// (memory only: for the loop thread's answers).
+  func inline(_ inode: UInt64) -> (Node, ObjectMetadata?)? {
+    guard let node = try? nodes.node(inode) else { return nil }
+    return (node, nodes.isFresh(node) ? cache[node.key] : nil)
+  }
+
+  /// The version of a held file the mount showed (its facts' generation),
+  /// and its full metadata when that is what is kept.
+  func shownVersion(inode: UInt64, key: String) -> (generation: Int64?, metadata: ObjectMetadata?) {
+    let generation = (try? nodes.node(inode))?.facts?.generation
+    return (generation, cache[key].flatMap { $0.generation == generation ? $0 : nil })
+  }
+}
