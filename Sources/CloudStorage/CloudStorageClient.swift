@@ -75,46 +75,27 @@ public final class CloudStorageClient: ObjectStore {
 
   // MARK: - ObjectStore
 
-  public func list(
-    prefix: String, delimiter: String?, includeTrailingDelimiter: Bool, pageSize: Int, pageToken: String?
-  ) async throws -> ListPage {
-    try await list(prefix, delimiter, includeTrailingDelimiter, pageSize, pageToken, nextPageToken: nil)
-  }
-
-  /// The token is picked out of the body before the page is decoded (a scan
-  /// that skips the items, a fraction of the decode): a reader paging through
-  /// a directory has its next request on the wire while this page is decoded.
-  public func list(
-    prefix: String, delimiter: String?, includeTrailingDelimiter: Bool, pageSize: Int, pageToken: String?,
-    nextPageToken: @escaping @Sendable (String) -> Void
-  ) async throws -> ListPage {
-    try await list(
-      prefix, delimiter, includeTrailingDelimiter, pageSize, pageToken, nextPageToken: nextPageToken)
-  }
-
-  public func list(prefix: String, delimiter: String?, pageSize: Int, pageToken: String?, endOffset: String)
-    async throws -> ListPage
-  {
-    try await list(prefix, delimiter, false, pageSize, pageToken, endOffset: endOffset, nextPageToken: nil)
-  }
-
-  /// Without a taker for the token, no scan for it.
-  private func list(
-    _ prefix: String, _ delimiter: String?, _ includeTrailingDelimiter: Bool, _ pageSize: Int,
-    _ pageToken: String?, endOffset: String? = nil, nextPageToken: (@Sendable (String) -> Void)?
-  ) async throws -> ListPage {
-    var query = [("prefix", prefix), ("maxResults", String(pageSize)), ("fields", Fields.list)]
-    if let delimiter {
+  /// With a taker for the next page's token, the token is picked out of the
+  /// body before the page is decoded (a scan that skips the items, a fraction
+  /// of the decode): a reader paging through a directory has its next request
+  /// on the wire while this page is decoded. Without one, no scan for it.
+  public func list(_ request: ListRequest) async throws -> ListPage {
+    let prefix = request.prefix
+    let pageToken = request.pageToken
+    var query = [("prefix", prefix), ("maxResults", String(request.pageSize)), ("fields", Fields.list)]
+    if let delimiter = request.delimiter {
       query.append(("delimiter", delimiter))
       // The placeholders of subdirectories come in `items` too, with their metadata.
-      if includeTrailingDelimiter { query.append(("includeTrailingDelimiter", "true")) }
+      if request.includeTrailingDelimiter { query.append(("includeTrailingDelimiter", "true")) }
     }
     if let pageToken { query.append(("pageToken", pageToken)) }
-    if let endOffset { query.append(("endOffset", endOffset)) }
+    if let endOffset = request.endOffset { query.append(("endOffset", endOffset)) }
     let body = try await send(
       .GET, .list, url: objectsPath + queryString(query), operation: "list \(prefix)", maxBody: 64 << 20)
-    if let nextPageToken, let token = ObjectList.nextPageToken(in: body), !token.isEmpty, token != pageToken {
-      nextPageToken(token)
+    if let taker = request.onNextPageToken, let token = ObjectList.nextPageToken(in: body), !token.isEmpty,
+      token != pageToken
+    {
+      taker(token)
     }
     let list = try read(body, what: "list of \(prefix)", as: ObjectList.init(reading:))
     if let pageToken, list.nextPageToken == pageToken {

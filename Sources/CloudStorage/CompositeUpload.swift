@@ -185,7 +185,7 @@ extension CloudStorageClient {
         var token: String?
         repeat {
           guard
-            let page = try? await self.list(prefix: prefix, delimiter: nil, pageSize: 1000, pageToken: token)
+            let page = try? await self.list(ListRequest(prefix: prefix, pageSize: 1000, pageToken: token))
           else { break }
           for item in page.items { objects[item.name] = item.generation }
           token = page.nextPageToken

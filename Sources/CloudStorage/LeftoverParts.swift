@@ -20,7 +20,7 @@ extension CloudStorageClient {
 
   /// The part objects one list call finds (at most 1000), and whether there are more.
   public func leftoverParts() async throws -> (parts: [ObjectMetadata], more: Bool) {
-    let page = try await list(prefix: uploads.partPrefix, delimiter: nil, pageSize: 1000, pageToken: nil)
+    let page = try await list(ListRequest(prefix: uploads.partPrefix, pageSize: 1000))
     return (page.items, page.nextPageToken != nil)
   }
 
@@ -45,8 +45,7 @@ extension CloudStorageClient {
     var result = PartsRemoval()
     var token: String?
     repeat {
-      let page = try await list(
-        prefix: uploads.partPrefix, delimiter: nil, pageSize: 1000, pageToken: token)
+      let page = try await list(ListRequest(prefix: uploads.partPrefix, pageSize: 1000, pageToken: token))
       for part in page.items {
         if let began = uploadStart(ofPart: part.name), now - Double(began) < age {
           result.spared += 1

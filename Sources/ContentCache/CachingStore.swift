@@ -168,32 +168,8 @@ public final class CachingStore: ForwardingObjectStore {
     return object
   }
 
-  public func list(
-    prefix: String, delimiter: String?, includeTrailingDelimiter: Bool, pageSize: Int, pageToken: String?
-  ) async throws -> ListPage {
-    let page = try await inner.list(
-      prefix: prefix, delimiter: delimiter, includeTrailingDelimiter: includeTrailingDelimiter,
-      pageSize: pageSize, pageToken: pageToken)
-    for item in page.items { facts.learn(item) }
-    return page
-  }
-
-  public func list(
-    prefix: String, delimiter: String?, includeTrailingDelimiter: Bool, pageSize: Int, pageToken: String?,
-    nextPageToken: @escaping @Sendable (String) -> Void
-  ) async throws -> ListPage {
-    let page = try await inner.list(
-      prefix: prefix, delimiter: delimiter, includeTrailingDelimiter: includeTrailingDelimiter,
-      pageSize: pageSize, pageToken: pageToken, nextPageToken: nextPageToken)
-    for item in page.items { facts.learn(item) }
-    return page
-  }
-
-  public func list(prefix: String, delimiter: String?, pageSize: Int, pageToken: String?, endOffset: String)
-    async throws -> ListPage
-  {
-    let page = try await inner.list(
-      prefix: prefix, delimiter: delimiter, pageSize: pageSize, pageToken: pageToken, endOffset: endOffset)
+  public func list(_ request: ListRequest) async throws -> ListPage {
+    let page = try await inner.list(request)
     for item in page.items { facts.learn(item) }
     return page
   }

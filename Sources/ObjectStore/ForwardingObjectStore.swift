@@ -2,27 +2,10 @@ import NIOCore
 
 /// A store that wraps another and changes some of its operations. Every
 /// requirement forwards to the same requirement of `inner`, so a wrapper
-/// implements only what it changes, and nothing it leaves alone falls to a
-/// default of ``ObjectStore`` that would drop a spare buffer or an early page
-/// token on the way.
-///
-/// Listings have three forms (a token taker, an end offset), and each form
-/// forwards on its own. A wrapper that changes the plain form must route the other form
-/// through it (or change both alike), or callers of the other form bypass
-/// the change: directory streams list with a token taker.
-///
-/// ```swift
-/// func list(
-///   prefix: String, delimiter: String?, includeTrailingDelimiter: Bool, pageSize: Int, pageToken: String?,
-///   nextPageToken: @escaping @Sendable (String) -> Void
-/// ) async throws -> ListPage {
-///   let page = try await list(
-///     prefix: prefix, delimiter: delimiter, includeTrailingDelimiter: includeTrailingDelimiter,
-///     pageSize: pageSize, pageToken: pageToken)
-///   if let token = page.nextPageToken { nextPageToken(token) }
-///   return page
-/// }
-/// ```
+/// implements only what it changes. Each operation has one form: a wrapper
+/// that changes `read` or `list` sees every call of it, and every field of a
+/// ``ListRequest`` (the early token taker too) and a read's spare buffer go
+/// through whatever the wrapper does.
 public protocol ForwardingObjectStore: ObjectStore {
   /// The store this one wraps.
   var inner: any ObjectStore { get }
@@ -31,28 +14,8 @@ public protocol ForwardingObjectStore: ObjectStore {
 extension ForwardingObjectStore {
   public var bucket: String { inner.bucket }
 
-  public func list(
-    prefix: String, delimiter: String?, includeTrailingDelimiter: Bool, pageSize: Int, pageToken: String?
-  ) async throws -> ListPage {
-    try await inner.list(
-      prefix: prefix, delimiter: delimiter, includeTrailingDelimiter: includeTrailingDelimiter,
-      pageSize: pageSize, pageToken: pageToken)
-  }
-
-  public func list(
-    prefix: String, delimiter: String?, includeTrailingDelimiter: Bool, pageSize: Int, pageToken: String?,
-    nextPageToken: @escaping @Sendable (String) -> Void
-  ) async throws -> ListPage {
-    try await inner.list(
-      prefix: prefix, delimiter: delimiter, includeTrailingDelimiter: includeTrailingDelimiter,
-      pageSize: pageSize, pageToken: pageToken, nextPageToken: nextPageToken)
-  }
-
-  public func list(prefix: String, delimiter: String?, pageSize: Int, pageToken: String?, endOffset: String)
-    async throws -> ListPage
-  {
-    try await inner.list(
-      prefix: prefix, delimiter: delimiter, pageSize: pageSize, pageToken: pageToken, endOffset: endOffset)
+  public func list(_ request: ListRequest) async throws -> ListPage {
+    try await inner.list(request)
   }
 
   public func metadata(of name: String) async throws -> ObjectMetadata {

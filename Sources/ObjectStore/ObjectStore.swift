@@ -9,30 +9,8 @@ public protocol ObjectStore: Sendable {
   /// The bucket's name, for `user.bucket` and messages.
   var bucket: String { get }
 
-  /// One page of objects and prefixes directly under `prefix`. With
-  /// `includeTrailingDelimiter` (the JSON API's parameter of that name, only
-  /// with a delimiter), an object whose name past the prefix ends in its
-  /// only delimiter (a placeholder `prefix/dir/`) is in `items` as well as
-  /// its prefix in `prefixes`, on the same page.
-  func list(
-    prefix: String, delimiter: String?, includeTrailingDelimiter: Bool, pageSize: Int, pageToken: String?
-  ) async throws -> ListPage
-
-  /// As ``list(prefix:delimiter:includeTrailingDelimiter:pageSize:pageToken:)``,
-  /// and hands the page's `nextPageToken` (when there is one) to
-  /// `nextPageToken` as soon as it is known, which may be before the page is
-  /// decoded and returned: a reader that wants the next page can ask for it
-  /// without waiting for this one.
-  func list(
-    prefix: String, delimiter: String?, includeTrailingDelimiter: Bool, pageSize: Int, pageToken: String?,
-    nextPageToken: @escaping @Sendable (String) -> Void
-  ) async throws -> ListPage
-
-  /// As ``list(prefix:delimiter:pageSize:pageToken:)``, with only the names
-  /// (and prefixes) that sort before `endOffset` in byte order (the JSON
-  /// API's `endOffset`, exclusive); no token once the listing reaches it.
-  func list(prefix: String, delimiter: String?, pageSize: Int, pageToken: String?, endOffset: String)
-    async throws -> ListPage
+  /// One page of the listing `request` asks for, honouring every field of it.
+  func list(_ request: ListRequest) async throws -> ListPage
 
   /// The current metadata of one object.
   func metadata(of name: String) async throws -> ObjectMetadata
@@ -100,56 +78,6 @@ extension ObjectStore {
     -> ObjectMetadata
   {
     try await self.patch(name, patch, ifGenerationMatch: nil, ifMetagenerationMatch: ifMetagenerationMatch)
-  }
-
-  public func list(
-    prefix: String, delimiter: String?, includeTrailingDelimiter: Bool, pageSize: Int, pageToken: String?,
-    nextPageToken: @escaping @Sendable (String) -> Void
-  ) async throws -> ListPage {
-    let page = try await list(
-      prefix: prefix, delimiter: delimiter, includeTrailingDelimiter: includeTrailingDelimiter,
-      pageSize: pageSize, pageToken: pageToken)
-    if let token = page.nextPageToken { nextPageToken(token) }
-    return page
-  }
-
-  /// Without `includeTrailingDelimiter`: placeholders of subdirectories come as prefixes only.
-  public func list(prefix: String, delimiter: String?, pageSize: Int, pageToken: String?) async throws
-    -> ListPage
-  {
-    try await list(
-      prefix: prefix, delimiter: delimiter, includeTrailingDelimiter: false, pageSize: pageSize,
-      pageToken: pageToken)
-  }
-
-  public func list(
-    prefix: String, delimiter: String?, pageSize: Int, pageToken: String?,
-    nextPageToken: @escaping @Sendable (String) -> Void
-  ) async throws -> ListPage {
-    try await list(
-      prefix: prefix, delimiter: delimiter, includeTrailingDelimiter: false, pageSize: pageSize,
-      pageToken: pageToken, nextPageToken: nextPageToken)
-  }
-
-  /// A store without the range lists the whole prefix and cuts the page at
-  /// `endOffset`: the same names, only more of them transferred.
-  public func list(prefix: String, delimiter: String?, pageSize: Int, pageToken: String?, endOffset: String)
-    async throws -> ListPage
-  {
-    let page = try await list(prefix: prefix, delimiter: delimiter, pageSize: pageSize, pageToken: pageToken)
-    return page.cut(before: endOffset)
-  }
-}
-
-extension ListPage {
-  /// The page without the names and prefixes at or past `endOffset` (byte
-  /// order); no next page when any was cut, since the rest sorts after them.
-  public func cut(before endOffset: String) -> ListPage {
-    let before = { (name: String) in name.utf8.lexicographicallyPrecedes(endOffset.utf8) }
-    let items = items.filter { before($0.name) }
-    let prefixes = prefixes.filter(before)
-    let cut = items.count < self.items.count || prefixes.count < self.prefixes.count
-    return ListPage(items: items, prefixes: prefixes, nextPageToken: cut ? nil : nextPageToken)
   }
 }
 

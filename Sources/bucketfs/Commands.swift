@@ -205,7 +205,7 @@ struct Mount: ParsableCommand {
     let check = blocking { () async -> Result<ListPage, any Error> in
       do {
         return .success(
-          try await client.list(prefix: rootPrefix, delimiter: "/", pageSize: 1, pageToken: nil))
+          try await client.list(ListRequest(prefix: rootPrefix, delimiter: "/", pageSize: 1)))
       } catch {
         return .failure(error)
       }

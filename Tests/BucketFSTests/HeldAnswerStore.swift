@@ -48,32 +48,13 @@ final class HeldAnswerStore: ForwardingObjectStore, Sendable {
     return answer
   }
 
-  func list(
-    prefix: String, delimiter: String?, includeTrailingDelimiter: Bool, pageSize: Int, pageToken: String?
-  ) async throws -> ListPage {
-    let page = try await base.list(
-      prefix: prefix, delimiter: delimiter, includeTrailingDelimiter: includeTrailingDelimiter,
-      pageSize: pageSize, pageToken: pageToken)
-    return await deliver(.list, page)
-  }
-
-  func list(prefix: String, delimiter: String?, pageSize: Int, pageToken: String?, endOffset: String)
-    async throws -> ListPage
-  {
-    let page = try await base.list(
-      prefix: prefix, delimiter: delimiter, pageSize: pageSize, pageToken: pageToken, endOffset: endOffset)
-    return await deliver(.list, page)
-  }
-
-  /// Through the held list: the page's token too comes only once released.
-  func list(
-    prefix: String, delimiter: String?, includeTrailingDelimiter: Bool, pageSize: Int, pageToken: String?,
-    nextPageToken: @escaping @Sendable (String) -> Void
-  ) async throws -> ListPage {
-    let page = try await list(
-      prefix: prefix, delimiter: delimiter, includeTrailingDelimiter: includeTrailingDelimiter,
-      pageSize: pageSize, pageToken: pageToken)
-    if let token = page.nextPageToken { nextPageToken(token) }
+  /// The page's token too comes only once released: the taker is handed it
+  /// after the held answer is delivered.
+  func list(_ request: ListRequest) async throws -> ListPage {
+    var plain = request
+    plain.onNextPageToken = nil
+    let page = await deliver(.list, try await base.list(plain))
+    if let taker = request.onNextPageToken, let token = page.nextPageToken { taker(token) }
     return page
   }
 

@@ -514,22 +514,8 @@ final class ListFaultStore: ForwardingObjectStore, Sendable {
     if fail { base.injectFaults([.unavailable("503 prefetch")], for: .list) }
   }
 
-  func list(
-    prefix: String, delimiter: String?, includeTrailingDelimiter: Bool, pageSize: Int, pageToken: String?
-  ) async throws -> ListPage {
+  func list(_ request: ListRequest) async throws -> ListPage {
     arrive()
-    return try await base.list(
-      prefix: prefix, delimiter: delimiter, includeTrailingDelimiter: includeTrailingDelimiter,
-      pageSize: pageSize, pageToken: pageToken)
-  }
-
-  func list(
-    prefix: String, delimiter: String?, includeTrailingDelimiter: Bool, pageSize: Int, pageToken: String?,
-    nextPageToken: @escaping @Sendable (String) -> Void
-  ) async throws -> ListPage {
-    arrive()
-    return try await base.list(
-      prefix: prefix, delimiter: delimiter, includeTrailingDelimiter: includeTrailingDelimiter,
-      pageSize: pageSize, pageToken: pageToken, nextPageToken: nextPageToken)
+    return try await base.list(request)
   }
 }

@@ -34,12 +34,14 @@ final class StoreWrapperTests: XCTestCase {
     store.hold(.list)
     let handed = Handed()
     let listing = Task {
-      try await store.list(prefix: "d/", delimiter: "/", pageSize: 1, pageToken: nil) { token in
-        handed.token.withLock { $0 = token }
-      }
+      try await store.list(
+        ListRequest(
+          prefix: "d/", delimiter: "/", pageSize: 1,
+          onNextPageToken: { token in handed.token.withLock { $0 = token } }
+        ))
     }
     let held = await eventually { store.taken(.list) == 1 }
-    XCTAssertTrue(held, "the overload went through the hold")
+    XCTAssertTrue(held, "the list with a token taker went through the hold")
     XCTAssertNil(handed.token.withLock { $0 }, "no token before the release")
     store.release(.list)
     let page = try await listing.value

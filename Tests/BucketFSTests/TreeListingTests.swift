@@ -101,7 +101,7 @@ final class TreeListingTests: XCTestCase {
     var result: [String: [Row]] = [:]
     var token: String?
     repeat {
-      let page = try await store.list(prefix: root, delimiter: nil, pageSize: pageSize, pageToken: token)
+      let page = try await store.list(ListRequest(prefix: root, pageSize: pageSize, pageToken: token))
       var done: [TreeListing.Listing] = []
       for item in page.items { done += tree.add(item, answeredAt: 0) }
       token = page.nextPageToken

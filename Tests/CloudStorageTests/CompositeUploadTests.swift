@@ -19,6 +19,12 @@ final class CompositeUploadTests: XCTestCase {
     ],
     custom: ["firebaseStorageDownloadTokens": "5f1c-uuid", "k": "v ü"])
 
+  /// The faults here are the tests' own, and they count requests exactly: no
+  /// attempt may time out of itself. With `.fast()`'s 1 s, under a sanitizer
+  /// (or a loaded machine) a compose of some MiB in the fake outlasted it and
+  /// went again (scripts/sanitize.sh, TSan).
+  let patient = RetryPolicy.fast(attemptTimeout: 30, deadline: 60)
+
   /// Composite above 1 MiB, 256 KiB parts, 3 at once; each part above the
   /// upload threshold, so in a resumable session (`threshold` at 256 KiB or
   /// more: each in one multipart request).
@@ -48,7 +54,8 @@ final class CompositeUploadTests: XCTestCase {
   func testLargeUploadIsPartsInParallelThenOneComposeThenDeletes() async throws {
     let data = pattern(10 * (256 << 10) - 1000)  // 10 parts, the last short
     let metrics = TestMetrics()
-    try await withFakeServer(uploads: try policy(), metrics: StorageMetrics(factory: metrics)) {
+    try await withFakeServer(retry: patient, uploads: try policy(), metrics: StorageMetrics(factory: metrics))
+    {
       server, client in
       server.store.latency = .milliseconds(20)  // so parts overlap
       let meta = try await client.upload(
@@ -97,7 +104,9 @@ final class CompositeUploadTests: XCTestCase {
 
   func testMoreThan32PartsComposeInATree() async throws {
     let data = pattern(40 * (64 << 10))
-    try await withFakeServer(uploads: try policy(parallel: 8, maxParts: 64, partSize: 64 << 10)) {
+    try await withFakeServer(
+      retry: patient, uploads: try policy(parallel: 8, maxParts: 64, partSize: 64 << 10)
+    ) {
       server, client in
       let meta = try await client.upload(
         "t", from: BytesSource(data), attributes: attributes, ifGenerationMatch: 0)
@@ -123,7 +132,7 @@ final class CompositeUploadTests: XCTestCase {
 
   func testPartsNoLargerThanTheUploadThresholdGoInOneRequestEach() async throws {
     let data = pattern(6 * (256 << 10) + 1000)
-    try await withFakeServer(uploads: try policy(threshold: 256 << 10)) { server, client in
+    try await withFakeServer(retry: patient, uploads: try policy(threshold: 256 << 10)) { server, client in
       server.injectFaults(
         [.status(503)],
         when: { $0.kind == .upload && String(decoding: $0.body, as: UTF8.self).contains("0002\"") })
@@ -155,7 +164,7 @@ final class CompositeUploadTests: XCTestCase {
 
   func testAFailingPartIsRetriedAlone() async throws {
     let data = pattern(6 * (256 << 10))
-    try await withFakeServer(uploads: try policy()) { server, client in
+    try await withFakeServer(retry: patient, uploads: try policy()) { server, client in
       server.injectFaults(
         [.status(503)], when: { $0.kind == .uploadChunk && $0.query["upload_id"] == "session-000002" })
       let meta = try await client.upload(
@@ -170,7 +179,7 @@ final class CompositeUploadTests: XCTestCase {
 
   func testAFailedPartDeletesEveryPart() async throws {
     let data = pattern(8 * (256 << 10))
-    try await withFakeServer(uploads: try policy()) { server, client in
+    try await withFakeServer(retry: patient, uploads: try policy()) { server, client in
       server.store.latency = .milliseconds(10)
       server.injectFaults(
         [.status(400)],
@@ -188,7 +197,7 @@ final class CompositeUploadTests: XCTestCase {
   }
 
   func testAFailedComposeDeletesEveryPart() async throws {
-    try await withFakeServer(uploads: try policy()) { server, client in
+    try await withFakeServer(retry: patient, uploads: try policy()) { server, client in
       server.injectFaults([.status(400)], for: .compose)
       let error = await storageError {
         try await client.upload(
@@ -201,7 +210,7 @@ final class CompositeUploadTests: XCTestCase {
   }
 
   func testComposeConflictIsPreconditionFailedAndPartsAreDeleted() async throws {
-    try await withFakeServer(uploads: try policy()) { server, client in
+    try await withFakeServer(retry: patient, uploads: try policy()) { server, client in
       let theirs = server.store.put("f", data: [1, 2, 3], custom: ["who": "them"])
       let error = await storageError {
         try await client.upload(
@@ -215,7 +224,7 @@ final class CompositeUploadTests: XCTestCase {
 
   func testALostComposeAnswerIsTakenWhenTheObjectIsThisUploads() async throws {
     let data = pattern(3 << 20)
-    try await withFakeServer(uploads: try policy()) { server, client in
+    try await withFakeServer(retry: patient, uploads: try policy()) { server, client in
       server.injectFaults([.answerLost(reset: true)], for: .compose)
       let meta = try await client.upload(
         "f", from: BytesSource(data), attributes: attributes, ifGenerationMatch: 0)
@@ -227,7 +236,7 @@ final class CompositeUploadTests: XCTestCase {
   }
 
   func testWithoutAPreconditionALostComposeIsNotRepeated() async throws {
-    try await withFakeServer(uploads: try policy()) { server, client in
+    try await withFakeServer(retry: patient, uploads: try policy()) { server, client in
       server.injectFaults([.status(503)], for: .compose)
       let error = await storageError {
         try await client.upload(
@@ -240,7 +249,7 @@ final class CompositeUploadTests: XCTestCase {
   }
 
   func testOverwriteCarriesTheCallersGeneration() async throws {
-    try await withFakeServer(uploads: try policy()) { server, client in
+    try await withFakeServer(retry: patient, uploads: try policy()) { server, client in
       let old = server.store.put("f", data: [9])
       _ = try await client.upload(
         "f", from: BytesSource(pattern(2 << 20)), attributes: attributes, ifGenerationMatch: old.generation)
@@ -251,14 +260,14 @@ final class CompositeUploadTests: XCTestCase {
 
   func testThresholdOffOrSmallFileIsOneUpload() async throws {
     let off = try UploadPolicy(threshold: 512 << 10, chunkSize: 256 << 10, compositeThreshold: 0)
-    try await withFakeServer(uploads: off) { server, client in
+    try await withFakeServer(retry: patient, uploads: off) { server, client in
       let meta = try await client.upload(
         "a", from: BytesSource(pattern(3 << 20)), attributes: attributes, ifGenerationMatch: 0)
       XCTAssertEqual(server.requests(.compose).count, 0)
       XCTAssertEqual(server.requests(.uploadSession).count, 1)
       XCTAssertNotNil(meta.md5Hash)
     }
-    try await withFakeServer(uploads: try policy()) { server, client in
+    try await withFakeServer(retry: patient, uploads: try policy()) { server, client in
       _ = try await client.upload(
         "b", from: BytesSource(pattern(1 << 20)), attributes: attributes, ifGenerationMatch: 0)
       XCTAssertEqual(server.requests(.compose).count, 0, "at the threshold: one upload")
@@ -267,7 +276,7 @@ final class CompositeUploadTests: XCTestCase {
 
   func testRefusedPartsFallBackToOneStreamForTheMount() async throws {
     let data = pattern(2 << 20)
-    try await withFakeServer(uploads: try policy()) { server, client in
+    try await withFakeServer(retry: patient, uploads: try policy()) { server, client in
       server.injectFaults(
         Array(repeating: .status(403), count: 100),
         when: {
@@ -285,7 +294,7 @@ final class CompositeUploadTests: XCTestCase {
   }
 
   func testLeftoverPartsAreCountedAndOldOnesRemoved() async throws {
-    try await withFakeServer(uploads: try policy()) { server, client in
+    try await withFakeServer(retry: patient, uploads: try policy()) { server, client in
       XCTAssertEqual(client.cleanCommand, "bucketfs clean-parts gs://bkt")
       let none = try await client.leftoverParts()
       XCTAssertEqual(none.parts.count, 0)
@@ -312,7 +321,7 @@ final class CompositeUploadTests: XCTestCase {
     let inside = try UploadPolicy(
       threshold: 512 << 10, chunkSize: 256 << 10, compositeThreshold: 1 << 20, partSize: 256 << 10,
       partsUnder: "some/prefix/")
-    try await withFakeServer(uploads: inside) { server, client in
+    try await withFakeServer(retry: patient, uploads: inside) { server, client in
       server.injectFaults([.status(400)], for: .compose)
       _ = await storageError {
         try await client.upload(

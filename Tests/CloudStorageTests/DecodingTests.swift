@@ -53,7 +53,7 @@ final class DecodingTests: XCTestCase {
   func testListItemsDecodeLikeMetadata() async throws {
     try await withFakeServer { server, client in
       let stored = server.store.put("d/x", data: [1, 2, 3], contentType: "text/plain", custom: ["k": "v"])
-      let page = try await client.list(prefix: "d/", delimiter: "/", pageSize: 100, pageToken: nil)
+      let page = try await client.list(ListRequest(prefix: "d/", delimiter: "/", pageSize: 100))
       XCTAssertEqual(page.items, [stored])
       XCTAssertNil(page.nextPageToken)
     }
@@ -87,7 +87,7 @@ final class DecodingTests: XCTestCase {
   func testListPageWithEmptyNextPageTokenAndNoItems() async throws {
     let body = #"{"kind":"storage#objects","prefixes":["p/a/","p/b/"],"nextPageToken":""}"#
     try await withCannedServer(handler: { _ in .json(200, body) }) { _, client in
-      let page = try await client.list(prefix: "p/", delimiter: "/", pageSize: 10, pageToken: nil)
+      let page = try await client.list(ListRequest(prefix: "p/", delimiter: "/", pageSize: 10))
       XCTAssertEqual(page.items, [])
       XCTAssertEqual(page.prefixes, ["p/a/", "p/b/"])
       XCTAssertNil(page.nextPageToken, "an empty token means the end")
@@ -105,9 +105,9 @@ final class DecodingTests: XCTestCase {
     for (body, token) in [(tokenLast, "real-token"), (tokenFirst, "first-token")] {
       try await withCannedServer(handler: { _ in .json(200, body) }) { _, client in
         let events = Events()
-        let page = try await client.list(prefix: "p/", delimiter: "/", pageSize: 10, pageToken: nil) {
-          events.add("token \($0)")
-        }
+        let page = try await client.list(
+          ListRequest(
+            prefix: "p/", delimiter: "/", pageSize: 10, onNextPageToken: { events.add("token \($0)") }))
         events.add("page \(page.nextPageToken ?? "-") \(page.items.map(\.name))")
         XCTAssertEqual(events.all, ["token \(token)", "page \(token) [\"p/a\"]"])
       }
@@ -123,9 +123,8 @@ final class DecodingTests: XCTestCase {
     for body in bodies {
       try await withCannedServer(handler: { _ in .json(200, body) }) { _, client in
         let events = Events()
-        let page = try await client.list(prefix: "p/", delimiter: "/", pageSize: 10, pageToken: nil) {
-          events.add($0)
-        }
+        let page = try await client.list(
+          ListRequest(prefix: "p/", delimiter: "/", pageSize: 10, onNextPageToken: { events.add($0) }))
         XCTAssertNil(page.nextPageToken)
         XCTAssertEqual(events.all, [], body)
       }
@@ -135,7 +134,8 @@ final class DecodingTests: XCTestCase {
     try await withCannedServer(handler: { _ in .json(200, broken) }) { _, client in
       let events = Events()
       let error = await storageError {
-        try await client.list(prefix: "p/", delimiter: "/", pageSize: 10, pageToken: nil) { events.add($0) }
+        try await client.list(
+          ListRequest(prefix: "p/", delimiter: "/", pageSize: 10, onNextPageToken: { events.add($0) }))
       }
       guard case .invalidResponse = error else {
         return XCTFail("expected invalidResponse, got \(String(describing: error))")
@@ -153,23 +153,25 @@ final class DecodingTests: XCTestCase {
       server.injectFaults([.raw(.json(body)), .raw(.json(body))], for: .list)
       let events = Events()
       let error = await storageError {
-        try await client.list(prefix: "p/", delimiter: "/", pageSize: 10, pageToken: "again") {
-          events.add($0)
-        }
+        try await client.list(
+          ListRequest(
+            prefix: "p/", delimiter: "/", pageSize: 10, pageToken: "again",
+            onNextPageToken: { events.add($0) }))
       }
       guard case .invalidResponse = error else {
         return XCTFail("expected invalidResponse, got \(String(describing: error))")
       }
       XCTAssertEqual(events.all, [])
       // Asked with another token, the same answer is a page like any other.
-      let page = try await client.list(prefix: "p/", delimiter: "/", pageSize: 10, pageToken: "first")
+      let page = try await client.list(
+        ListRequest(prefix: "p/", delimiter: "/", pageSize: 10, pageToken: "first"))
       XCTAssertEqual(page.nextPageToken, "again")
     }
   }
 
   func testEmptyListPage() async throws {
     try await withFakeServer { _, client in
-      let page = try await client.list(prefix: "nothing/", delimiter: "/", pageSize: 10, pageToken: nil)
+      let page = try await client.list(ListRequest(prefix: "nothing/", delimiter: "/", pageSize: 10))
       XCTAssertEqual(page, ListPage(items: [], prefixes: [], nextPageToken: nil))
     }
   }

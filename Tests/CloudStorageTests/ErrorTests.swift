@@ -18,7 +18,7 @@ final class ErrorTests: XCTestCase {
     try await withFakeServer(clientBucket: "no-such-bucket") { server, client in
       server.store.put("f", data: [1])
       let listError = await storageError {
-        try await client.list(prefix: "", delimiter: "/", pageSize: 10, pageToken: nil)
+        try await client.list(ListRequest(prefix: "", delimiter: "/", pageSize: 10))
       }
       XCTAssertEqual(listError, .notFound)
       let getError = await storageError { try await client.metadata(of: "f") }
@@ -49,7 +49,7 @@ final class ErrorTests: XCTestCase {
     try await withFakeServer { server, client in
       server.store.injectFaults([.accessDenied(message)], for: .list)
       let error = await storageError {
-        try await client.list(prefix: "", delimiter: "/", pageSize: 10, pageToken: nil)
+        try await client.list(ListRequest(prefix: "", delimiter: "/", pageSize: 10))
       }
       XCTAssertEqual(error, .accessDenied(message))
     }
@@ -131,7 +131,7 @@ final class ErrorTests: XCTestCase {
     for answer in answers {
       try await withCannedServer(handler: { _ in .json(200, answer) }) { _, client in
         let error = await storageError {
-          try await client.list(prefix: "", delimiter: "/", pageSize: 10, pageToken: nil)
+          try await client.list(ListRequest(prefix: "", delimiter: "/", pageSize: 10))
         }
         guard case .invalidResponse = error else {
           return XCTFail("\(answer): expected invalidResponse, got \(String(describing: error))")
@@ -173,7 +173,7 @@ final class ErrorTests: XCTestCase {
         }
         server.injectFaults([.raw(.json(#"{"items":["# + object + "]}"))], for: .list)
         let listError = await storageError {
-          try await client.list(prefix: "", delimiter: "/", pageSize: 10, pageToken: nil)
+          try await client.list(ListRequest(prefix: "", delimiter: "/", pageSize: 10))
         }
         guard case .invalidResponse = listError else {
           return XCTFail("list of \(object): expected invalidResponse, got \(String(describing: listError))")
@@ -199,7 +199,7 @@ final class ErrorTests: XCTestCase {
       }
       server.injectFaults([.raw(.json(#"{"items":["# + object + "]}"))], for: .list)
       let listError = await storageError {
-        try await client.list(prefix: "", delimiter: "/", pageSize: 10, pageToken: nil)
+        try await client.list(ListRequest(prefix: "", delimiter: "/", pageSize: 10))
       }
       guard case .invalidResponse = listError else {
         return XCTFail("expected invalidResponse, got \(String(describing: listError))")
@@ -237,7 +237,7 @@ final class ErrorTests: XCTestCase {
         }
         server.injectFaults([.raw(.json(#"{"items":["# + object + "]}"))], for: .list)
         let listError = await storageError {
-          try await client.list(prefix: "", delimiter: "/", pageSize: 10, pageToken: nil)
+          try await client.list(ListRequest(prefix: "", delimiter: "/", pageSize: 10))
         }
         guard case .invalidResponse = listError else {
           return XCTFail("list of \(object): expected invalidResponse, got \(String(describing: listError))")

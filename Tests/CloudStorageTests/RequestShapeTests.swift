@@ -9,7 +9,7 @@ final class RequestShapeTests: XCTestCase {
   func testListSendsPrefixDelimiterMaxResultsAndFields() async throws {
     try await withFakeServer { server, client in
       server.store.put("dir/a", data: [1])
-      _ = try await client.list(prefix: "dir/", delimiter: "/", pageSize: 7, pageToken: nil)
+      _ = try await client.list(ListRequest(prefix: "dir/", delimiter: "/", pageSize: 7))
 
       let requests = server.requests(.list)
       XCTAssertEqual(requests.count, 1)
@@ -37,14 +37,16 @@ final class RequestShapeTests: XCTestCase {
       server.store.put("d/s/", data: [], custom: ["goog-reserved-posix-mode": "700"])
       server.store.put("d/s/f", data: [1])
       let page = try await client.list(
-        prefix: "d/", delimiter: "/", includeTrailingDelimiter: true, pageSize: 10, pageToken: nil)
+        ListRequest(
+          prefix: "d/", delimiter: "/", includeTrailingDelimiter: true, pageSize: 10))
       XCTAssertEqual(page.prefixes, ["d/s/"])
       XCTAssertEqual(page.items.map(\.name), ["d/s/"])
       XCTAssertEqual(page.items.first?.custom["goog-reserved-posix-mode"], "700", "fields= keeps metadata")
-      _ = try await client.list(prefix: "d/", delimiter: "/", pageSize: 10, pageToken: nil)
+      _ = try await client.list(ListRequest(prefix: "d/", delimiter: "/", pageSize: 10))
       // Without a delimiter it would mean nothing: not sent.
       _ = try await client.list(
-        prefix: "d/", delimiter: nil, includeTrailingDelimiter: true, pageSize: 10, pageToken: nil)
+        ListRequest(
+          prefix: "d/", includeTrailingDelimiter: true, pageSize: 10))
       XCTAssertEqual(
         server.requests(.list).map { $0.query["includeTrailingDelimiter"] }, ["true", nil, nil])
     }
@@ -53,7 +55,7 @@ final class RequestShapeTests: XCTestCase {
   func testListWithoutDelimiterOmitsIt() async throws {
     try await withFakeServer { server, client in
       server.store.put("d/a/b", data: [1])
-      let page = try await client.list(prefix: "d/", delimiter: nil, pageSize: 10, pageToken: nil)
+      let page = try await client.list(ListRequest(prefix: "d/", pageSize: 10))
       XCTAssertEqual(page.items.map(\.name), ["d/a/b"])
       XCTAssertEqual(page.prefixes, [])
       XCTAssertNil(server.requests(.list).first?.query["delimiter"])
@@ -63,9 +65,10 @@ final class RequestShapeTests: XCTestCase {
   func testListSendsPageTokenWhenGiven() async throws {
     try await withFakeServer { server, client in
       for name in ["p/1", "p/2", "p/3"] { server.store.put(name, data: []) }
-      let first = try await client.list(prefix: "p/", delimiter: "/", pageSize: 1, pageToken: nil)
+      let first = try await client.list(ListRequest(prefix: "p/", delimiter: "/", pageSize: 1))
       let token = try XCTUnwrap(first.nextPageToken)
-      let second = try await client.list(prefix: "p/", delimiter: "/", pageSize: 1, pageToken: token)
+      let second = try await client.list(
+        ListRequest(prefix: "p/", delimiter: "/", pageSize: 1, pageToken: token))
       XCTAssertEqual(first.items.map(\.name), ["p/1"])
       XCTAssertEqual(second.items.map(\.name), ["p/2"])
       let requests = server.requests(.list)
@@ -92,7 +95,8 @@ final class RequestShapeTests: XCTestCase {
       var token: String?
       var pages = 0
       repeat {
-        let page = try await client.list(prefix: "dir/", delimiter: "/", pageSize: 2, pageToken: token)
+        let page = try await client.list(
+          ListRequest(prefix: "dir/", delimiter: "/", pageSize: 2, pageToken: token))
         pages += 1
         XCTAssertLessThanOrEqual(page.items.count + page.prefixes.count, 2)
         // Within a page, merge items and prefixes back into byte order.
@@ -146,7 +150,7 @@ final class RequestShapeTests: XCTestCase {
     try await withFakeServer { server, client in
       server.store.put(prefix + "file", data: [1])
       server.store.put("a b & c=d?#%/ü/file", data: [2])  // what a `+` decoded as a space would hit
-      let page = try await client.list(prefix: prefix, delimiter: "/", pageSize: 10, pageToken: nil)
+      let page = try await client.list(ListRequest(prefix: prefix, delimiter: "/", pageSize: 10))
       XCTAssertEqual(page.items.map(\.name), [prefix + "file"])
       XCTAssertEqual(server.requests(.list).first?.query["prefix"], prefix)
     }

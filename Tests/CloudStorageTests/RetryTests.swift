@@ -12,7 +12,7 @@ final class RetryTests: XCTestCase {
     try await withFakeServer { server, client in
       server.store.put("d/a", data: [1])
       server.injectFaults([.status(503)], for: .list)
-      let page = try await client.list(prefix: "d/", delimiter: "/", pageSize: 10, pageToken: nil)
+      let page = try await client.list(ListRequest(prefix: "d/", delimiter: "/", pageSize: 10))
       XCTAssertEqual(page.items.map(\.name), ["d/a"])
       XCTAssertEqual(server.requests(.list).count, 2)
     }
@@ -159,7 +159,7 @@ final class RetryTests: XCTestCase {
       let bytes = try await client.read("f", generation: meta.generation, range: 0..<10, reusing: nil).array
       XCTAssertEqual(bytes, Array(0..<10))
       XCTAssertEqual(server.requests(.media).count, 2)
-      let page = try await client.list(prefix: "", delimiter: "/", pageSize: 10, pageToken: nil)
+      let page = try await client.list(ListRequest(prefix: "", delimiter: "/", pageSize: 10))
       XCTAssertEqual(page.items.map(\.name), ["f"])
       XCTAssertEqual(server.requests(.list).count, 2)
     }

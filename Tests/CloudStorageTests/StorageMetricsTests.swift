@@ -26,7 +26,7 @@ final class StorageMetricsTests: XCTestCase {
     try await withFakeServer(uploads: smallChunks, metrics: StorageMetrics(factory: metrics)) {
       server, client in
       let meta = server.store.put("d/a", data: Array(repeating: 7, count: 100))
-      _ = try await client.list(prefix: "d/", delimiter: "/", pageSize: 10, pageToken: nil)
+      _ = try await client.list(ListRequest(prefix: "d/", delimiter: "/", pageSize: 10))
       _ = try await client.metadata(of: "d/a")
       _ = await storageError { try await client.metadata(of: "d/missing") }
       _ = try await client.read("d/a", generation: meta.generation, range: 10..<50, reusing: nil)
@@ -96,7 +96,7 @@ final class StorageMetricsTests: XCTestCase {
       server.store.put("f", data: [1])
       server.injectFaults([.resetConnection], for: .list)
       server.injectFaults([.stall(.seconds(5))], for: .metadata)
-      _ = try await client.list(prefix: "", delimiter: "/", pageSize: 10, pageToken: nil)
+      _ = try await client.list(ListRequest(prefix: "", delimiter: "/", pageSize: 10))
       _ = try await client.metadata(of: "f")
       XCTAssertEqual(count(metrics, "list", "error"), 1)
       XCTAssertEqual(count(metrics, "list", "200"), 1)

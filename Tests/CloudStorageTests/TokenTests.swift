@@ -13,7 +13,7 @@ final class TokenTests: XCTestCase {
     try await withFakeServer(tokens: tokens) { server, client in
       server.requireBearerToken = "good-token"
       let meta = server.store.put("d/f", data: Array(0..<10))
-      _ = try await client.list(prefix: "d/", delimiter: "/", pageSize: 10, pageToken: nil)
+      _ = try await client.list(ListRequest(prefix: "d/", delimiter: "/", pageSize: 10))
       _ = try await client.metadata(of: "d/f")
       _ = try await client.read("d/f", generation: meta.generation, range: 0..<5, reusing: nil)
       _ = try await client.patch("d/f", MetadataPatch(fields: [.contentType: "x"]), ifMetagenerationMatch: 1)

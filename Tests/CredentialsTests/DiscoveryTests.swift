@@ -87,7 +87,7 @@ final class DiscoveryTests: XCTestCase {
           let client = CloudStorageClient(
             bucket: "bkt", endpoint: try Endpoint(storage.endpoint), http: http, tokens: provider,
             logger: quietLogger())
-          _ = try await client.list(prefix: "", delimiter: "/", pageSize: 1, pageToken: nil)
+          _ = try await client.list(ListRequest(prefix: "", delimiter: "/", pageSize: 1))
           XCTAssertEqual(storage.requests.first?.header("Authorization"), "Bearer vm-token")
         } catch {
           try? await storage.stop()
@@ -466,7 +466,7 @@ final class DiscoveryTests: XCTestCase {
               let client = CloudStorageClient(
                 bucket: "bkt", endpoint: try Endpoint(storage.endpoint), http: http, tokens: provider,
                 logger: logger)
-              _ = try await client.list(prefix: "d/", delimiter: "/", pageSize: 10, pageToken: nil)
+              _ = try await client.list(ListRequest(prefix: "d/", delimiter: "/", pageSize: 10))
               _ = try await client.read(
                 "d/f", generation: client.metadata(of: "d/f").generation, range: 0..<4, reusing: nil)
               // A 401 and a refresh, logged as they happen.

@@ -62,7 +62,7 @@ final class ServiceAccountTests: XCTestCase {
       XCTAssert(provider is ServiceAccountCredentials)
       storage.requireBearerToken = "token-1"
       storage.store.put("dir/file", data: Array("hello".utf8))
-      let page = try await client.list(prefix: "dir/", delimiter: "/", pageSize: 10, pageToken: nil)
+      let page = try await client.list(ListRequest(prefix: "dir/", delimiter: "/", pageSize: 10))
       XCTAssertEqual(page.items.map(\.name), ["dir/file"])
       let meta = try await client.metadata(of: "dir/file")
       XCTAssertEqual(meta.size, 5)

@@ -22,16 +22,10 @@ extension FakeStorageServer {
       includeTrailingDelimiter = value
     }
     let (prefix, token) = (query["prefix"] ?? "", query["pageToken"].flatMap { $0.isEmpty ? nil : $0 })
-    let page =
-      if let endOffset = query["endOffset"] {
-        try await store.list(
-          prefix: prefix, delimiter: query["delimiter"], pageSize: pageSize, pageToken: token,
-          endOffset: endOffset)
-      } else {
-        try await store.list(
-          prefix: prefix, delimiter: query["delimiter"], includeTrailingDelimiter: includeTrailingDelimiter,
-          pageSize: pageSize, pageToken: token)
-      }
+    let page = try await store.list(
+      ListRequest(
+        prefix: prefix, delimiter: query["delimiter"], includeTrailingDelimiter: includeTrailingDelimiter,
+        pageSize: pageSize, pageToken: token, endOffset: query["endOffset"]))
     return .json(200, Resources.list(page, endpoint: endpoint))
   }
 

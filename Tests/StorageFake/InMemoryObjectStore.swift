@@ -255,17 +255,20 @@ public final class InMemoryObjectStore: ObjectStore, @unchecked Sendable {
 
   // MARK: ObjectStore
 
-  public func list(
-    prefix: String, delimiter: String?, includeTrailingDelimiter: Bool, pageSize: Int, pageToken: String?
-  ) async throws -> ListPage {
-    try await list(prefix, delimiter, includeTrailingDelimiter, pageSize, pageToken, endOffset: nil)
-  }
-
-  /// As the service: names (and prefixes) from `prefix` up to, not including, `endOffset`.
-  public func list(prefix: String, delimiter: String?, pageSize: Int, pageToken: String?, endOffset: String)
-    async throws -> ListPage
-  {
-    try await list(prefix, delimiter, false, pageSize, pageToken, endOffset: endOffset)
+  /// With a token taker, the token comes before the page by ``tokenLead``
+  /// (when set), and the page may then fail to decode (``injectDecodeFaults(_:)``).
+  public func list(_ request: ListRequest) async throws -> ListPage {
+    guard let taker = request.onNextPageToken else { return try await page(request) }
+    // Taken in the order calls start: with several under way, which one wakes first is not fixed.
+    let (lead, fault) = state.withLock { s in
+      (s.tokenLead, s.tokenLead == nil || s.decodeFaults.isEmpty ? nil : s.decodeFaults.removeFirst())
+    }
+    let page = try await self.page(request)
+    if let token = page.nextPageToken { taker(token) }
+    guard let lead else { return page }
+    do { try await Task.sleep(for: lead) } catch { throw StorageError.cancelled }
+    if let fault { throw fault }
+    return page
   }
 
   /// As the service lists: in byte order, `pageSize` entries at most, where
@@ -273,15 +276,15 @@ public final class InMemoryObjectStore: ObjectStore, @unchecked Sendable {
   /// placeholder item that comes with it (the placeholder is the first name
   /// under its prefix, so the two are one entry of the listing and never on
   /// different pages).
-  private func list(
-    _ prefix: String, _ delimiter: String?, _ includeTrailingDelimiter: Bool, _ pageSize: Int,
-    _ pageToken: String?, endOffset: String?
-  ) async throws -> ListPage {
+  /// With `endOffset`, as the service: names (and prefixes) from `prefix` up
+  /// to, not including, it.
+  private func page(_ request: ListRequest) async throws -> ListPage {
+    let (prefix, delimiter, pageToken) = (request.prefix, request.delimiter, request.pageToken)
     if delimiter == nil { state.withLock { $0.flatLists.append(prefix) } }
     try await enter(.list(prefix: prefix, pageToken: pageToken))
     let prefixKey = Key(prefix.utf8)
     let delimiterKey = delimiter.flatMap { $0.isEmpty ? nil : Key($0.utf8) }
-    let limit = min(max(pageSize, 1), 1000)
+    let limit = min(max(request.pageSize, 1), 1000)
     var resume: PageToken?
     if let pageToken {
       guard let token = PageToken(pageToken) else { throw StorageError.badRequest("Invalid pageToken") }
@@ -290,7 +293,7 @@ public final class InMemoryObjectStore: ObjectStore, @unchecked Sendable {
     return state.withLock { s in
       let keys = s.sortedKeys()
       var end = prefixKey.isEmpty ? keys.count : Self.endOfKeys(withPrefix: prefixKey, in: keys)
-      if let endOffset { end = min(end, Self.lowerBound(Key(endOffset.utf8), in: keys)) }
+      if let endOffset = request.endOffset { end = min(end, Self.lowerBound(Key(endOffset.utf8), in: keys)) }
       var i = Self.lowerBound(prefixKey, in: keys)
       switch resume {
       case .item(let last)?: i = max(i, Self.upperBound(last, in: keys))
@@ -308,7 +311,7 @@ public final class InMemoryObjectStore: ObjectStore, @unchecked Sendable {
           let collapsed = Key(key[0..<cut])
           prefixes.append(String(decoding: collapsed, as: UTF8.self))
           // Ends in its only delimiter past the prefix: the placeholder, first under its prefix.
-          if includeTrailingDelimiter && cut == key.count { items.append(s.objects[key]!.meta) }
+          if request.includeTrailingDelimiter && cut == key.count { items.append(s.objects[key]!.meta) }
           last = .prefix(collapsed)
           i = Self.endOfKeys(withPrefix: collapsed, in: keys)
         } else {
@@ -322,24 +325,6 @@ public final class InMemoryObjectStore: ObjectStore, @unchecked Sendable {
       let next = i < end ? last?.encoded : nil
       return ListPage(items: items, prefixes: prefixes, nextPageToken: next)
     }
-  }
-
-  public func list(
-    prefix: String, delimiter: String?, includeTrailingDelimiter: Bool, pageSize: Int, pageToken: String?,
-    nextPageToken: @escaping @Sendable (String) -> Void
-  ) async throws -> ListPage {
-    // Taken in the order calls start: with several under way, which one wakes first is not fixed.
-    let (lead, fault) = state.withLock { s in
-      (s.tokenLead, s.tokenLead == nil || s.decodeFaults.isEmpty ? nil : s.decodeFaults.removeFirst())
-    }
-    let page = try await list(
-      prefix: prefix, delimiter: delimiter, includeTrailingDelimiter: includeTrailingDelimiter,
-      pageSize: pageSize, pageToken: pageToken)
-    if let token = page.nextPageToken { nextPageToken(token) }
-    guard let lead else { return page }
-    do { try await Task.sleep(for: lead) } catch { throw StorageError.cancelled }
-    if let fault { throw fault }
-    return page
   }
 
   public func metadata(of name: String) async throws -> ObjectMetadata {

@@ -3,10 +3,12 @@ import ObjectStore
 import Synchronization
 
 /// The in-memory store with a log of which requirement each call came in
-/// by, overloads apart: every requirement is implemented here, none left to
-/// a default, so the log shows what a wrapper around it forwards and how.
+/// by, overloads apart (and lists by what their request carried): every
+/// requirement is implemented here, none left to a default, so the log shows
+/// what a wrapper around it forwards and how.
 public final class RecordingStore: ObjectStore {
-  /// One requirement of ``ObjectStore``.
+  /// One requirement of ``ObjectStore``; a list with a token taker or an end
+  /// offset is its own case.
   public enum Requirement: Sendable, Hashable, CaseIterable {
     case bucket, list, listHandingToken, listEnding, metadata, read, readReusing, patch, upload, delete, copy,
       move
@@ -29,31 +31,10 @@ public final class RecordingStore: ObjectStore {
     return base.bucket
   }
 
-  public func list(
-    prefix: String, delimiter: String?, includeTrailingDelimiter: Bool, pageSize: Int, pageToken: String?
-  ) async throws -> ListPage {
-    note(.list)
-    return try await base.list(
-      prefix: prefix, delimiter: delimiter, includeTrailingDelimiter: includeTrailingDelimiter,
-      pageSize: pageSize, pageToken: pageToken)
-  }
-
-  public func list(
-    prefix: String, delimiter: String?, includeTrailingDelimiter: Bool, pageSize: Int, pageToken: String?,
-    nextPageToken: @escaping @Sendable (String) -> Void
-  ) async throws -> ListPage {
-    note(.listHandingToken)
-    return try await base.list(
-      prefix: prefix, delimiter: delimiter, includeTrailingDelimiter: includeTrailingDelimiter,
-      pageSize: pageSize, pageToken: pageToken, nextPageToken: nextPageToken)
-  }
-
-  public func list(prefix: String, delimiter: String?, pageSize: Int, pageToken: String?, endOffset: String)
-    async throws -> ListPage
-  {
-    note(.listEnding)
-    return try await base.list(
-      prefix: prefix, delimiter: delimiter, pageSize: pageSize, pageToken: pageToken, endOffset: endOffset)
+  /// Noted by what the request carries: a token taker, an end offset, or neither.
+  public func list(_ request: ListRequest) async throws -> ListPage {
+    note(request.onNextPageToken != nil ? .listHandingToken : request.endOffset != nil ? .listEnding : .list)
+    return try await base.list(request)
   }
 
   public func metadata(of name: String) async throws -> ObjectMetadata {
@@ -123,17 +104,20 @@ extension RecordingStore {
     let object = base.object("d/a")!
     seen.bucket = store.bucket
     seen.listed = try await store.list(
-      prefix: "d/", delimiter: "/", includeTrailingDelimiter: true, pageSize: 10, pageToken: nil
+      ListRequest(
+        prefix: "d/", delimiter: "/", includeTrailingDelimiter: true, pageSize: 10
+      )
     ).items.count
     let handed = Locked<String?>(nil)
     let page = try await store.list(
-      prefix: "d/", delimiter: "/", includeTrailingDelimiter: true, pageSize: 1, pageToken: nil
-    ) { token in
-      handed.withLock { $0 = token }
-    }
+      ListRequest(
+        prefix: "d/", delimiter: "/", includeTrailingDelimiter: true, pageSize: 1,
+        onNextPageToken: { token in handed.withLock { $0 = token } }))
     seen.handedToken = handed.withLock { $0 } == page.nextPageToken && page.nextPageToken != nil
     seen.listedBefore = try await store.list(
-      prefix: "d/", delimiter: nil, pageSize: 10, pageToken: nil, endOffset: "d/b"
+      ListRequest(
+        prefix: "d/", pageSize: 10, endOffset: "d/b"
+      )
     ).items.map(\.name)
     seen.metadata = try await store.metadata(of: "d/a").name
     seen.read = try await store.read("d/a", generation: object.generation, range: 0..<3, reusing: nil).array

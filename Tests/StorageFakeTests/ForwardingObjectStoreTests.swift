@@ -29,8 +29,8 @@ final class ForwardingObjectStoreTests: XCTestCase {
     }
   }
 
-  /// Changes the plain read and list (counts them) and routes the other
-  /// forms through them, as ``ForwardingObjectStore`` says.
+  /// Changes the plain read and the list (counts them) and routes the other
+  /// read through the plain one, as ``ForwardingObjectStore`` says.
   final class CountingReadsAndLists: ForwardingObjectStore {
     let inner: any ObjectStore
     let counts = Mutex((reads: 0, lists: 0))
@@ -43,24 +43,9 @@ final class ForwardingObjectStoreTests: XCTestCase {
       return try await inner.read(name, generation: generation, range: range, reusing: spare)
     }
 
-    func list(
-      prefix: String, delimiter: String?, includeTrailingDelimiter: Bool, pageSize: Int, pageToken: String?
-    ) async throws -> ListPage {
+    func list(_ request: ListRequest) async throws -> ListPage {
       counts.withLock { $0.lists += 1 }
-      return try await inner.list(
-        prefix: prefix, delimiter: delimiter, includeTrailingDelimiter: includeTrailingDelimiter,
-        pageSize: pageSize, pageToken: pageToken)
-    }
-
-    func list(
-      prefix: String, delimiter: String?, includeTrailingDelimiter: Bool, pageSize: Int, pageToken: String?,
-      nextPageToken: @escaping @Sendable (String) -> Void
-    ) async throws -> ListPage {
-      let page = try await list(
-        prefix: prefix, delimiter: delimiter, includeTrailingDelimiter: includeTrailingDelimiter,
-        pageSize: pageSize, pageToken: pageToken)
-      if let token = page.nextPageToken { nextPageToken(token) }
-      return page
+      return try await inner.list(request)
     }
   }
 
@@ -88,14 +73,14 @@ final class ForwardingObjectStoreTests: XCTestCase {
     XCTAssertEqual(seen, .unchanged)
     let counts = wrapper.counts.withLock { $0 }
     XCTAssertEqual(counts.reads, 2, "the read with a spare and without")
-    XCTAssertEqual(counts.lists, 2, "both forms of list")
+    XCTAssertEqual(counts.lists, 3, "every list, whatever its request carries")
     XCTAssertEqual(
       recorder.calls,
       [
-        .bucket, .list, .list, .listEnding, .metadata, .read, .readReusing, .patch, .upload, .delete, .copy,
-        .move,
+        .bucket, .list, .listHandingToken, .listEnding, .metadata, .read, .readReusing, .patch, .upload,
+        .delete, .copy, .move,
       ],
-      "the other forms arrive as the changed plain ones; the read has one form, spare and all")
+      "each list with all it carried; the read has one form, spare and all")
     XCTAssertEqual(recorder.base.readsIntoSpares, 1, "the changed read passes the spare on")
   }
 }

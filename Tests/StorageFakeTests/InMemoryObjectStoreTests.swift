@@ -37,7 +37,8 @@ func allPages(
   var token: String?
   repeat {
     let page = try await store.list(
-      prefix: prefix, delimiter: delimiter, pageSize: pageSize, pageToken: token)
+      ListRequest(
+        prefix: prefix, delimiter: delimiter, pageSize: pageSize, pageToken: token))
     pages.append(page)
     token = page.nextPageToken
   } while token != nil && pages.count < 10_000
@@ -153,33 +154,33 @@ final class InMemoryObjectStoreTests: XCTestCase {
 
   func testSinglePageAndRoot() async throws {
     let store = seededDirectory()
-    let page = try await store.list(prefix: "d/", delimiter: "/", pageSize: 1000, pageToken: nil)
+    let page = try await store.list(ListRequest(prefix: "d/", delimiter: "/", pageSize: 1000))
     XCTAssertEqual(page.items.map(\.name), ["d/", "d/a", "d/c", "d/e"])
     XCTAssertEqual(page.prefixes, ["d/b/", "d/d/", "d/f/"])
     XCTAssertNil(page.nextPageToken)
 
-    let root = try await store.list(prefix: "", delimiter: "/", pageSize: 1000, pageToken: nil)
+    let root = try await store.list(ListRequest(prefix: "", delimiter: "/", pageSize: 1000))
     XCTAssertEqual(root.items.map(\.name), ["c", "d"])
     XCTAssertEqual(root.prefixes, ["d/", "e/"])
 
-    let flat = try await store.list(prefix: "d/b", delimiter: nil, pageSize: 1000, pageToken: nil)
+    let flat = try await store.list(ListRequest(prefix: "d/b", pageSize: 1000))
     XCTAssertEqual(flat.items.map(\.name), ["d/b/1", "d/b/2"])
     XCTAssertEqual(flat.prefixes, [])
 
-    let emptyDelimiter = try await store.list(prefix: "d/b", delimiter: "", pageSize: 1000, pageToken: nil)
+    let emptyDelimiter = try await store.list(ListRequest(prefix: "d/b", delimiter: "", pageSize: 1000))
     XCTAssertEqual(emptyDelimiter.items.map(\.name), ["d/b/1", "d/b/2"])
 
-    let none = try await store.list(prefix: "zz/", delimiter: "/", pageSize: 10, pageToken: nil)
+    let none = try await store.list(ListRequest(prefix: "zz/", delimiter: "/", pageSize: 10))
     XCTAssertEqual(none, ListPage(items: [], prefixes: [], nextPageToken: nil))
   }
 
   func testPlaceholderIsAnItemUnderItsOwnPrefix() async throws {
     let store = InMemoryObjectStore(bucket: "bkt")
     store.put("dir/", data: [])
-    let page = try await store.list(prefix: "dir/", delimiter: "/", pageSize: 10, pageToken: nil)
+    let page = try await store.list(ListRequest(prefix: "dir/", delimiter: "/", pageSize: 10))
     XCTAssertEqual(page.items.map(\.name), ["dir/"])
     XCTAssertEqual(page.prefixes, [])
-    let root = try await store.list(prefix: "", delimiter: "/", pageSize: 10, pageToken: nil)
+    let root = try await store.list(ListRequest(prefix: "", delimiter: "/", pageSize: 10))
     XCTAssertEqual(root.items.map(\.name), [])
     XCTAssertEqual(root.prefixes, ["dir/"])
   }
@@ -190,17 +191,17 @@ final class InMemoryObjectStoreTests: XCTestCase {
     for name in ["correctPrefix/happyItem", "wrongPrefix//sadItem", "lonelyItem/", "a//b", "a/c"] {
       store.put(name, data: [1])
     }
-    let a = try await store.list(prefix: "a/", delimiter: "/", pageSize: 10, pageToken: nil)
+    let a = try await store.list(ListRequest(prefix: "a/", delimiter: "/", pageSize: 10))
     XCTAssertEqual(a.prefixes, ["a//"])
     XCTAssertEqual(a.items.map(\.name), ["a/c"])
 
-    let root = try await store.list(prefix: "", delimiter: "/", pageSize: 10, pageToken: nil)
+    let root = try await store.list(ListRequest(prefix: "", delimiter: "/", pageSize: 10))
     XCTAssertEqual(root.prefixes, ["a/", "correctPrefix/", "lonelyItem/", "wrongPrefix/"])
     XCTAssertEqual(root.items, [])
-    let wrong = try await store.list(prefix: "wrongPrefix/", delimiter: "/", pageSize: 10, pageToken: nil)
+    let wrong = try await store.list(ListRequest(prefix: "wrongPrefix/", delimiter: "/", pageSize: 10))
     XCTAssertEqual(wrong.prefixes, ["wrongPrefix//"])
     XCTAssertEqual(wrong.items, [])
-    let lonely = try await store.list(prefix: "lonelyItem/", delimiter: "/", pageSize: 10, pageToken: nil)
+    let lonely = try await store.list(ListRequest(prefix: "lonelyItem/", delimiter: "/", pageSize: 10))
     XCTAssertEqual(lonely.items.map(\.name), ["lonelyItem/"])
   }
 
@@ -219,38 +220,41 @@ final class InMemoryObjectStoreTests: XCTestCase {
       ].map { Array($0.utf8) })
     XCTAssertEqual(store.data(composed), bytes(composed))
     XCTAssertEqual(store.data(decomposed), bytes(decomposed))
-    let page = try await store.list(prefix: "", delimiter: "/", pageSize: 1000, pageToken: nil)
+    let page = try await store.list(ListRequest(prefix: "", delimiter: "/", pageSize: 1000))
     XCTAssertEqual(page.items.map { Array($0.name.utf8) }, store.names.map { Array($0.utf8) })
   }
 
   func testPageSizeIsClamped() async throws {
     let store = InMemoryObjectStore(bucket: "bkt")
     for i in 0..<1500 { store.put("f/\(i)", data: []) }
-    let big = try await store.list(prefix: "f/", delimiter: "/", pageSize: 5000, pageToken: nil)
+    let big = try await store.list(ListRequest(prefix: "f/", delimiter: "/", pageSize: 5000))
     XCTAssertEqual(big.items.count, 1000)
     XCTAssertNotNil(big.nextPageToken)
     let rest = try await store.list(
-      prefix: "f/", delimiter: "/", pageSize: 5000, pageToken: big.nextPageToken)
+      ListRequest(
+        prefix: "f/", delimiter: "/", pageSize: 5000, pageToken: big.nextPageToken))
     XCTAssertEqual(rest.items.count, 500)
     XCTAssertNil(rest.nextPageToken)
-    let zero = try await store.list(prefix: "f/", delimiter: "/", pageSize: 0, pageToken: nil)
+    let zero = try await store.list(ListRequest(prefix: "f/", delimiter: "/", pageSize: 0))
     XCTAssertEqual(zero.items.count, 1)
   }
 
   func testTokenSurvivesChangesBetweenPages() async throws {
     let store = InMemoryObjectStore(bucket: "bkt")
     for name in ["a", "b", "c/1", "d", "e"] { store.put(name, data: []) }
-    let first = try await store.list(prefix: "", delimiter: "/", pageSize: 2, pageToken: nil)
+    let first = try await store.list(ListRequest(prefix: "", delimiter: "/", pageSize: 2))
     XCTAssertEqual(entries(first), [.item("a"), .item("b")])
     // The last returned item disappears, one appears before it, one after it.
     store.delete("b")
     store.put("a0", data: [])
     store.put("bb", data: [])
-    let second = try await store.list(prefix: "", delimiter: "/", pageSize: 2, pageToken: first.nextPageToken)
+    let second = try await store.list(
+      ListRequest(prefix: "", delimiter: "/", pageSize: 2, pageToken: first.nextPageToken))
     XCTAssertEqual(entries(second), [.item("bb"), .prefix("c/")])
     // A name added under the prefix just returned is not returned again.
     store.put("c/2", data: [])
-    let third = try await store.list(prefix: "", delimiter: "/", pageSize: 2, pageToken: second.nextPageToken)
+    let third = try await store.list(
+      ListRequest(prefix: "", delimiter: "/", pageSize: 2, pageToken: second.nextPageToken))
     XCTAssertEqual(entries(third), [.item("d"), .item("e")])
     XCTAssertNil(third.nextPageToken)
   }
@@ -258,7 +262,8 @@ final class InMemoryObjectStoreTests: XCTestCase {
   func testBadPageTokenIsBadRequest() async {
     let store = InMemoryObjectStore(bucket: "bkt")
     do {
-      _ = try await store.list(prefix: "", delimiter: "/", pageSize: 10, pageToken: "not a token!")
+      _ = try await store.list(
+        ListRequest(prefix: "", delimiter: "/", pageSize: 10, pageToken: "not a token!"))
       XCTFail("expected badRequest")
     } catch let error as StorageError {
       guard case .badRequest = error else { return XCTFail("got \(error)") }
@@ -270,9 +275,10 @@ final class InMemoryObjectStoreTests: XCTestCase {
     for i in stride(from: 199_999, through: 0, by: -1) { store.put("big/\(i)", data: []) }
     let clock = ContinuousClock()
     let start = clock.now
-    let page = try await store.list(prefix: "big/", delimiter: "/", pageSize: 1000, pageToken: nil)
+    let page = try await store.list(ListRequest(prefix: "big/", delimiter: "/", pageSize: 1000))
     let second = try await store.list(
-      prefix: "big/", delimiter: "/", pageSize: 1000, pageToken: page.nextPageToken)
+      ListRequest(
+        prefix: "big/", delimiter: "/", pageSize: 1000, pageToken: page.nextPageToken))
     XCTAssertEqual(page.items.first?.name, "big/0")
     XCTAssertEqual(page.items.count + second.items.count, 2000)
     XCTAssertLessThan(clock.now - start, .seconds(10))
@@ -451,9 +457,9 @@ final class InMemoryObjectStoreTests: XCTestCase {
     XCTAssertEqual(meta.name, "o")
     XCTAssertEqual(store.pendingFaults(for: .list), 1)
     await assertThrows(StorageError.unavailable("list")) {
-      _ = try await store.list(prefix: "", delimiter: "/", pageSize: 1, pageToken: nil)
+      _ = try await store.list(ListRequest(prefix: "", delimiter: "/", pageSize: 1))
     }
-    _ = try await store.list(prefix: "", delimiter: "/", pageSize: 1, pageToken: nil)
+    _ = try await store.list(ListRequest(prefix: "", delimiter: "/", pageSize: 1))
     XCTAssertEqual(store.calls(.metadata).count, 3)
     XCTAssertEqual(
       store.calls(.list), [.list(prefix: "", pageToken: nil), .list(prefix: "", pageToken: nil)])

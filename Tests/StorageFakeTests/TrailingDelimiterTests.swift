@@ -18,19 +18,21 @@ final class TrailingDelimiterTests: XCTestCase {
   func testPlaceholdersOfSubdirectoriesAreItemsToo() async throws {
     let store = seeded()
     let page = try await store.list(
-      prefix: "d/", delimiter: "/", includeTrailingDelimiter: true, pageSize: 100, pageToken: nil)
+      ListRequest(
+        prefix: "d/", delimiter: "/", includeTrailingDelimiter: true, pageSize: 100))
     // d/ is the listed prefix's own placeholder (an item either way); d/g// ends in two delimiters.
     XCTAssertEqual(page.items.map(\.name), ["d/", "d/a", "d/b/", "d/e/", "d/f"])
     XCTAssertEqual(page.prefixes, ["d/b/", "d/c/", "d/e/", "d/g/"])
     XCTAssertEqual(page.items.first { $0.name == "d/e/" }?.size, 4, "the placeholder's own metadata")
 
-    let without = try await store.list(prefix: "d/", delimiter: "/", pageSize: 100, pageToken: nil)
+    let without = try await store.list(ListRequest(prefix: "d/", delimiter: "/", pageSize: 100))
     XCTAssertEqual(without.items.map(\.name), ["d/", "d/a", "d/f"])
     XCTAssertEqual(without.prefixes, page.prefixes)
 
     // Without a delimiter every object is an item anyway.
     let flat = try await store.list(
-      prefix: "d/b/", delimiter: nil, includeTrailingDelimiter: true, pageSize: 100, pageToken: nil)
+      ListRequest(
+        prefix: "d/b/", includeTrailingDelimiter: true, pageSize: 100))
     XCTAssertEqual(flat.items.map(\.name), ["d/b/", "d/b/1"])
   }
 
@@ -40,7 +42,8 @@ final class TrailingDelimiterTests: XCTestCase {
     var token: String?
     repeat {
       let page = try await store.list(
-        prefix: "d/", delimiter: "/", includeTrailingDelimiter: true, pageSize: 2, pageToken: token)
+        ListRequest(
+          prefix: "d/", delimiter: "/", includeTrailingDelimiter: true, pageSize: 2, pageToken: token))
       pages.append(page)
       token = page.nextPageToken
     } while token != nil && pages.count < 20

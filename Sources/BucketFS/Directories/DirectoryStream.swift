@@ -184,18 +184,15 @@ actor DirectoryStream: MountComponent {
     let tasks = self.tasks
     return { token, number in
       // The first page's token is never used early (goal: one call for a reader that stops there).
-      guard number >= 2 else {
-        let page = try await store.list(
-          prefix: prefix, delimiter: "/", includeTrailingDelimiter: trailing, pageSize: pageSize,
-          pageToken: token)
-        return DatedPage(page: page, answeredAt: clock())
-      }
-      let page = try await store.list(
+      var request = ListRequest(
         prefix: prefix, delimiter: "/", includeTrailingDelimiter: trailing, pageSize: pageSize,
-        pageToken: token
-      ) { next in
-        tasks.start(.cancel) { await stream.value?.tokenArrived(next, page: number, pass: pass) }
+        pageToken: token)
+      if number >= 2 {
+        request.onNextPageToken = { next in
+          tasks.start(.cancel) { await stream.value?.tokenArrived(next, page: number, pass: pass) }
+        }
       }
+      let page = try await store.list(request)
       return DatedPage(page: page, answeredAt: clock())
     }
   }

@@ -193,7 +193,7 @@ final class SubtreeWalks: MountComponent, Sendable {
     for _ in 0..<pages {
       let page: ListPage
       do {
-        page = try await store.list(prefix: root, delimiter: nil, pageSize: pageSize, pageToken: token)
+        page = try await store.list(ListRequest(prefix: root, pageSize: pageSize, pageToken: token))
       } catch {
         logger.debug("flat listing of \(root) failed (\(error)); its directories list themselves")
         break

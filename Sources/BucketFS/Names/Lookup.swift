@@ -100,9 +100,9 @@ final class Lookups: MountComponent, Sendable {
     let page: ListPage
     do {
       page = try await store.list(
-        prefix: fileKey, delimiter: flat == nil ? "/" : nil, pageSize: configuration.pageSize,
-        pageToken: nil,
-        endOffset: fileKey + "0")
+        ListRequest(
+          prefix: fileKey, delimiter: flat == nil ? "/" : nil, pageSize: configuration.pageSize,
+          endOffset: fileKey + "0"))
     } catch {
       throw diagnostics.failure(error, operation: "list", key: fileKey)
     }
@@ -129,7 +129,8 @@ final class Lookups: MountComponent, Sendable {
     let flat = cache.flatLookup(of: directoryKey)
     async let object = known.fetchIfPresent(fileKey)
     async let children = store.list(
-      prefix: directoryKey, delimiter: flat == nil ? "/" : nil, pageSize: flat?.size ?? 1, pageToken: nil)
+      ListRequest(
+        prefix: directoryKey, delimiter: flat == nil ? "/" : nil, pageSize: flat?.size ?? 1))
     let isDirectory: Bool
     let placeholder: ObjectMetadata?
     do {
@@ -220,8 +221,8 @@ final class Lookups: MountComponent, Sendable {
         burst.page = tasks.start(.cancel) {
           // With the subdirectories' placeholders: their stored modes come free.
           let page = try await store.list(
-            prefix: parentKey, delimiter: "/", includeTrailingDelimiter: trailing, pageSize: pageSize,
-            pageToken: nil)
+            ListRequest(
+              prefix: parentKey, delimiter: "/", includeTrailingDelimiter: trailing, pageSize: pageSize))
           return DatedPage(page: page, answeredAt: clock())
         }
       }

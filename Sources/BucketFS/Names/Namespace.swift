@@ -210,7 +210,8 @@ struct Namespace: MountComponent, Sendable {
     for _ in 0..<4 {
       let page: ListPage
       do {
-        page = try await store.list(prefix: directoryKey, delimiter: "/", pageSize: 2, pageToken: token)
+        page = try await store.list(
+          ListRequest(prefix: directoryKey, delimiter: "/", pageSize: 2, pageToken: token))
       } catch {
         throw diagnostics.failure(error, operation: "list", key: directoryKey)
       }

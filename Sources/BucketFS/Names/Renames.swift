@@ -240,7 +240,8 @@ extension Namespace {
       let page: ListPage
       do {
         page = try await store.list(
-          prefix: prefix, delimiter: nil, pageSize: min(1000, limit + 1 - objects.count), pageToken: token)
+          ListRequest(
+            prefix: prefix, pageSize: min(1000, limit + 1 - objects.count), pageToken: token))
       } catch {
         throw diagnostics.failure(error, operation: "list", key: prefix)
       }
