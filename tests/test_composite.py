@@ -54,7 +54,7 @@ def test_large_write_is_parts_then_one_compose_with_every_property(mount, client
     parts = part_uploads(m)
     assert len(parts) == 6, m.describe()
     assert all(r.params.get("ifGenerationMatch") == ["0"] for r in parts)
-    assert parts_left(client, bucket) == [], "every part deleted"
+    assert wait_for(lambda: parts_left(client, bucket) == [], 30), "every part deleted"
     # The mount shows what the service stored.
     assert os.path.getsize(m.p("big.bin")) == len(data)
     assert getfattr_dump(m.p("big.bin"))[m.p("big.bin")]["user.crc32c"] == meta["crc32c"]
@@ -89,7 +89,7 @@ def test_a_file_changed_elsewhere_fails_the_compose_with_estale(mount, client, b
         close_refused_with_estale(f)
     assert client.get(bucket, "race.bin")["generation"] == theirs["generation"], "theirs stands"
     assert len(composes(m)) == 1
-    assert parts_left(client, bucket) == [], "parts deleted after the 412"
+    assert wait_for(lambda: parts_left(client, bucket) == [], 30), "parts deleted after the 412"
 
 
 def test_overwrite_keeps_metadata_and_carries_the_generation(mount, client, bucket):
@@ -108,7 +108,7 @@ def test_overwrite_keeps_metadata_and_carries_the_generation(mount, client, buck
     calls = composes(m)
     assert len(calls) == 1, m.describe()
     assert calls[0].params.get("ifGenerationMatch") == [old["generation"]]
-    assert parts_left(client, bucket) == []
+    assert wait_for(lambda: parts_left(client, bucket) == [], 30), parts_left(client, bucket)
 
 
 def test_threshold_zero_is_one_upload_with_md5hash(mount, client, bucket):
