@@ -22,14 +22,8 @@ public final class BucketFileSystem: FileSystem, MountComponent, Sendable {
   let known: KnownMetadata
   /// Every open handle: files, stages and directories (Handles.swift).
   let handles = HandleTable()
-  /// Tree walks and the listings they fetch ahead (SubtreeWalk.swift).
-  let walks: SubtreeWalks
   /// What is known of each directory's contents (DirectoryCache.swift).
   let cache: DirectoryCache
-  /// Memory read-ahead may hold, shared by all open files.
-  let readAhead: ReadAheadBudget
-  /// Small files fetched ahead of a reader going through a directory (SiblingPrefetch.swift).
-  let prefetch: SiblingPrefetch
   let reads: Reads
   /// What bucketfs chose of the files it stored, and which it created lately.
   let provenance: Provenance
@@ -97,10 +91,7 @@ public final class BucketFileSystem: FileSystem, MountComponent, Sendable {
     self.onMounted = onMounted
     self.nodes = nodes
     self.known = known
-    self.walks = walks
     self.cache = cache
-    self.readAhead = readAhead
-    self.prefetch = prefetch
     self.reads = reads
     self.provenance = provenance
     self.stages = stages

@@ -36,6 +36,31 @@ final class FreshnessTests: XCTestCase {
     XCTAssertEqual(attributes.changeTime, RFC3339.parse(base.object("f")!.updated))
   }
 
+  func testAnUnlinkUnhooksTheNodeALookupMadeDuringTheDelete() async throws {
+    let base = InMemoryObjectStore(bucket: "demo")
+    base.put("f", data: [1])
+    let store = HeldAnswerStore(base)
+    let fs = makeFileSystem(store)
+
+    // The lookup's page shows "f" before the delete, and arrives during it.
+    store.hold(.list)
+    let lookup = Task { try await fs.inode(at: "f") }
+    let listed = await eventually { store.taken(.list) == 1 }
+    XCTAssertTrue(listed)
+    store.hold(.delete)
+    let unlink = Task { try await fs.unlink(parent: 1, name: "f") }
+    let deleting = await eventually { store.taken(.delete) == 1 }
+    XCTAssertTrue(deleting)
+    store.release(.list)
+    _ = try await lookup.value
+    store.release(.delete)
+    try await unlink.value
+
+    XCTAssertNil(base.object("f"))
+    await XCTAssertErrno(.noEntry) { _ = try await fs.inode(at: "f") }
+    XCTAssertNil(fs.nodes.held("f"), "no node answers for the deleted name")
+  }
+
   func testALateListPageNeverUndoesAPatch() async throws {
     let base = InMemoryObjectStore(bucket: "demo")
     base.put("f", data: [1], custom: ["a": "1"])

@@ -9,7 +9,7 @@ import Synchronization
 /// PATCH answer is applied and then answered 412, as the client's retry of
 /// it is.
 final class HeldAnswerStore: ForwardingObjectStore, Sendable {
-  enum Kind: Sendable { case metadata, list }
+  enum Kind: Sendable { case metadata, list, delete }
   let base: InMemoryObjectStore
   private struct Hold {
     var calls: Int
@@ -56,6 +56,12 @@ final class HeldAnswerStore: ForwardingObjectStore, Sendable {
     let page = await deliver(.list, try await base.list(plain))
     if let taker = request.onNextPageToken, let token = page.nextPageToken { taker(token) }
     return page
+  }
+
+  /// Applied at once; the answer waits while held.
+  func delete(_ name: String, ifGenerationMatch: Int64?) async throws {
+    try await base.delete(name, ifGenerationMatch: ifGenerationMatch)
+    await deliver(.delete, ())
   }
 
   func metadata(of name: String) async throws -> ObjectMetadata {

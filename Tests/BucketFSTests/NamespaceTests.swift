@@ -229,7 +229,7 @@ final class NamespaceTests: XCTestCase {
     let d2 = try await fs.inode(at: "d2")
     // A descent into d0 keeps d1's and d2's subtrees for the walk's next opendirs.
     await XCTAssertEqualAsync(try await fs.names(of: d0), ["m0"])
-    let walks = fs.walks
+    let walks = fs.directories.walks
     let settled = await eventually { walks.fetchesUnderWay == 0 }
     XCTAssertTrue(settled)
     // The walk goes on into d1, which keeps listings of what comes next.

@@ -378,7 +378,7 @@ struct OtherClientRound {
 
   /// Waits (a bounded poll) for the tree walks' fetches to end.
   private func settle() async throws {
-    let settled = await eventually { fs.walks.fetchesUnderWay == 0 }
+    let settled = await eventually { fs.directories.walks.fetchesUnderWay == 0 }
     guard settled else { throw RoundMismatch("a tree walk's fetch never ended") }
   }
 

@@ -113,7 +113,7 @@ final class WalkTests: XCTestCase {
     try await fs.readdir(inode: d0, handle: handle, offset: 0, into: buffer)
     fs.releasedir(inode: d0, handle: handle)
     // Look-ahead under way settles; then nothing more is asked for.
-    let settled = await eventually { fs.walks.fetchesUnderWay == 0 }
+    let settled = await eventually { fs.directories.walks.fetchesUnderWay == 0 }
     XCTAssertTrue(settled)
     // The root, one flat page of d0, its own first page, one look-ahead page for d1 and d2.
     XCTAssertLessThanOrEqual(store.calls.count, 5, "\(store.calls)")
@@ -170,7 +170,7 @@ final class WalkTests: XCTestCase {
     let d0 = try await fs.inode(at: "d0")
     let d1 = try await fs.inode(at: "d1")
     await XCTAssertEqualAsync(try await fs.names(of: d0), ["m0"])  // a descent: d0/ and look-ahead d1/, d2/
-    let settled = await eventually { fs.walks.fetchesUnderWay == 0 }
+    let settled = await eventually { fs.directories.walks.fetchesUnderWay == 0 }
     XCTAssertTrue(settled)
     // Through the mount (the write layer calls the entry point), d1/m0/f0 goes and d1/new comes.
     store.delete("d1/m0/f0")

@@ -100,8 +100,8 @@ struct AttributeBuilder: MountComponent, Sendable {
   /// An entry for a staged file the kernel holds, so a lookup of a file
   /// not yet uploaded finds it; counts the lookup.
   func staged(key: String) -> Entry? {
-    guard !stagedInodes.isEmpty, let inode = nodes.inode(of: key),
-      let staged = stagedInodes.file(inode: inode), !staged.state.withLock({ $0.unlinked })
+    guard !stagedInodes.isEmpty, let inode = nodes.held(key),
+      let staged = stagedInodes.file(inode: inode), !staged.isUnlinked
     else { return nil }
     nodes.retain(inode)
     return self.staged(inode)

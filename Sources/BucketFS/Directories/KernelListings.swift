@@ -72,7 +72,7 @@ final class KernelListings: Sendable {
     }
     guard !dropped.isEmpty else { return }
     guard let nodes = nodes.withLock({ $0 }) else { return }
-    let inodes = dropped.compactMap(nodes.inode(of:))
+    let inodes = dropped.compactMap { nodes.held($0) }
     let kernel = self.kernel.withLock { $0 }
     Self.notifications.async {
       for inode in inodes { kernel.invalidate(inode: inode) }

@@ -30,7 +30,7 @@ struct Namespace: MountComponent, Sendable {
     let parentKey = try nodes.node(parent, kind: .directory).key
     let key = try Names.key(name, under: parentKey, for: .existing)
     // A file this mount created and never stored has no object to delete.
-    if let inode = nodes.inode(of: key), stagedInodes.file(inode: inode)?.unlinkIfNeverStored() == true {
+    if let inode = nodes.held(key), stagedInodes.file(inode: inode)?.unlinkIfNeverStored() == true {
       nodes.deleted(key, inode: inode)
       return
     }
@@ -93,7 +93,7 @@ struct Namespace: MountComponent, Sendable {
     let parentKey = try nodes.node(parent, kind: .directory).key
     let key = try Names.key(name, under: parentKey, for: .newFile)
     let found = try await lookInBucket(fileKey: key, directoryKey: key + "/")
-    let inFlight = nodes.inode(of: key).map(stagedInodes.isInFlight) ?? false
+    let inFlight = nodes.held(key).map(stagedInodes.isInFlight) ?? false
     if found.file != nil || found.directory != nil || inFlight { throw Errno.exists }
     let (fileAttributes, inferred) = provenance.newFile(name: name, mode: mode & 0o7777)
     var attributes = fileAttributes

@@ -95,7 +95,7 @@ final class NodeTable: Sendable {
   // MARK: - What the kernel holds
 
   /// The inode `key` has now, if the kernel holds it.
-  func inode(of key: String) -> UInt64? {
+  func held(_ key: String) -> UInt64? {
     withLock { $0.inode(of: key) }
   }
 

@@ -103,7 +103,7 @@ extension Namespace {
     // What stays inferred: what the result still has from the source's inference.
     let stillInferred = inferred.filter { property in replaced.map { property.value(in: $0) == nil } ?? true }
     provenance.stored(key: moved.name, generation: moved.generation, inferred: stillInferred)
-    let replacedInode = nodes.inode(of: to)
+    let replacedInode = nodes.held(to)
     moveNode(inode, from: from, to: moved, sameBytesAs: source.generation)
     if let replacedInode, replacedInode != inode { stagedInodes.file(inode: replacedInode)?.noteUnlinked() }
     if let inode { stagedInodes.file(inode: inode)?.noteRenamed(to: to, generation: moved.generation) }

@@ -80,6 +80,9 @@ extension StagedFile {
   /// opened generation's).
   var holdsBytes: Bool { state.withLock { $0.loaded } }
 
+  /// Its name was unlinked: it is no longer a name a lookup finds.
+  var isUnlinked: Bool { state.withLock { $0.unlinked } }
+
   /// The generation reads of a write handle come from while the stage does
   /// not hold the bytes; nil once it does.
   var unloadedBase: ObjectMetadata? { state.withLock { $0.loaded ? nil : $0.base } }

@@ -24,7 +24,7 @@ final class StagedInodes: Sendable {
 
   /// The staged file of `inode` that a new open may share: not unlinked.
   func shared(inode: UInt64) -> StagedFile? {
-    guard let staged = file(inode: inode), !staged.state.withLock({ $0.unlinked }) else { return nil }
+    guard let staged = file(inode: inode), !staged.isUnlinked else { return nil }
     return staged
   }
 
@@ -44,7 +44,7 @@ final class StagedInodes: Sendable {
   /// not unlinked (another open staged it meanwhile): that one is returned.
   func addUnlessShared(_ staged: StagedFile) -> StagedFile? {
     let other = byInode.withLock { byInode -> StagedFile? in
-      if let other = byInode[staged.inode], !other.state.withLock({ $0.unlinked }) { return other }
+      if let other = byInode[staged.inode], !other.isUnlinked { return other }
       byInode[staged.inode] = staged
       return nil
     }

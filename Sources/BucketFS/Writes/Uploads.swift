@@ -5,21 +5,14 @@ import ObjectStore
 /// Uploads of dirty staged files with their precondition (docs/SEMANTICS.md#writes),
 /// and what becomes of a stage once its last writer closed: an upload
 /// under way decides when it ends.
-final class Uploads: MountComponent, Sendable {
-  private let streams: WriteStreams
-  private let nodes: NodeTable
-  /// Told what an upload stored, and what of it bucketfs chose.
-  private let provenance: Provenance
+struct Uploads: MountComponent, Sendable {
   /// The store, settings and diagnostics; its tasks own the uploads, and
   /// the removals of released stages.
   let context: MountContext
-
-  init(context: MountContext, streams: WriteStreams, nodes: NodeTable, provenance: Provenance) {
-    self.context = context
-    self.streams = streams
-    self.nodes = nodes
-    self.provenance = provenance
-  }
+  let streams: WriteStreams
+  let nodes: NodeTable
+  /// Told what an upload stored, and what of it bucketfs chose.
+  let provenance: Provenance
 
   /// Uploads a dirty staged file (close, fsync; before a rename, so it acts
   /// on stored bytes); returns once the object is stored. The

@@ -49,7 +49,7 @@ final class WriteHandles: MountComponent, Sendable {
   /// write handle, closed by ``releaseWriter(_:)``). `mode` (after the
   /// umask) is stored with it, as is the caller's owner.
   func create(key: String, name: String, flags: Int32, mode: UInt32) async throws -> StagedFile {
-    let existing = nodes.inode(of: key).flatMap { inodes.shared(inode: $0) }
+    let existing = nodes.held(key).flatMap { inodes.shared(inode: $0) }
     if let existing {
       // Created here and not yet uploaded: the kernel lost its entry.
       if flags & O_EXCL != 0 { throw Errno.exists }
