@@ -108,7 +108,7 @@ def test_dd_of_a_large_file_with_the_stage_on_a_small_tmpfs(mount, client, bucke
         stop.set()
         sampler.join(5)
     assert dd.returncode == 0, dd.stderr + m.describe()
-    # The documented bound: 64 MiB, at most half the room of --cache-dir (a
+    # The documented bound: 128 MiB, at most half the room of --cache-dir (a
     # little more for the sidecar, the read cache's files and tmpfs itself).
     assert peak[0] <= (TMPFS_MIB << 20) // 2 + (1 << 20), f"{peak[0] >> 10} KiB used at the peak"
     meta = client.get(bucket, "big.bin")

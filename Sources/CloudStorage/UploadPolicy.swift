@@ -20,8 +20,9 @@ public struct UploadPolicy: Sendable, Equatable {
   public private(set) var compositeThreshold: Int64 = 32 << 20
   /// The smallest part; a larger file gets larger parts, so that it has at most `maxParts`.
   public private(set) var partSize: Int64 = 8 << 20
-  /// Parts uploaded at once.
-  public private(set) var parallelParts = 8
+  /// Parts uploaded at once: 16, so that a 128 MiB file's 8 MiB parts all
+  /// go up in one round (the service caps each connection, not the sum).
+  public private(set) var parallelParts = 16
   /// Parts of one upload at most; above ``composeLimit`` they are composed in a tree.
   public private(set) var maxParts = UploadPolicy.composeLimit
   /// Where this client's parts go: ``partDirectory`` under a name prefix
@@ -36,7 +37,7 @@ public struct UploadPolicy: Sendable, Equatable {
 
   public init(
     threshold: Int64, chunkSize: Int, compositeThreshold: Int64 = 32 << 20, partSize: Int64 = 8 << 20,
-    parallelParts: Int = 8, maxParts: Int = UploadPolicy.composeLimit, partsUnder prefix: String = ""
+    parallelParts: Int = 16, maxParts: Int = UploadPolicy.composeLimit, partsUnder prefix: String = ""
   ) throws(Invalid) {
     guard threshold >= 0 else { throw Invalid(description: "upload threshold must not be negative") }
     guard chunkSize > 0, chunkSize % Self.chunkGranularity == 0 else {

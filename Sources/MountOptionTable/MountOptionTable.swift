@@ -162,7 +162,7 @@ public enum MountOptionTable {
     "the smallest part of a composite upload; a file of more than 32 parts gets larger ones")
   public static let streamDiskLimit = MountOption<Int>(
     "stream-disk-limit", value: "MiB", default: nil,
-    note: "64, at most half the room of `--cache-dir`",
+    note: "128, at most half the room of `--cache-dir`",
     "disk a file written in order from its start may hold under `--cache-dir` once it streams (its parts go up while it is written, then leave the disk); at least two parts"
   )
   public static let cacheDir = MountOption<String>(

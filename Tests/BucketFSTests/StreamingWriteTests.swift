@@ -135,6 +135,33 @@ final class StreamingWriteTests: XCTestCase {
     try await waitForNoParts()
   }
 
+  /// The default: 16 parts at once, which a bound of 16 parts lets run. A
+  /// file of 23 parts and a tail (a 184 MiB file in 8 MiB parts) is never
+  /// combined: its close is one compose of 24 sources.
+  func testSixteenPartsGoUpAtOnceAndAFileThatFitsOneComposeIsNotCombined() async throws {
+    let uploads = try UploadPolicy(
+      threshold: 256 << 10, chunkSize: 256 << 10, compositeThreshold: 1 << 20, partSize: 256 << 10)
+    XCTAssertEqual(uploads.parallelParts, 16)
+    var retry = RetryPolicy()
+    retry.attemptTimeout = 60
+    let client = CloudStorageClient(
+      bucket: "demo", endpoint: try Endpoint(server.endpoint), http: http, tokens: nil, retry: retry,
+      uploads: uploads, logger: quietLogger)
+    fs = makeWritingFileSystem(client, stageDirectory: stages, streamDiskLimit: 16 << 18)
+    // The parts answer slowly, so the 16 are under way together.
+    server.injectFaults(Array(repeating: .stall(.milliseconds(300)), count: 16), for: .upload)
+    let data = pattern(23 << 18 + 100 << 10)
+    let (inode, handle) = try await fs.createFile("wide.bin")
+    try await write(inode, handle, data, at: 0)
+    try await fs.close(inode, handle)
+    XCTAssertEqual(server.store.data("wide.bin"), data)
+    XCTAssertEqual(server.peakInFlight(.upload), 16, "16 parts at once, no more")
+    let composes = server.requests(.compose)
+    XCTAssertEqual(composes.count, 1, "no combine")
+    XCTAssertEqual(try sources(of: try XCTUnwrap(composes.first)), 24)
+    try await waitForNoParts()
+  }
+
   func testACloseComposesWithoutWaitingForACombineWhenItsPiecesFitOneCompose() async throws {
     // 30 parts: once 30 are under way a combine starts; it hangs here, and the
     // close composes the 30 parts themselves instead of waiting for it. The

@@ -73,9 +73,19 @@ struct WriteStream: Sendable {
 /// needed for the close to compose every source in one request
 /// (docs/SEMANTICS.md#writes-streaming).
 extension WriteStream {
+  /// Parts a stream may still add before its close, counted when deciding
+  /// to combine: a round of uploads, at most 8 (64 MiB of 8 MiB parts).
+  /// The parts in flight are counted in ``sourcesAtClose`` already; a full
+  /// round of 16 on top would combine a 128 MiB file, whose close fits one
+  /// compose.
+  static let combineLookahead = 8
+
   /// Whether the compose at close could take more sources than one
-  /// request takes, with a full round of part uploads still to come.
-  var needsCombining: Bool { sourcesAtClose + plan.parallel > Self.composeLimit }
+  /// request takes, with a round of uploads (at most ``combineLookahead``
+  /// parts) still to come: from 24 parts on (192 MiB in 8 MiB parts).
+  var needsCombining: Bool {
+    sourcesAtClose + min(plan.parallel, Self.combineLookahead) > Self.composeLimit
+  }
 
   /// The parts to combine next: the stored ones in a row after those
   /// combined before (so each byte is combined once), else from the first

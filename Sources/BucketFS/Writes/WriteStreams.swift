@@ -16,8 +16,10 @@ import Synchronization
 /// changes only here; the calls that change the stage's bytes run under the
 /// file's gate.
 final class WriteStreams: MountComponent, Sendable {
-  /// The most disk a stream holds when no `--stream-disk-limit` is given.
-  static let defaultStreamBound: Int64 = 64 << 20
+  /// The most disk a stream holds when no `--stream-disk-limit` is given:
+  /// 128 MiB, 16 parts of 8 MiB, so the parts in flight (16 at once) never
+  /// hold the writer back for want of room.
+  static let defaultStreamBound: Int64 = 128 << 20
 
   /// Numbers the files' streams (``WriteStream``).
   private let streamIDs = Atomic<UInt64>(0)
@@ -65,7 +67,7 @@ final class WriteStreams: MountComponent, Sendable {
     launchParts(staged)
   }
 
-  /// `--stream-disk-limit`, else 64 MiB or half the staging disk's room
+  /// `--stream-disk-limit`, else 128 MiB or half the staging disk's room
   /// (its free space and what the file holds), never below two parts.
   private func streamBound(_ stage: Stage, plan: PartPlan, holding: Int64) -> Int64 {
     let floor = 2 * plan.partSize
@@ -179,8 +181,8 @@ final class WriteStreams: MountComponent, Sendable {
   // MARK: - Combining parts
 
   /// Starts a combine, apart from the writer, when the close would
-  /// otherwise compose too many sources. A file of up to about 22 parts
-  /// (176 MiB in 8 MiB parts) is never combined: its close makes one
+  /// otherwise compose too many sources. A file of fewer than 24 parts
+  /// (192 MiB in 8 MiB parts) is never combined: its close makes one
   /// compose, and nothing during the write adds requests or, on an
   /// emulator, copies of its bytes.
   private func combineIfNeeded(_ staged: StagedFile, stream id: UInt64) {
