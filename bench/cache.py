@@ -86,10 +86,11 @@ def main() -> int:
             proxy.settle(0.2, 3)
             return t, proxy.count("media")
 
-        # Fills wait for a pause in the reads, holding at most 64 MiB meanwhile: a
-        # fast first read keeps part of the file, and each later read more of the rest,
-        # until a read sends no request.
-        for n in range(1, 9):
+        # Fills wait for a pause in the reads, one object's holding at most 16 MiB
+        # meanwhile: a fast first read keeps part of the file, and each later read
+        # more of the rest, until a read sends no request (19 reads of 256 MiB on
+        # loopback; bounded at 40).
+        for n in range(1, 41):
             m = mounted()
             try:
                 t, media = read_big(m)

@@ -18,13 +18,22 @@ import Synchronization
 /// background work it may refuse (the read is then a miss next time too).
 /// Each read tells the pool it is busy, so that work waits for a pause in
 /// the reads (``IOPool/busy()``): a sequential stream or a copy of many
-/// small files runs without the cache's disk work beside it.
+/// small files runs without the cache's disk work beside it. One object's
+/// fills wait with at most `objectHoldLimit` bytes: a fast stream keeps
+/// that much of itself for the pause and drops the rest, so that the
+/// reader's next segments reuse the memory of the ones it has consumed
+/// (a held fill keeps a segment's buffer; each one held makes the reader
+/// take fresh pages, measured as a tenth of the read's CPU at 64 MiB held).
 public final class CachingStore: ForwardingObjectStore {
   public let inner: any ObjectStore
   let cache: ReadCache
   private let pool: IOPool
   private let facts = ObjectFacts()
   private let metrics: CacheMetrics
+  /// Bytes of one object's fills queued and not yet written, at most.
+  let objectHoldLimit: Int
+  /// Those bytes now, by entry.
+  private let waiting = Mutex<[EntryKey: Int]>([:])
   /// Checks waiting for an object's CRC-32C from the bucket, by number.
   private let lookups = Mutex<(next: Int, tasks: [Int: Task<Void, Never>])>((0, [:]))
 
@@ -36,7 +45,8 @@ public final class CachingStore: ForwardingObjectStore {
   /// mount then runs without the cache.
   public static func open(
     wrapping inner: any ObjectStore, cacheDirectory: String, limit: Int64?, pool: IOPool,
-    disk: any CacheDisk = LocalDisk(), patience: Duration = .seconds(5), logger: Logger,
+    objectHoldLimit: Int = defaultObjectHoldLimit, disk: any CacheDisk = LocalDisk(),
+    patience: Duration = .seconds(5), logger: Logger,
     metrics factory: any MetricsFactory = MetricsSystem.factory
   ) -> CachingStore? {
     let directory: CacheDirectory
@@ -58,8 +68,14 @@ public final class CachingStore: ForwardingObjectStore {
     logger.info(
       "read cache: \(directory.path), \(cache.index.count) entries, \(cache.index.used >> 20) of \(limit >> 20) MiB in use"
     )
-    return CachingStore(inner: inner, cache: cache, pool: pool, metrics: metrics)
+    return CachingStore(
+      inner: inner, cache: cache, pool: pool, objectHoldLimit: objectHoldLimit, metrics: metrics)
   }
+
+  /// 16 MiB: with 64 MiB a 256 MiB cold read on loopback cost 13,000 more
+  /// page faults and about a tenth more CPU than with the cache off; with
+  /// 16 MiB, the CPU of the cache off (BENCHMARKS.md, "Fills hold less").
+  public static let defaultObjectHoldLimit = 16 << 20
 
   /// 1 GiB, but no more than a tenth of the free space: modest enough
   /// never to surprise, large enough for a working set of ordinary files.
@@ -67,10 +83,13 @@ public final class CachingStore: ForwardingObjectStore {
     min(1 << 30, max(0, freeBytes / 10))
   }
 
-  private init(inner: any ObjectStore, cache: ReadCache, pool: IOPool, metrics: CacheMetrics) {
+  private init(
+    inner: any ObjectStore, cache: ReadCache, pool: IOPool, objectHoldLimit: Int, metrics: CacheMetrics
+  ) {
     self.inner = inner
     self.cache = cache
     self.pool = pool
+    self.objectHoldLimit = max(objectHoldLimit, 0)
     self.metrics = metrics
   }
 
@@ -102,16 +121,41 @@ public final class CachingStore: ForwardingObjectStore {
   }
 
   /// Queues the writing of bytes just read, and the whole-object check of
-  /// an entry they complete, as background work on the pool; refused there
-  /// (the queue holds its limit), they are dropped and counted.
+  /// an entry they complete, as background work on the pool; past the
+  /// object's hold limit, or refused by the pool (it holds its limit),
+  /// they are dropped and counted.
   private func fill(_ key: EntryKey, _ range: Range<Int64>, _ bytes: ByteBuffer) {
+    let count = bytes.readableBytes
+    guard hold(key, count) else { return metrics.dropped() }
     let fact = facts.fact(key.name, generation: key.generation)
-    let accepted = pool.submit(holding: bytes.readableBytes) { [self] in
+    let accepted = pool.submit(holding: count) { [self] in
+      defer { release(key, count) }
       if let complete = cache.keep(key, range, bytes, size: fact?.size, crc: fact?.crc) {
         check(complete)
       }
     }
-    if !accepted { metrics.dropped() }
+    if !accepted {
+      release(key, count)
+      metrics.dropped()
+    }
+  }
+
+  /// Counts `count` more bytes waiting for the key; false when that would
+  /// pass the object's hold limit.
+  private func hold(_ key: EntryKey, _ count: Int) -> Bool {
+    waiting.withLock { waiting in
+      let held = waiting[key, default: 0]
+      guard held + count <= objectHoldLimit else { return false }
+      waiting[key] = held + count
+      return true
+    }
+  }
+
+  private func release(_ key: EntryKey, _ count: Int) {
+    waiting.withLock { waiting in
+      let left = waiting[key, default: 0] - count
+      waiting[key] = left > 0 ? left : nil
+    }
   }
 
   /// The whole-object check of a complete entry (on a pool thread), with

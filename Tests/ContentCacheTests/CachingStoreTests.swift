@@ -446,6 +446,41 @@ final class CachingStoreTests: XCTestCase {
     XCTAssertTrue(stopped)
   }
 
+  func testOneObjectHoldsAtMostItsLimitWhileWaitingAndTheRestIsALaterMiss() async throws {
+    let metrics = TestMetrics()
+    let data = pattern(4 * 65536)
+    let object = bucket.put("f", data: data)
+    let other = bucket.put("g", data: pattern(65536))
+    let paced = IOPool(
+      threadCount: 2, byteLimit: 64 << 20, quiet: .milliseconds(300), maxDeferral: .seconds(60))
+    let store = try XCTUnwrap(
+      CachingStore.open(
+        wrapping: bucket, cacheDirectory: directory, limit: 64 << 20, pool: paced, objectHoldLimit: 200_000,
+        logger: quiet, metrics: metrics))
+    _ = try await store.metadata(of: "f")
+    _ = try await store.metadata(of: "g")
+    for piece in 0..<4 {
+      let range = Int64(piece * 65536)..<Int64((piece + 1) * 65536)
+      _ = try await store.read("f", generation: object.generation, range: range, reusing: nil)
+    }
+    _ = try await store.read("g", generation: other.generation, range: 0..<other.size, reusing: nil)
+    XCTAssertEqual(paced.heldBytes, 4 * 65536, "three pieces of f within its limit, and g's")
+    XCTAssertEqual(try metrics.expectCounter("bucketfs_read_cache_fills_dropped_total").totalValue, 1)
+    await store.settled()
+    XCTAssertEqual(paced.heldBytes, 0)
+    let reads = bucketReads
+    let kept = try await store.readSettled("f", generation: object.generation, range: 0..<3 * 65536)
+    XCTAssertEqual(kept.bytes, Array(data[0..<3 * 65536]))
+    _ = try await store.readSettled("g", generation: other.generation, range: 0..<other.size)
+    XCTAssertEqual(bucketReads, reads, "served from disk")
+    let dropped = try await store.readSettled(
+      "f", generation: object.generation, range: 3 * 65536..<4 * 65536)
+    XCTAssertEqual(dropped.bytes, Array(data[3 * 65536..<4 * 65536]))
+    XCTAssertEqual(bucketReads, reads + 1, "the dropped piece is a miss")
+    let stopped = await paced.shutdown(patience: .seconds(10))
+    XCTAssertTrue(stopped)
+  }
+
   func testAnUnmountWritesTheFillsStillWaitingForAPause() async throws {
     let data = pattern(200_000)
     let object = bucket.put("f", data: data)
