@@ -19,8 +19,9 @@ import Synchronization
 /// Each read tells the pool it is busy, so that work waits for a pause in
 /// the reads (``IOPool/busy()``): a sequential stream or a copy of many
 /// small files runs without the cache's disk work beside it. One object's
-/// fills wait with at most `objectHoldLimit` bytes: a fast stream keeps
-/// that much of itself for the pause and drops the rest, so that the
+/// fills wait with at most `objectHoldLimit` bytes while its reader is
+/// fast (`fastReader`): such a stream keeps that much of itself for the
+/// pause and drops the rest, so that the
 /// reader's next segments reuse the memory of the ones it has consumed
 /// (a held fill keeps a segment's buffer; each one held makes the reader
 /// take fresh pages, measured as a tenth of the read's CPU at 64 MiB held).
@@ -30,10 +31,22 @@ public final class CachingStore: ForwardingObjectStore {
   private let pool: IOPool
   private let facts = ObjectFacts()
   private let metrics: CacheMetrics
-  /// Bytes of one object's fills queued and not yet written, at most.
+  /// Bytes of one object's fills queued and not yet written, at most,
+  /// while its reader is faster than `fastReader`.
   let objectHoldLimit: Int
-  /// Those bytes now, by entry.
-  private let waiting = Mutex<[EntryKey: Int]>([:])
+  /// Bytes a second: a reader this fast is bound by the CPU, not the link,
+  /// and fills held for it past `objectHoldLimit` would slow it down. A
+  /// slower one (a WAN link) holds up to the pool's limit, so that its
+  /// file is kept whole.
+  let fastReader: Double
+  /// One object's fills queued and not yet written: their bytes, and the
+  /// bytes its reader brought since the first of them was queued.
+  private struct Waiting {
+    var held = 0
+    var seen = 0
+    let since: UInt64
+  }
+  private let waiting = Mutex<[EntryKey: Waiting]>([:])
   /// Checks waiting for an object's CRC-32C from the bucket, by number.
   private let lookups = Mutex<(next: Int, tasks: [Int: Task<Void, Never>])>((0, [:]))
 
@@ -45,7 +58,8 @@ public final class CachingStore: ForwardingObjectStore {
   /// mount then runs without the cache.
   public static func open(
     wrapping inner: any ObjectStore, cacheDirectory: String, limit: Int64?, pool: IOPool,
-    objectHoldLimit: Int = defaultObjectHoldLimit, disk: any CacheDisk = LocalDisk(),
+    objectHoldLimit: Int = defaultObjectHoldLimit, fastReader: Double = defaultFastReader,
+    disk: any CacheDisk = LocalDisk(),
     patience: Duration = .seconds(5), logger: Logger,
     metrics factory: any MetricsFactory = MetricsSystem.factory
   ) -> CachingStore? {
@@ -69,13 +83,19 @@ public final class CachingStore: ForwardingObjectStore {
       "read cache: \(directory.path), \(cache.index.count) entries, \(cache.index.used >> 20) of \(limit >> 20) MiB in use"
     )
     return CachingStore(
-      inner: inner, cache: cache, pool: pool, objectHoldLimit: objectHoldLimit, metrics: metrics)
+      inner: inner, cache: cache, pool: pool, objectHoldLimit: objectHoldLimit, fastReader: fastReader,
+      metrics: metrics)
   }
 
   /// 16 MiB: with 64 MiB a 256 MiB cold read on loopback cost 13,000 more
   /// page faults and about a tenth more CPU than with the cache off; with
   /// 16 MiB, the CPU of the cache off (BENCHMARKS.md, "Fills hold less").
   public static let defaultObjectHoldLimit = 16 << 20
+
+  /// 512 MiB a second: faster than a 4 Gbit/s link, or 16 streams of the
+  /// bench's WAN model (25 MB/s each); a read on loopback, which the CPU
+  /// bounds, runs faster (800–950 MB/s on the bench's 2 cores).
+  public static let defaultFastReader: Double = 512 * 1_048_576
 
   /// 1 GiB, but no more than a tenth of the free space: modest enough
   /// never to surprise, large enough for a working set of ordinary files.
@@ -84,12 +104,14 @@ public final class CachingStore: ForwardingObjectStore {
   }
 
   private init(
-    inner: any ObjectStore, cache: ReadCache, pool: IOPool, objectHoldLimit: Int, metrics: CacheMetrics
+    inner: any ObjectStore, cache: ReadCache, pool: IOPool, objectHoldLimit: Int, fastReader: Double,
+    metrics: CacheMetrics
   ) {
     self.inner = inner
     self.cache = cache
     self.pool = pool
     self.objectHoldLimit = max(objectHoldLimit, 0)
+    self.fastReader = fastReader
     self.metrics = metrics
   }
 
@@ -141,20 +163,25 @@ public final class CachingStore: ForwardingObjectStore {
   }
 
   /// Counts `count` more bytes waiting for the key; false when that would
-  /// pass the object's hold limit.
+  /// pass the object's hold limit while its reader is fast.
   private func hold(_ key: EntryKey, _ count: Int) -> Bool {
-    waiting.withLock { waiting in
-      let held = waiting[key, default: 0]
-      guard held + count <= objectHoldLimit else { return false }
-      waiting[key] = held + count
-      return true
+    let now = IOPool.now()
+    return waiting.withLock { waiting in
+      var entry = waiting[key] ?? Waiting(since: now)
+      entry.seen += count
+      let fast = Double(entry.seen) / max(Double(now &- entry.since) / 1e9, 0.001) > fastReader
+      let held = entry.held + count <= objectHoldLimit || !fast
+      if held { entry.held += count }
+      if entry.held > 0 { waiting[key] = entry }
+      return held
     }
   }
 
   private func release(_ key: EntryKey, _ count: Int) {
     waiting.withLock { waiting in
-      let left = waiting[key, default: 0] - count
-      waiting[key] = left > 0 ? left : nil
+      guard var entry = waiting[key] else { return }
+      entry.held -= count
+      waiting[key] = entry.held > 0 ? entry : nil
     }
   }
 

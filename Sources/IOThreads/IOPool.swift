@@ -258,7 +258,7 @@ public final class IOPool: Sendable {
   }
 
   /// The monotonic clock, in nanoseconds.
-  private static func now() -> UInt64 {
+  public static func now() -> UInt64 {
     var time = timespec()
     clock_gettime(CLOCK_MONOTONIC, &time)
     return UInt64(time.tv_sec) * 1_000_000_000 + UInt64(time.tv_nsec)

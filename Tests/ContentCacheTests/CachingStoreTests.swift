@@ -456,7 +456,7 @@ final class CachingStoreTests: XCTestCase {
     let store = try XCTUnwrap(
       CachingStore.open(
         wrapping: bucket, cacheDirectory: directory, limit: 64 << 20, pool: paced, objectHoldLimit: 200_000,
-        logger: quiet, metrics: metrics))
+        fastReader: 0, logger: quiet, metrics: metrics))
     _ = try await store.metadata(of: "f")
     _ = try await store.metadata(of: "g")
     for piece in 0..<4 {
@@ -477,6 +477,32 @@ final class CachingStoreTests: XCTestCase {
       "f", generation: object.generation, range: 3 * 65536..<4 * 65536)
     XCTAssertEqual(dropped.bytes, Array(data[3 * 65536..<4 * 65536]))
     XCTAssertEqual(bucketReads, reads + 1, "the dropped piece is a miss")
+    let stopped = await paced.shutdown(patience: .seconds(10))
+    XCTAssertTrue(stopped)
+  }
+
+  func testASlowReaderHoldsPastTheObjectLimitSoItsFileIsKeptWhole() async throws {
+    let metrics = TestMetrics()
+    let data = pattern(4 * 65536)
+    let object = bucket.put("f", data: data)
+    let paced = IOPool(
+      threadCount: 2, byteLimit: 64 << 20, quiet: .milliseconds(300), maxDeferral: .seconds(60))
+    let store = try XCTUnwrap(
+      CachingStore.open(
+        wrapping: bucket, cacheDirectory: directory, limit: 64 << 20, pool: paced, objectHoldLimit: 100_000,
+        fastReader: .infinity, logger: quiet, metrics: metrics))
+    _ = try await store.metadata(of: "f")
+    for piece in 0..<4 {
+      let range = Int64(piece * 65536)..<Int64((piece + 1) * 65536)
+      _ = try await store.read("f", generation: object.generation, range: range, reusing: nil)
+    }
+    XCTAssertEqual(paced.heldBytes, 4 * 65536, "every piece held, past the object's limit")
+    XCTAssertEqual(try metrics.expectCounter("bucketfs_read_cache_fills_dropped_total").totalValue, 0)
+    await store.settled()
+    let reads = bucketReads
+    let kept = try await store.readSettled("f", generation: object.generation, range: 0..<object.size)
+    XCTAssertEqual(kept.bytes, data)
+    XCTAssertEqual(bucketReads, reads, "served from disk")
     let stopped = await paced.shutdown(patience: .seconds(10))
     XCTAssertTrue(stopped)
   }
