@@ -15,6 +15,7 @@ the local disk:
      remount in between, against the same with the cache off.
 
 Usage:  .venv/bin/python bench/cache.py [--size-mib 256] [--tree 5x10x10] [--file-kib 64]
+                                       [--latency-ms 20 --stream-mbps 25]  (the WAN model)
 Every mount is unmounted and every process stopped in `finally` blocks.
 """
 
@@ -55,6 +56,8 @@ def main() -> int:
     ap.add_argument("--size-mib", type=int, default=256)
     ap.add_argument("--tree", default="5x10x10", help="fan-outs per level, then files per leaf directory")
     ap.add_argument("--file-kib", type=int, default=64, help="size of each file of the tree")
+    ap.add_argument("--latency-ms", type=float, default=0.0, help="added to each request (the WAN model)")
+    ap.add_argument("--stream-mbps", type=float, default=0.0, help="each stream's cap in MB/s (the WAN model)")
     ap.add_argument("--bucketfs-bin", default=os.environ.get("BUCKETFS_BIN") or R.BucketFSMount.binary)
     a = ap.parse_args()
     R.BucketFSMount.binary = a.bucketfs_bin
@@ -71,7 +74,7 @@ def main() -> int:
         R.upload_big(gcs.url, "bench-cache", "big.bin", a.size_mib << 20)
         tree = R.tree_names(R.shape(a.tree))
         client.upload_many("bench-cache", [F.Obj("tree/" + n, os.urandom(a.file_kib << 10)) for n in tree])
-        proxy = F.CountingProxy(gcs.url).start()
+        proxy = F.CountingProxy(gcs.url, latency=a.latency_ms / 1000, stream_bps=a.stream_mbps * 1e6).start()
         cache = os.path.join(root, "cache")  # BucketFSMount's --cache-dir
         size = a.size_mib << 20
 
