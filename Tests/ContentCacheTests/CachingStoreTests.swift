@@ -446,23 +446,33 @@ final class CachingStoreTests: XCTestCase {
     XCTAssertTrue(stopped)
   }
 
-  func testOneObjectHoldsAtMostItsLimitWhileWaitingAndTheRestIsALaterMiss() async throws {
-    let metrics = TestMetrics()
+  /// `f`, 4 pieces of 64 KiB, read one by one through a store whose fills
+  /// wait for a 300 ms pause in the reads (and no longer than a minute).
+  private func readInPieces(objectHoldLimit: Int, fastReader: Double, metrics: TestMetrics) async throws
+    -> (store: CachingStore, pool: IOPool, object: ObjectMetadata, data: [UInt8])
+  {
     let data = pattern(4 * 65536)
     let object = bucket.put("f", data: data)
-    let other = bucket.put("g", data: pattern(65536))
     let paced = IOPool(
       threadCount: 2, byteLimit: 64 << 20, quiet: .milliseconds(300), maxDeferral: .seconds(60))
     let store = try XCTUnwrap(
       CachingStore.open(
-        wrapping: bucket, cacheDirectory: directory, limit: 64 << 20, pool: paced, objectHoldLimit: 200_000,
-        fastReader: 0, logger: quiet, metrics: metrics))
+        wrapping: bucket, cacheDirectory: directory, limit: 64 << 20, pool: paced,
+        objectHoldLimit: objectHoldLimit, fastReader: fastReader, logger: quiet, metrics: metrics))
     _ = try await store.metadata(of: "f")
-    _ = try await store.metadata(of: "g")
     for piece in 0..<4 {
       let range = Int64(piece * 65536)..<Int64((piece + 1) * 65536)
       _ = try await store.read("f", generation: object.generation, range: range, reusing: nil)
     }
+    return (store, paced, object, data)
+  }
+
+  func testOneObjectHoldsAtMostItsLimitWhileWaitingAndTheRestIsALaterMiss() async throws {
+    let metrics = TestMetrics()
+    let (store, paced, object, data) = try await readInPieces(
+      objectHoldLimit: 200_000, fastReader: 0, metrics: metrics)
+    let other = bucket.put("g", data: pattern(65536))
+    _ = try await store.metadata(of: "g")
     _ = try await store.read("g", generation: other.generation, range: 0..<other.size, reusing: nil)
     XCTAssertEqual(paced.heldBytes, 4 * 65536, "three pieces of f within its limit, and g's")
     XCTAssertEqual(try metrics.expectCounter("bucketfs_read_cache_fills_dropped_total").totalValue, 1)
@@ -483,19 +493,8 @@ final class CachingStoreTests: XCTestCase {
 
   func testASlowReaderHoldsPastTheObjectLimitSoItsFileIsKeptWhole() async throws {
     let metrics = TestMetrics()
-    let data = pattern(4 * 65536)
-    let object = bucket.put("f", data: data)
-    let paced = IOPool(
-      threadCount: 2, byteLimit: 64 << 20, quiet: .milliseconds(300), maxDeferral: .seconds(60))
-    let store = try XCTUnwrap(
-      CachingStore.open(
-        wrapping: bucket, cacheDirectory: directory, limit: 64 << 20, pool: paced, objectHoldLimit: 100_000,
-        fastReader: .infinity, logger: quiet, metrics: metrics))
-    _ = try await store.metadata(of: "f")
-    for piece in 0..<4 {
-      let range = Int64(piece * 65536)..<Int64((piece + 1) * 65536)
-      _ = try await store.read("f", generation: object.generation, range: range, reusing: nil)
-    }
+    let (store, paced, object, data) = try await readInPieces(
+      objectHoldLimit: 100_000, fastReader: .infinity, metrics: metrics)
     XCTAssertEqual(paced.heldBytes, 4 * 65536, "every piece held, past the object's limit")
     XCTAssertEqual(try metrics.expectCounter("bucketfs_read_cache_fills_dropped_total").totalValue, 0)
     await store.settled()
