@@ -21,10 +21,10 @@ import Synchronization
 /// small files runs without the cache's disk work beside it. One object's
 /// fills wait with at most `objectHoldLimit` bytes while its reader is
 /// fast (`fastReader`): such a stream keeps that much of itself for the
-/// pause and drops the rest, so that the
-/// reader's next segments reuse the memory of the ones it has consumed
-/// (a held fill keeps a segment's buffer; each one held makes the reader
-/// take fresh pages, measured as a tenth of the read's CPU at 64 MiB held).
+/// pause and drops the rest, so that the reader's next segments reuse the
+/// memory of the ones it has consumed (a held fill keeps a segment's
+/// buffer; each one held makes the reader take fresh pages, measured as a
+/// tenth of the read's CPU at 64 MiB held).
 public final class CachingStore: ForwardingObjectStore {
   public let inner: any ObjectStore
   let cache: ReadCache
