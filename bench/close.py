@@ -23,6 +23,12 @@ composes).
 The proxy is a Python process that buffers each body: on loopback it slows
 the transfers, so take the close figures from a run without --timeline.
 
+--compose-probe also times, after each write, one compose of the stored
+object into a new one, straight at the emulator: what the service's last
+step of any parted upload (the close's compose) costs there by itself. The
+emulator copies every byte of a compose (the service does not), so that
+time is a floor under the close of any binary that composes at close.
+
 The figures mean something only on a quiet machine (see BENCHMARKS.md).
 """
 
@@ -85,6 +91,16 @@ def write_once(path: str, mib: int, block: bytes) -> tuple[float, float, float]:
     return t1 - t0, t2 - t1, mono
 
 
+def compose_once(client: F.Client, obj: str) -> float:
+    """Seconds for the emulator to compose `obj` alone into a new object (then deleted)."""
+    body = {"sourceObjects": [{"name": obj}], "destination": {"contentType": "application/octet-stream"}}
+    t0 = time.perf_counter()
+    client._json("POST", f"/storage/v1/b/{BUCKET}/o/{F.q('probe-' + obj)}/compose", body)
+    took = time.perf_counter() - t0
+    client.delete(BUCKET, "probe-" + obj)
+    return took
+
+
 def timeline(records: list, since: float) -> list[str]:
     rows = []
     for r in sorted(records, key=lambda r: r.arrived):
@@ -107,6 +123,8 @@ def main() -> int:
     ap.add_argument("--stream-mbps", type=float, default=0.0, help="the proxy paces each body to this")
     ap.add_argument("--mount-args", default="", help="more bucketfs mount options (one string)")
     ap.add_argument("--timeline", action="store_true", help="print each request of the last repetition, timed from the last write")
+    ap.add_argument("--compose-probe", action="store_true",
+                    help="after each write, time one compose of the stored object at the emulator")
     a = ap.parse_args()
     bins = []
     for spec in a.bin:
@@ -124,6 +142,7 @@ def main() -> int:
     block = os.urandom(1 << 20)
     results: dict[str, list[tuple[float, float, float]]] = {b[0]: [] for b in bins}
     lines: dict[str, list[str]] = {}
+    probes: list[float] = []
     try:
         client = gcs.client()
         client.create_bucket(BUCKET)
@@ -147,6 +166,8 @@ def main() -> int:
                 got = client.get(BUCKET, obj)
                 if int(got["size"]) != a.mib << 20:
                     raise RuntimeError(f"{name}: stored {got['size']} bytes, wrote {a.mib << 20}")
+                if a.compose_probe:
+                    probes.append(compose_once(client, obj))
                 client.delete(BUCKET, obj)
                 results[name].append((write, close, write + close))
                 R.log(f"{name} #{rep + 1}: write {write:.2f} s, last write -> close {close:.2f} s")
@@ -164,6 +185,10 @@ def main() -> int:
             first = first or c
             print(f"| {name} (`{binary}`{' ' + ' '.join(own) if own else ''}) | {w:.2f} s | {c:.2f} s | {t:.2f} s | {c / first:.2f}× | "
                   f"{', '.join(f'{x[1]:.2f}' for x in runs)} |")
+        if probes:
+            p = statistics.median(probes)
+            print(f"| the emulator's compose of one such object, alone | | {p:.2f} s | | {p / first:.2f}× | "
+                  f"{', '.join(f'{x:.2f}' for x in probes)} |")
         for name, rows in lines.items():
             print(f"\n{name}: requests, in seconds from the last write (arrived .. answered)")
             print("\n".join(rows))
