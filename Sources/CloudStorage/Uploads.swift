@@ -82,16 +82,21 @@ extension CloudStorageClient {
     _ name: String, from source: any UploadSource, attributes: ObjectAttributes, contentType: String
   ) async throws -> ObjectMetadata {
     try await ownObject(name, size: source.size, attributes: attributes, contentType: contentType) {
-      var sum: UInt32 = 0
-      var offset: Int64 = 0
-      while offset < source.size {
-        let piece = try await read(
-          source, from: offset, count: Int(min(Int64(uploads.chunkSize), source.size - offset)))
-        sum = CRC32C.update(sum, piece)
-        offset += Int64(piece.readableBytes)
-      }
-      return sum
+      try await checksum(of: source)
     }
+  }
+
+  /// The CRC-32C of every byte of `source`.
+  func checksum(of source: any UploadSource) async throws -> UInt32 {
+    var sum: UInt32 = 0
+    var offset: Int64 = 0
+    while offset < source.size {
+      let piece = try await read(
+        source, from: offset, count: Int(min(Int64(uploads.chunkSize), source.size - offset)))
+      sum = CRC32C.update(sum, piece)
+      offset += Int64(piece.readableBytes)
+    }
+    return sum
   }
 
   /// ``ownObject(_:from:attributes:contentType:)`` for bytes known by their

@@ -235,6 +235,54 @@ final class CompositeUploadTests: XCTestCase {
     }
   }
 
+  /// A part's answer was lost, and before the repeat the part there came to
+  /// carry metadata the upload did not send (storage-testbench adds keys of
+  /// its own to every upload): the repeat's 412 is checked by the part's
+  /// bytes, which are this upload's, so the upload goes on.
+  func testALostPartAnswerIsTakenByItsBytes() async throws {
+    let data = pattern(3 << 20)
+    try await withFakeServer(retry: patient, uploads: try policy(parallel: 1, threshold: 256 << 10)) {
+      server, client in
+      server.injectFaults([.answerLost(reset: true)], for: .upload)
+      server.store.beforeNext(.upload) { store in
+        store.beforeNext(.upload) { store in Self.relabelParts(store) { $0 } }
+      }
+      let meta = try await client.upload(
+        "f", from: BytesSource(data), attributes: attributes, ifGenerationMatch: 0)
+      XCTAssertTrue(server.store.data("f") == data)
+      XCTAssertEqual(meta.generation, server.store.object("f")?.generation)
+      XCTAssertEqual(leftovers(server), [])
+    }
+  }
+
+  /// ... but a part whose bytes differ is not this upload's: the upload
+  /// fails, as unavailable (not the destination's 412), and stores nothing.
+  func testALostPartAnswerWithOtherBytesThereFailsTheUpload() async throws {
+    try await withFakeServer(retry: patient, uploads: try policy(parallel: 1, threshold: 256 << 10)) {
+      server, client in
+      server.injectFaults([.answerLost(reset: true)], for: .upload)
+      server.store.beforeNext(.upload) { store in
+        store.beforeNext(.upload) { store in Self.relabelParts(store) { $0.map { $0 ^ 1 } } }
+      }
+      let error = await storageError {
+        try await client.upload(
+          "f", from: BytesSource(pattern(3 << 20)), attributes: self.attributes, ifGenerationMatch: 0)
+      }
+      guard case .unavailable = error else { return XCTFail("\(String(describing: error))") }
+      XCTAssertNil(server.store.object("f"))
+      XCTAssertEqual(leftovers(server), [])
+    }
+  }
+
+  /// Stores each part again with `change` applied to its bytes and a custom key added.
+  static func relabelParts(_ store: InMemoryObjectStore, _ change: ([UInt8]) -> [UInt8]) {
+    for name in store.names where name.hasPrefix(UploadPolicy.partDirectory) {
+      store.put(
+        name, data: change(store.data(name) ?? []), contentType: "application/octet-stream",
+        custom: ["x_added": "1"])
+    }
+  }
+
   func testWithoutAPreconditionALostComposeIsNotRepeated() async throws {
     try await withFakeServer(retry: patient, uploads: try policy()) { server, client in
       server.injectFaults([.status(503)], for: .compose)
