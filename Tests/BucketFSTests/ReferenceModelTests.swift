@@ -441,6 +441,8 @@ struct Model {
       case nil: return vanished.contains(path) ? [.isDirectory] : [.noEntry]
       case .file:
         var data = files[path]!.bytes
+        // To the size it has: nothing changes, nothing is stored.
+        if data.count == size { return [nil] }
         if data.count < size {
           data += [UInt8](repeating: 0, count: size - data.count)
         } else {

@@ -42,3 +42,57 @@ final class TruncateByPathTests: XCTestCase {
     XCTAssertEqual(fs.stagedInodes.count, 0, "every stage released")
   }
 }
+
+/// What a truncate by path stores (docs/SEMANTICS.md#setattr-truncate-times-modes).
+final class TruncateMetadataTests: XCTestCase {
+  /// From the reference model's seed 785. A truncate to the size a file has
+  /// changes nothing and stores nothing, whether or not its bytes are here
+  /// (they used to be downloaded and stored again when they were not). One
+  /// that changes the size stores a generation that carries the file's
+  /// properties, and with its contentType removed, the service's default.
+  func testATruncateToTheSameSizeStoresNothingAndOneThatChangesItCarriesTheProperties() async throws {
+    let store = InMemoryObjectStore(bucket: "demo")
+    store.put("c", data: bytes("hello"), contentType: "text/plain", cacheControl: "v4")
+    let fs = makeWritingFileSystem(store, stageDirectory: makeStageDirectory())
+    func truncate(to size: UInt64) async throws -> Int64? {
+      let inode = try await fs.lookup(parent: InodeTable.rootInode, name: "c").attributes!.inode
+      _ = try await fs.setattr(inode: inode, handle: nil, changes: AttributeChanges(size: size))
+      await fs.tasks.finish()
+      return store.object("c")?.generation
+    }
+    let first = store.object("c")?.generation
+    let reads = store.calls(.read).count
+    let unchanged = try await truncate(to: 5)
+    XCTAssertEqual(unchanged, first, "the same size: nothing stored")
+    XCTAssertEqual(store.calls(.read).count, reads, "and nothing downloaded")
+    let inode = try await fs.lookup(parent: InodeTable.rootInode, name: "c").attributes!.inode
+    try await fs.removexattr(inode: inode, name: "user.contentType")
+    XCTAssertNil(store.object("c")?.contentType)
+    let emptied = try await truncate(to: 0)
+    XCTAssertNotEqual(emptied, first)
+    XCTAssertEqual(store.data("c"), [])
+    XCTAssertEqual(store.object("c")?.contentType, "application/octet-stream")
+    XCTAssertEqual(store.object("c")?.cacheControl, "v4")
+    let again = try await truncate(to: 0)
+    XCTAssertEqual(again, emptied, "empty and emptied again: nothing stored")
+  }
+
+  /// The same for a file this mount just created, known from its own
+  /// upload: its contentType removed, then truncated to the size it has.
+  func testATruncateToTheSizeOfAFileJustCreatedStoresNothing() async throws {
+    let store = InMemoryObjectStore(bucket: "demo")
+    let fs = makeWritingFileSystem(store, stageDirectory: makeStageDirectory())
+    let (entry, opened) = try await fs.create(
+      parent: InodeTable.rootInode, name: "b", mode: 0o644, flags: O_WRONLY | O_CREAT | O_TRUNC)
+    let inode = entry.attributes!.inode
+    try await ModelRun.writeAndClose(fs, inode, opened.handle, offset: 0, bytes("daa"))
+    await fs.tasks.finish()
+    try await fs.removexattr(inode: inode, name: "user.contentType")
+    XCTAssertNil(store.object("b")?.contentType)
+    let before = store.object("b")?.generation
+    _ = try await fs.setattr(inode: inode, handle: nil, changes: AttributeChanges(size: 3))
+    await fs.tasks.finish()
+    XCTAssertEqual(store.object("b")?.generation, before, "nothing stored")
+    XCTAssertNil(store.object("b")?.contentType)
+  }
+}

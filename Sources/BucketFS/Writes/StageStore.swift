@@ -195,8 +195,9 @@ final class StageStore: MountComponent, Sendable {
     try await staged.gate.run {
       let (poisoned, loaded, current) = staged.state.withLock { ($0.poisoned, $0.loaded, $0.size) }
       if let poisoned { throw poisoned }
-      // Nothing changes, nothing to upload.
-      if loaded && current == size { return }
+      // Nothing changes, nothing to download or upload (truncate(2) of a
+      // local file to its size leaves even its times).
+      if current == size { return }
       if !loaded && size > 0 { try await load(staged, upTo: min(size, current)) }
       // A stream's bytes come back for any size but 0, which drops them.
       try await streams.endStream(staged, bringBack: size > 0)
