@@ -38,6 +38,26 @@ final class NamespaceDirectoryRenameTests: XCTestCase {
     store.put("d-sibling", data: bytes("not under d/"))
   }
 
+  /// The reference model's seed 1200: `b/c/c` unlinked, so `b/` and `b/c/`
+  /// vanish with their last object, then directory `c/a` renamed to `b`,
+  /// bringing its file `c/a/c` as `b/c`. The directories the mount still
+  /// held under `b/` are gone: `b/c` is the file (it was the vanished
+  /// directory, and rmdir under it said ENOENT where ENOTDIR was due).
+  func testARenameOntoVanishedDirectoriesShowsTheFilesItMoved() async throws {
+    store.put("b/c/c", data: bytes("b/c/c"))
+    store.put("c/a/c", data: bytes("c/a/c"))
+    let old = try await fs.inode(at: "b/c")
+    try await fs.unlink(parent: old, name: "c")
+    try await fs.rename(parent: try await fs.inode(at: "c"), name: "a", newParent: 1, newName: "b", flags: [])
+    XCTAssertEqual(store.names, ["b/c"])
+    let kind = try await fs.kind(at: "b/c")
+    XCTAssertEqual(kind, .file)
+    let file = try await fs.inode(at: "b/c")
+    XCTAssertNotEqual(file, old)
+    let entries = try await fs.entries(of: try await fs.inode(at: "b"), perCall: 10)
+    XCTAssertEqual(entries.map(\.0), ["c"])
+  }
+
   func testEveryObjectMovesAndTheKernelsInodesFollow() async throws {
     seedTree()
     let d = try await fs.inode(at: "d")

@@ -232,6 +232,10 @@ final class NodeTable: Sendable {
   )] {
     let now = clock()
     return withLock { table in
+      // The bucket had nothing under `to` (the rename checked): a directory
+      // the mount still holds there vanished with its last object, and would
+      // hide a moved file of its name.
+      for (inode, node) in table.inodes(under: to) where node.kind == .directory { table.detach(inode) }
       for (inode, node) in table.inodes(under: from) {
         table.rekey(inode, to: to + String(decoding: node.key.utf8.dropFirst(from.utf8.count), as: UTF8.self))
       }
