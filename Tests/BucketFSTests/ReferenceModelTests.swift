@@ -313,8 +313,11 @@ struct Model {
       detached = before.filter { $0 == from || $0.hasPrefix(from + "/") }
     default: break
     }
-    // Held directories under a renamed one move with it, as the kernel's entries do.
     if case .rename(let from, let to, _) = operation, from != to, outcome == [nil] {
+      // A directory moved onto `to` takes the place of what the mount held
+      // there: directories that had vanished under it are detached.
+      if before.contains(from) { vanished = vanished.filter { !$0.hasPrefix(to + "/") } }
+      // Held directories under a renamed one move with it, as the kernel's entries do.
       vanished = Set(vanished.map { $0.hasPrefix(from + "/") ? to + $0.dropFirst(from.count) : $0 })
     }
     let after = directories
