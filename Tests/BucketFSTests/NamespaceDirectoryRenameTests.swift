@@ -58,6 +58,22 @@ final class NamespaceDirectoryRenameTests: XCTestCase {
     XCTAssertEqual(entries.map(\.0), ["c"])
   }
 
+  /// The reference model's seed 2813: a file renamed onto `c`, whose
+  /// directories `c/` and `c/c/` had vanished with their last objects,
+  /// then `mkdir c`: `c/c` is gone with the `c/` it was under, so a file
+  /// cannot be created in it (it was, under the held node of `c/c/`).
+  func testAFileRenamedOntoVanishedDirectoriesTakesTheirSubtreeWithThem() async throws {
+    store.put("c/c/b/", data: [])
+    store.put("f", data: bytes("f"))
+    try await fs.rmdir(parent: try await fs.inode(at: "c/c"), name: "b")
+    try await fs.rename(parent: 1, name: "f", newParent: 1, newName: "c", flags: [])
+    try await fs.unlink(parent: 1, name: "c")
+    _ = try await fs.mkdir(parent: 1, name: "c", mode: 0o755)
+    let c = try await fs.inode(at: "c")
+    let found = try await fs.lookup(parent: c, name: "c").attributes
+    XCTAssertNil(found, "c/c went with the c/ it was under")
+  }
+
   func testEveryObjectMovesAndTheKernelsInodesFollow() async throws {
     seedTree()
     let d = try await fs.inode(at: "d")

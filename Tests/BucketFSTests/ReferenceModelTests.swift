@@ -314,9 +314,9 @@ struct Model {
     default: break
     }
     if case .rename(let from, let to, _) = operation, from != to, outcome == [nil] {
-      // A directory moved onto `to` takes the place of what the mount held
-      // there: directories that had vanished under it are detached.
-      if before.contains(from) { vanished = vanished.filter { !$0.hasPrefix(to + "/") } }
+      // A name moved onto `to` takes the place of what the mount held there:
+      // directories that had vanished under it are detached.
+      vanished = vanished.filter { !$0.hasPrefix(to + "/") }
       // Held directories under a renamed one move with it, as the kernel's entries do.
       vanished = Set(vanished.map { $0.hasPrefix(from + "/") ? to + $0.dropFirst(from.count) : $0 })
     }

@@ -217,8 +217,12 @@ final class NodeTable: Sendable {
         table.detach(other)
       }
       // The bucket had no directory of that name (it was checked): one the
-      // mount still holds had vanished with its last object.
+      // mount still holds had vanished with its last object, and so had
+      // every directory it holds under it.
       if let vanished = table.inode(of: moved.name + "/") { table.detach(vanished) }
+      for (inode, node) in table.inodes(under: moved.name + "/") where node.kind == .directory {
+        table.detach(inode)
+      }
       table.metadata.remove(from)
       table.refresh(moved, at: now)
     }
