@@ -536,7 +536,8 @@ struct OtherClientRound {
   /// metadata fetched less than a second ago (docs/SEMANTICS.md#xattrs-set),
   /// so when the mount fetched the old version just before the change
   /// (`fetchedJustBefore`: the file was opened then, on the same clock),
-  /// the old version's refusal may stand.
+  /// the old version's refusal may stand, and setting the value the old
+  /// version had may send nothing.
   private mutating func setxattrAtOnce(
     _ path: String, _ inode: UInt64, flags: XattrFlags, fetchedJustBefore: Bool
   ) async throws {
@@ -560,7 +561,11 @@ struct OtherClientRound {
         "setxattr user.custom.k=\(value) (\(named)) of \(path): \(got?.description ?? "success"), "
           + "expected \(expected?.description ?? "success")")
     }
-    if got == nil { after.files[path]!.attributes.custom["k"] = value }
+    guard got == nil else { return }
+    // Setting the value the old version had sends nothing, on the same grounds.
+    let staleNoOp = fetchedJustBefore && before.files[path]?.attributes.custom["k"] == value
+    if staleNoOp, store.object(path)?.custom["k"] != value { return }
+    after.files[path]!.attributes.custom["k"] = value
   }
 
   static let xattrNames = [
