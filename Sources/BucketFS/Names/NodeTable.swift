@@ -218,10 +218,13 @@ final class NodeTable: Sendable {
       }
       // The bucket had no directory of that name (it was checked): one the
       // mount still holds had vanished with its last object, and so had
-      // every directory it holds under it.
-      if let vanished = table.inode(of: moved.name + "/") { table.detach(vanished) }
-      for (inode, node) in table.inodes(under: moved.name + "/") where node.kind == .directory {
-        table.detach(inode)
+      // every directory it holds under it (looked for only then: the scan
+      // reads every node, and an rsync renames each file it writes).
+      if let vanished = table.inode(of: moved.name + "/") {
+        table.detach(vanished)
+        for (inode, node) in table.inodes(under: moved.name + "/") where node.kind == .directory {
+          table.detach(inode)
+        }
       }
       table.metadata.remove(from)
       table.refresh(moved, at: now)
