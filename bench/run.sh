@@ -3,6 +3,7 @@
 #   bench/run.sh --quick      # small sizes, about a minute or two
 #   bench/run.sh              # the full run (N1=10,000, N2=100,000, 256 MiB)
 #   bench/run.sh --help       # all options
+#   bench/run.sh --scale      # directories of 10k to 1M and trees to 10M objects (bench/scale.py, --help)
 # Uses .build/release/bucketfs when it exists, else .build/debug/bucketfs
 # (BUCKETFS_BIN or --bucketfs-bin overrides).
 set -euo pipefail
@@ -15,4 +16,5 @@ if [ -z "${BUCKETFS_BIN:-}" ]; then
   if [ -x .build/release/bucketfs ]; then export BUCKETFS_BIN=$PWD/.build/release/bucketfs
   else export BUCKETFS_BIN=$PWD/.build/debug/bucketfs; fi
 fi
+if [ "${1:-}" = --scale ]; then shift; exec .venv/bin/python bench/scale.py "$@"; fi
 exec .venv/bin/python bench/run.py "$@"
