@@ -82,3 +82,30 @@ def test_requester_pays_bucket_without_the_option_fails_the_mount_with_one_line(
         result.stderr
     assert wait_for(lambda: not is_mounted(m.path), 5) and not in_proc_mounts(m.path), "nothing left mounted"
     assert m.proxy.records() and all(r.status == 400 for r in m.proxy.records()), m.proxy.describe()
+
+
+def test_fstab_billing_project_becomes_the_option():
+    """mount.fuse.bucketfs -f (fake): fstab's billing_project=P is --billing-project P."""
+    helper = os.path.join(os.path.dirname(__file__), "..", "scripts", "mount.fuse.bucketfs")
+    p = run(["sh", helper, "gs://b", "/mnt/x", "-f", "-o", f"ro,billing_project={PROJECT},anonymous"])
+    assert p.stderr.strip().endswith(f"mount gs://b /mnt/x --billing-project {PROJECT} --anonymous -o ro"), p.stderr
+
+
+def test_clean_parts_names_the_billing_project(mount, client, bucket, bucketfs_bin):
+    """clean-parts lists and deletes with userProject; without it, the same one line."""
+    client.upload(bucket, ".bucketfs-parts/1-abc/0", b"part")
+    proxy = F.CountingProxy(mount.gcs.url)
+    proxy.require_user_project = PROJECT
+    proxy.start()
+    mount.proxies.append(proxy)
+    base = [bucketfs_bin, "clean-parts", f"gs://{bucket}", "--older-than", "0", "--endpoint", proxy.url, "--anonymous"]
+    p = run(base, check=False)
+    # (its log, on stderr too, has the service's words as well)
+    assert p.returncode == 1 and p.stderr.strip().splitlines()[-1] == \
+        f"bucketfs: bucket {bucket} is requester-pays: name a billing project with --billing-project", p.stderr
+    proxy.reset()
+    p = run(base + ["--billing-project", PROJECT], check=False)
+    assert p.returncode == 0, p.stderr
+    assert not client.exists(bucket, ".bucketfs-parts/1-abc/0")
+    assert {r.operation for r in proxy.records()} >= {"list", "delete"}, proxy.describe()
+    assert all(r.params.get("userProject") == [PROJECT] for r in proxy.records()), proxy.describe()
