@@ -131,7 +131,9 @@ struct AWSCredentialSource: Sendable {
 
   private func region(fromEnvironment given: String?, sessionToken: String?) async throws -> String {
     if let given {
-      guard Self.isRegion(given) else { throw Failure(description: "AWS_REGION is not an AWS region name") }
+      guard Self.isRegion(given) else {
+        throw Failure(description: "AWS_REGION or AWS_DEFAULT_REGION is not an AWS region name")
+      }
       return given
     }
     guard let url = source.regionURL else {

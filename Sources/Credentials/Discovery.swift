@@ -31,6 +31,7 @@ public func discover(
   explicitFile: String?, accessTokenFile: String? = nil, environment: [String: String],
   http: HTTPClient = .shared, scope: String = StorageScope.readWrite,
   refreshMargin: Double = TokenDefaults.refreshMargin, logger: Logger,
+  // The probe reads the process's environment (a default cannot see `environment`).
   metadataServerAvailable: () -> MetadataServerProbe.Answer = {
     MetadataServerProbe.locate(environment: processEnvironment())
   }
