@@ -508,6 +508,10 @@ class Pace:
             time.sleep(wait)
 
 
+# The JSON API's answer to a request on a requester-pays bucket without userProject.
+REQUESTER_PAYS_MESSAGE = "Bucket is a requester pays bucket but no user project provided."
+
+
 class _ThreadingServer(socketserver.ThreadingMixIn, http.server.HTTPServer):
     daemon_threads = True
     allow_reuse_address = True
@@ -535,6 +539,9 @@ class CountingProxy:
         self._random: tuple[random.Random, float, tuple[float, float], frozenset[str]] | None = None
         self._retry_test: tuple[str, frozenset[str], Callable[[Record], bool] | None] | None = None
         self.fault_counts: dict[str, int] = dict.fromkeys(self.RANDOM_FAULTS, 0)
+        # When set, the bucket is requester-pays: a request without userProject=<this>
+        # gets the service's 400 instead of being forwarded.
+        self.require_user_project: str | None = None
         proxy = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -598,6 +605,17 @@ class CountingProxy:
                 if tagged is not None and rec.operation in tagged[1] and (tagged[2] is None or tagged[2](rec)):
                     rec.retry_test = tagged[0]
                 proxy._add(rec)
+                billed = proxy.require_user_project
+                if billed is not None and rec.params.get("userProject", [None])[-1] != billed:
+                    rec.status = 400
+                    msg = json.dumps({"error": {"code": 400, "message": REQUESTER_PAYS_MESSAGE, "errors": [
+                        {"message": REQUESTER_PAYS_MESSAGE, "domain": "global", "reason": "required"}]}}).encode()
+                    self.send_response(400)
+                    self.send_header("Content-Type", "application/json; charset=UTF-8")
+                    self.send_header("Content-Length", str(len(msg)))
+                    self.end_headers()
+                    self.wfile.write(msg)
+                    return
                 if proxy.latency > 0:
                     time.sleep(proxy.latency)
                 fault = proxy._fault

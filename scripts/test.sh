@@ -59,7 +59,7 @@ if [ "${BUCKETFS_SKIP_TESTBENCH:-0}" != 1 ]; then
     tests/test_backup.py tests/test_in_flight.py tests/test_symlinks.py tests/test_metrics.py \
     tests/test_composite.py tests/test_read_cache.py tests/test_retry_conformance.py tests/test_posix.py \
     tests/test_list_cache.py tests/test_streaming.py tests/test_streaming_faults.py \
-    tests/test_stale_names.py "$@" ||
+    tests/test_stale_names.py tests/test_billing.py "$@" ||
     failed+=("e2e on storage-testbench")
 fi
 

@@ -128,10 +128,11 @@ class _Threaded(socketserver.ThreadingMixIn, http.server.HTTPServer):
 
 class LocalServer:
     """A threaded HTTP/1.1 server on 127.0.0.1:0. ``answer(seen)`` returns
-    (status, json-able body); every request is recorded."""
+    (status, json-able body), sent with ``headers``; every request is recorded."""
 
-    def __init__(self, answer):
+    def __init__(self, answer, headers: dict[str, str] | None = None):
         self.answer = answer
+        self.headers = dict(headers or {})
         self._lock = threading.Lock()
         self.seen: list[Seen] = []
         server = self
@@ -161,6 +162,8 @@ class LocalServer:
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
+                for name, value in server.headers.items():
+                    self.send_header(name, value)
                 self.end_headers()
                 self.wfile.write(data)
 
@@ -728,7 +731,8 @@ def test_metadata_server_via_gce_metadata_host(servers, cmount, seeded, client):
             return 404, {"error": "not found"}
         return 200, token_answer(token, 3599)
 
-    md = servers(LocalServer(answer))
+    # A metadata server says so in every answer (bucketfs takes none without it).
+    md = servers(LocalServer(answer, headers={"Metadata-Flavor": "Google"}))
     # the stand-in is honest: without the header it refuses
     req = urllib.request.Request(md.url + METADATA_PATH)
     with pytest.raises(urllib.error.HTTPError) as e:

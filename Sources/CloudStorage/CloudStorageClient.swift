@@ -29,12 +29,17 @@ public final class CloudStorageClient: ObjectStore {
   let moveUnsupported = Mutex<String?>(nil)
   /// Set once parts of a composite upload were refused (403): uploads then go up in one stream.
   let compositeRefused = Mutex<String?>(nil)
+  /// The billing project sent as `userProject` on every request (`--billing-project`).
+  let userProject: String?
+  /// Set once a requester-pays refusal was logged.
+  let requesterPaysLogged = Mutex(false)
 
   public init(
     bucket: String, endpoint: Endpoint, http: HTTPClient, tokens: (any AccessTokenProvider)?,
     retry: RetryPolicy = RetryPolicy(), uploads: UploadPolicy = UploadPolicy(), logger: Logger,
-    metrics: StorageMetrics = StorageMetrics()
+    metrics: StorageMetrics = StorageMetrics(), userProject: String? = nil
   ) {
+    self.userProject = userProject
     self.bucket = bucket
     self.endpoint = endpoint
     self.http = http

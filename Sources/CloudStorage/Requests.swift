@@ -108,7 +108,7 @@ extension CloudStorageClient {
     _ storageRequest: StorageRequest, deadline: NIODeadline, refreshToken: Bool, accepting: Set<Int>
   ) async throws -> Outcome {
     let kind = storageRequest.kind
-    var request = HTTPClientRequest(url: storageRequest.url)
+    var request = HTTPClientRequest(url: billed(storageRequest.url))
     request.method = storageRequest.method
     request.headers.add(name: "User-Agent", value: "bucketfs/\(Version.current)")
     request.headers.add(name: "Accept-Encoding", value: "gzip")  // stored bytes, as `size` counts them
@@ -177,6 +177,7 @@ extension CloudStorageClient {
       return .failure(.preconditionFailed)
     case 400:
       let text = message(in: payload, status: status)
+      if let refusal = requesterPaysRefusal(text) { return .failure(refusal) }
       let lower = text.lowercased()
       if lower.contains("metadata")
         && (lower.contains("large") || lower.contains("exceed") || lower.contains("size")

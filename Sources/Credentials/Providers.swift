@@ -134,10 +134,12 @@ public final class MetadataServerCredentials: AccessTokenProvider, CustomStringC
     if host.hasPrefix("http://") { host.removeFirst("http://".count) }
     while host.hasSuffix("/") { host.removeLast() }
     self.host = host
-    let endpoint = TokenEndpoint(
+    var endpoint = TokenEndpoint(
       url: "http://\(host)/computeMetadata/v1/instance/service-accounts/default/token", http: http,
       logger: logger, timeout: .seconds(10))
-    cache = TokenCache(refreshMargin: refreshMargin) {
+    // Only a metadata server says so: another server at that address gets no trust.
+    endpoint.requiredHeader = ("Metadata-Flavor", "Google")
+    cache = TokenCache(refreshMargin: refreshMargin) { [endpoint] in
       try await endpoint.get(headers: [("Metadata-Flavor", "Google")])
     }
   }

@@ -22,6 +22,8 @@ struct TokenEndpoint: Sendable {
   var attempts = 3
   /// All attempts together end by then.
   var deadline: TimeAmount = .seconds(45)
+  /// A header a 2xx answer must carry to count (the metadata server's `Metadata-Flavor: Google`).
+  var requiredHeader: (name: String, value: String)? = nil
 
   /// POSTs `form` as application/x-www-form-urlencoded. Any of `secrets` found in the
   /// endpoint's answer is replaced before the answer reaches an error message.
@@ -107,6 +109,10 @@ struct TokenEndpoint: Sendable {
         endpoint: url, status: status,
         error: answer?.error.map { Redaction.scrub($0, secrets: secrets) },
         description: answer?.errorDescription.map { Redaction.scrub($0, secrets: secrets) })
+    }
+    if let required = requiredHeader, response.headers.first(name: required.name) != required.value {
+      throw CredentialsError.invalidTokenResponse(
+        endpoint: url, reason: "no \(required.name): \(required.value) header in the answer")
     }
     let answer: TokenAnswer
     do {

@@ -123,6 +123,10 @@ public enum MountOptionTable {
   public static let allowInsecureHTTP = MountOption<Bool>(
     "allow-insecure-http", value: nil, default: false,
     "plain `http://` is only accepted for loopback hosts unless this is given")
+  public static let billingProject = MountOption<String>(
+    "billing-project", value: "P", default: nil,
+    "the project billed for a requester-pays bucket: sent as `userProject` on every request (fstab: `billing_project=P`)"
+  )
   public static let options = MountOption<[String]>(
     "o", short: true, value: "OPTIONS", default: nil,
     "comma-separated: `ro`, `allow_other`, `uid=N`, `gid=N`, `file_mode=0644`, `dir_mode=0755` (the owner and modes of objects that store none), `posix_attributes=off` (store no modes, owners or special files); always `nosuid,nodev`; mount(8) options (`_netdev`, `nofail`, `x-systemd.*`, …) are accepted and ignored"
@@ -203,7 +207,7 @@ public enum MountOptionTable {
   /// Every option, in README's order.
   public static let rows: [MountOptionRow] = [
     foreground.row, endpoint.row, anonymous.row, credentials.row, accessTokenFile.row,
-    allowInsecureHTTP.row, options.row, pageSize.row, metadataTTL.row, negativeTTL.row,
+    allowInsecureHTTP.row, billingProject.row, options.row, pageSize.row, metadataTTL.row, negativeTTL.row,
     listCacheTTL.row, requestTimeout.row, retryDeadline.row, uploadThreshold.row, uploadChunkSize.row,
     compositeUploadThreshold.row, compositePartSize.row, streamDiskLimit.row, cacheDir.row,
     readCacheSize.row,

@@ -3,6 +3,7 @@ import BucketFS
 import CloudStorage
 import Logging
 import MountOptionTable
+import ObjectStore
 
 private typealias T = MountOptionTable
 
@@ -31,8 +32,12 @@ struct CleanParts: ParsableCommand {
   var accessTokenFile: String?
   @Flag(name: .customLong(T.allowInsecureHTTP.name), help: ArgumentHelp(T.allowInsecureHTTP.help))
   var allowInsecureHTTP = false
+  @Option(
+    name: .customLong(T.billingProject.name), help: ArgumentHelp(T.billingProject.help, valueName: "P"))
+  var billingProject: String?
 
   func validate() throws {
+    try checkBillingProject(billingProject)
     guard olderThan >= 0, olderThan <= 31_536_000 else {
       throw ValidationError("--older-than must be 0 to 31536000 seconds")
     }
@@ -60,7 +65,8 @@ struct CleanParts: ParsableCommand {
         anonymous: anonymous || emulated, credentials: credentials, accessTokenFile: accessTokenFile,
         http: http, logger: logger)
       client = CloudStorageClient(
-        bucket: bucket, endpoint: endpoint, http: http, tokens: tokens, uploads: uploads, logger: logger)
+        bucket: bucket, endpoint: endpoint, http: http, tokens: tokens, uploads: uploads, logger: logger,
+        userProject: billingProject)
     } catch {
       writeStandardError("bucketfs: \(error.message)\n")
       throw ExitCode(1)
@@ -80,6 +86,9 @@ struct CleanParts: ParsableCommand {
           + (done.spared > 0 ? "; spared \(done.spared) of uploads begun in the last \(Int(age)) s" : "")
           + (done.failed > 0 ? "; \(done.failed) could not be deleted" : ""))
       if done.failed > 0 { throw ExitCode(1) }
+    case .failure(let error as StorageError) where error.isRequesterPaysRefusal:
+      writeStandardError("bucketfs: \(requesterPaysAdvice(bucket: bucket))\n")
+      throw ExitCode(1)
     case .failure(let error):
       writeStandardError("bucketfs: cannot clean gs://\(bucket)/\(client.partPrefix): \(error)\n")
       throw ExitCode(1)

@@ -56,6 +56,7 @@ struct Mount: ParsableCommand {
   var accessTokenFile: String?
   @Flag(name: .customLong(T.allowInsecureHTTP.name), help: help(T.allowInsecureHTTP))
   var allowInsecureHTTP = T.allowInsecureHTTP.value
+  @Option(name: .customLong(T.billingProject.name), help: help(T.billingProject)) var billingProject: String?
   @Option(name: .customShort(Character(T.options.name)), help: help(T.options))
   var options: [String] = []
   @Option(name: .customLong(T.pageSize.name), help: help(T.pageSize))
@@ -97,6 +98,7 @@ struct Mount: ParsableCommand {
   @Option(help: .hidden) var readyFd: Int32?
 
   func validate() throws {
+    try checkBillingProject(billingProject)
     guard (1...1000).contains(pageSize) else { throw ValidationError("--page-size must be 1 to 1000") }
     guard renameDirLimit >= 0 else { throw ValidationError("--rename-dir-limit must be 0 or more") }
     guard metadataTTL >= 0, negativeTTL >= 0, listCacheTTL >= 0 else {
@@ -199,7 +201,7 @@ struct Mount: ParsableCommand {
     metrics?.bootstrap()
     let client = CloudStorageClient(
       bucket: source.bucket, endpoint: endpoint, http: http, tokens: tokens, retry: retry, uploads: uploads,
-      logger: logger)
+      logger: logger, userProject: billingProject)
 
     let where_ = "gs://\(source.bucket)/\(rootPrefix)"
     let check = blocking { () async -> Result<ListPage, any Error> in
@@ -212,6 +214,8 @@ struct Mount: ParsableCommand {
     }
     if case .failure(let error) = check {
       switch error as? StorageError {
+      case let refusal? where refusal.isRequesterPaysRefusal:
+        throw MountFailure(message: requesterPaysAdvice(bucket: source.bucket))
       case .notFound: throw MountFailure(message: "bucket \(source.bucket) not found at \(endpoint)")
       case .accessDenied(let message): throw MountFailure(message: "access denied to \(where_): \(message)")
       case .unavailable(let reason): throw MountFailure(message: "cannot reach \(endpoint): \(reason)")

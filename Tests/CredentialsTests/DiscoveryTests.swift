@@ -261,7 +261,9 @@ final class DiscoveryTests: XCTestCase {
       }
       return call == 1
         ? .json(503, "{}")
-        : .json(200, #"{"access_token":"after-503","expires_in":3599,"token_type":"Bearer"}"#)
+        : LocalHTTPServer.Response(
+          status: 200, headers: [("Content-Type", "application/json"), ("Metadata-Flavor", "Google")],
+          body: #"{"access_token":"after-503","expires_in":3599,"token_type":"Bearer"}"#)
     }
     try await withLocalServer(flaky) { server in
       try await withHTTPClient { http in
@@ -430,10 +432,17 @@ final class DiscoveryTests: XCTestCase {
       "\(lines.current)")
   }
 
-  func testProbeStaysSilentOffGoogleHardware() throws {
-    // This machine's firmware does not say Google, so nothing may be sent to 169.254.169.254.
-    try XCTSkipIf(MetadataServerProbe.firmwareSaysGoogle(), "running on Google hardware")
-    XCTAssertFalse(MetadataServerProbe.answers())
+  func testProbeAsksTheLinkLocalAddressOnlyOnGoogleHardware() {
+    XCTAssertEqual(
+      MetadataServerProbe.candidates(environment: [:], firmwareSaysGoogle: false),
+      ["metadata.google.internal"])
+    XCTAssertEqual(
+      MetadataServerProbe.candidates(environment: [:], firmwareSaysGoogle: true),
+      ["169.254.169.254", "metadata.google.internal"])
+    XCTAssertEqual(
+      MetadataServerProbe.candidates(
+        environment: ["GCE_METADATA_IP": "10.0.0.9:8080"], firmwareSaysGoogle: false),
+      ["10.0.0.9:8080", "metadata.google.internal"])
   }
 
   // MARK: Nothing secret in the logs

@@ -118,6 +118,7 @@ public final class FakeStorageServer: @unchecked Sendable {
     var rewriteBytesPerCall: Int64?
     var rules: [FaultRule] = []
     var requireBearerToken: String?
+    var requireUserProject: String?
     var port = 0
     var group: MultiThreadedEventLoopGroup?
     var serverChannel: Channel?
@@ -153,6 +154,13 @@ public final class FakeStorageServer: @unchecked Sendable {
   public var requireBearerToken: String? {
     get { state.withLock { $0.requireBearerToken } }
     set { state.withLock { $0.requireBearerToken = newValue } }
+  }
+
+  /// When set, the bucket is requester-pays: a request without `userProject` equal to this
+  /// gets the service's 400 (reason `required`).
+  public var requireUserProject: String? {
+    get { state.withLock { $0.requireUserProject } }
+    set { state.withLock { $0.requireUserProject = newValue } }
   }
 
   /// Every request received so far, in arrival order.
@@ -411,6 +419,10 @@ public final class FakeStorageServer: @unchecked Sendable {
             401, message, reason: authorization == nil ? "required" : "authError",
             headers: [("WWW-Authenticate", "Bearer realm=\"https://accounts.google.com/\"")]))
       }
+    }
+    if let project = requireUserProject, query?["userProject"] != project {
+      return .respond(
+        .error(400, "Bucket is a requester pays bucket but no user project provided.", reason: "required"))
     }
     if oversized { return .respond(.error(413, "Request body too large.", reason: "uploadTooLarge")) }
     guard let query else { return .respond(.error(400, "Invalid query string.", reason: "invalid")) }
