@@ -104,7 +104,7 @@ public struct ExecutableSource: Sendable {
     var answer = outcome.output
     if answer.allSatisfy({ $0 == 0x20 || $0 == 0x0a || $0 == 0x0d || $0 == 0x09 }), let outputFile {
       // A program may answer in the output file alone.
-      answer = (try? SecretFile.contents(of: outputFile, logger: context.logger)) ?? []
+      answer = (try? SecretFile.contents(of: outputFile, logger: context.logger, warnIfShared: false)) ?? []
     }
     let response = try ExecutableResponse(answer, source: name)
     if outputFile != nil, response.expiration == nil {
@@ -117,7 +117,7 @@ public struct ExecutableSource: Sendable {
   /// The output file's token while it is unexpired; nil to run the program. A file that is
   /// not an answer at all is an error, as in Google's libraries.
   private func cachedToken(_ path: String, context: SubjectTokenSource.Context) throws -> String? {
-    guard let bytes = try? SecretFile.contents(of: path, logger: context.logger),
+    guard let bytes = try? SecretFile.contents(of: path, logger: context.logger, warnIfShared: false),
       JSONValue.parse(bytes) != nil
     else { return nil }
     let name = "output file \(path)"
