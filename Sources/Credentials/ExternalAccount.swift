@@ -56,7 +56,7 @@ public struct ExternalAccount: Sendable, CustomStringConvertible {
     workforcePoolUserProject = try fields.string("workforce_pool_user_project")
     quotaProject = try fields.string("quota_project_id")
     universeDomain = try fields.universeDomain()
-    for key in ["token_info_url"] { _ = try fields.secureURL(key, required: false) }
+    _ = try fields.secureURL("token_info_url", required: false)  // checked, though not used
     guard let credentialSource = try fields.object("credential_source") else {
       throw fields.invalid("field credential_source is missing")
     }
