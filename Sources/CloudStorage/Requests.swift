@@ -123,6 +123,9 @@ extension CloudStorageClient {
         throw StorageError.accessDenied("could not get an access token: \(error)")
       }
       request.headers.add(name: "Authorization", value: "Bearer \(token)")
+      if let project = tokens.quotaProject {
+        request.headers.add(name: "x-goog-user-project", value: project)
+      }
     }
     let sent: Int
     switch storageRequest.body {

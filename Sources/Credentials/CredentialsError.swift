@@ -11,6 +11,9 @@ public enum CredentialsError: Error, Equatable, CustomStringConvertible {
   case invalidTokenResponse(endpoint: String, reason: String)
   /// The token endpoint could not be reached.
   case unreachable(endpoint: String, reason: String)
+  /// An external account's subject token could not be had from `source` (a file, URL or
+  /// program); `reason` never quotes what the source answered.
+  case subjectTokenUnavailable(source: String, reason: String)
   /// Nothing in the discovery order applied.
   case noCredentialsFound(String)
   /// Contradictory options.
@@ -31,6 +34,8 @@ public enum CredentialsError: Error, Equatable, CustomStringConvertible {
       return "token endpoint \(endpoint) sent an unusable answer: \(reason)"
     case .unreachable(let endpoint, let reason):
       return "cannot reach token endpoint \(endpoint): \(reason)"
+    case .subjectTokenUnavailable(let source, let reason):
+      return "cannot get the subject token from \(source): \(reason)"
     case .noCredentialsFound(let detail):
       return "no credentials found: \(detail)"
     case .conflict(let detail):

@@ -19,6 +19,9 @@ public struct ServiceAccountKey: Sendable, CustomStringConvertible {
   public let privateKeyID: String?
   public let tokenURI: String
   let signingKey: _RSA.Signing.PrivateKey
+  public var quotaProject: String? = nil
+  /// Outside `googleapis.com` the key signs its own JWTs: there is no token exchange.
+  public var universeDomain: String = defaultUniverseDomain
 
   public var description: String { "service account \(clientEmail)" }
 }
@@ -30,6 +33,7 @@ public struct AuthorizedUser: Sendable, CustomStringConvertible {
   let clientSecret: String
   let refreshToken: String
   public let tokenURI: String
+  public var quotaProject: String? = nil
 
   public var description: String { "authorized user (OAuth client \(clientID))" }
 }
@@ -38,9 +42,16 @@ public struct AuthorizedUser: Sendable, CustomStringConvertible {
 public enum CredentialsFile: Sendable {
   case serviceAccount(ServiceAccountKey)
   case authorizedUser(AuthorizedUser)
+  case externalAccount(ExternalAccount)
+  indirect case impersonatedServiceAccount(ImpersonatedServiceAccount)
+  case externalAccountAuthorizedUser(ExternalAccountAuthorizedUser)
 
   /// Google's OAuth token endpoint, for files that do not name one.
   public static let defaultTokenURI = "https://oauth2.googleapis.com/token"
+
+  static let supportedTypes =
+    "service_account, authorized_user, external_account, impersonated_service_account and "
+    + "external_account_authorized_user"
 
   /// Reads and checks the file at `path`; warns through `logger` when others may read it.
   public static func load(path: String, logger: Logger) throws -> CredentialsFile {
@@ -49,80 +60,77 @@ public enum CredentialsFile: Sendable {
 
   /// Checks a credentials file's contents; `path` only names it in errors.
   public static func parse(_ bytes: [UInt8], path: String) throws -> CredentialsFile {
-    func invalid(_ reason: String) -> CredentialsError { .invalidFile(path: path, reason: reason) }
-    let fields: Fields
-    do {
-      fields = try JSONDecoder().decode(Fields.self, from: Data(bytes))
-    } catch {
-      // The decoder's message may quote the file; say only what kind of problem it is.
-      throw invalid("not a JSON object")
+    // The decoder's message may quote the file; say only what kind of problem it is.
+    guard let members = JSONValue.parse(bytes)?.object else {
+      throw CredentialsError.invalidFile(path: path, reason: "not a JSON object")
     }
-    if let bad = fields.notStrings.sorted().first { throw invalid("field \(bad) is not a string") }
-    func required(_ key: String) throws -> String {
-      guard let value = fields.values[key], !value.isEmpty else { throw invalid("field \(key) is missing") }
-      return value
+    return try parse(JSONFields(members, path: path))
+  }
+
+  /// The file's project for quota and billing (`quota_project_id`), if it names one.
+  public var quotaProject: String? {
+    switch self {
+    case .serviceAccount(let key): key.quotaProject
+    case .authorizedUser(let user): user.quotaProject
+    case .externalAccount(let account): account.quotaProject
+    case .impersonatedServiceAccount(let account): account.quotaProject
+    case .externalAccountAuthorizedUser(let user): user.quotaProject
     }
+  }
+
+  /// The universe whose services these credentials are for.
+  public var universeDomain: String {
+    switch self {
+    case .serviceAccount(let key): key.universeDomain
+    case .authorizedUser: defaultUniverseDomain
+    case .externalAccount(let account): account.universeDomain
+    case .impersonatedServiceAccount(let account): account.source.universeDomain
+    case .externalAccountAuthorizedUser(let user): user.universeDomain
+    }
+  }
+
+  /// One credentials object (the file, or an impersonated account's `source_credentials`).
+  static func parse(_ fields: JSONFields) throws -> CredentialsFile {
     func tokenURI() throws -> String {
-      guard let uri = fields.values["token_uri"], !uri.isEmpty else { return defaultTokenURI }
+      guard let uri = try fields.string("token_uri") else { return defaultTokenURI }
       // The assertion or refresh token goes there: never in clear over a network.
-      guard let endpoint = try? Endpoint(uri), endpoint.scheme == "https" || endpoint.isLoopback else {
-        throw invalid("field token_uri is not an https URL")
-      }
+      try SecureURL.check(uri, field: fields.prefix + "token_uri", path: fields.path)
       return uri
     }
 
-    switch try required("type") {
+    switch try fields.required("type") {
     case "service_account":
-      let email = try required("client_email")
-      let pem = try required("private_key")
+      let email = try fields.required("client_email")
+      let pem = try fields.required("private_key")
       let uri = try tokenURI()
       let key: _RSA.Signing.PrivateKey
       do {
         key = try _RSA.Signing.PrivateKey(pemRepresentation: pem)
       } catch {
-        throw invalid("field private_key is not a PEM RSA private key of 2048 bits or more")
+        throw fields.invalid(
+          "field \(fields.prefix)private_key is not a PEM RSA private key of 2048 bits or more")
       }
       return .serviceAccount(
         ServiceAccountKey(
-          clientEmail: email, privateKeyID: fields.values["private_key_id"].flatMap { $0.isEmpty ? nil : $0 },
-          tokenURI: uri, signingKey: key))
+          clientEmail: email, privateKeyID: try fields.string("private_key_id"), tokenURI: uri,
+          signingKey: key, quotaProject: try fields.string("quota_project_id"),
+          universeDomain: try fields.universeDomain()))
     case "authorized_user":
       return .authorizedUser(
         AuthorizedUser(
-          clientID: try required("client_id"), clientSecret: try required("client_secret"),
-          refreshToken: try required("refresh_token"), tokenURI: try tokenURI()))
+          clientID: try fields.required("client_id"), clientSecret: try fields.required("client_secret"),
+          refreshToken: try fields.required("refresh_token"), tokenURI: try tokenURI(),
+          quotaProject: try fields.string("quota_project_id")))
+    case "external_account":
+      return .externalAccount(try ExternalAccount(fields))
+    case "impersonated_service_account":
+      return .impersonatedServiceAccount(try ImpersonatedServiceAccount(fields))
+    case "external_account_authorized_user":
+      return .externalAccountAuthorizedUser(try ExternalAccountAuthorizedUser(fields))
     case let other:
       let shown = other.count <= 40 && other.allSatisfy { $0.isLetter || $0 == "_" } ? other : "unknown"
-      throw invalid("type \(shown) is not supported (only service_account and authorized_user)")
-    }
-  }
-
-  /// The top-level string members of a JSON object; members of other types are noted, not kept.
-  struct Fields: Decodable {
-    var values: [String: String] = [:]
-    var notStrings: Set<String> = []
-
-    static let known: Set<String> = [
-      "type", "client_email", "private_key", "private_key_id", "token_uri", "client_id", "client_secret",
-      "refresh_token",
-    ]
-
-    struct Key: CodingKey {
-      var stringValue: String
-      var intValue: Int? { nil }
-      init(stringValue: String) { self.stringValue = stringValue }
-      init?(intValue: Int) { nil }
-    }
-
-    init(from decoder: any Decoder) throws {
-      let container = try decoder.container(keyedBy: Key.self)
-      for key in container.allKeys {
-        if let value = try? container.decode(String.self, forKey: key) {
-          values[key.stringValue] = value
-        } else if Self.known.contains(key.stringValue), (try? container.decodeNil(forKey: key)) != true {
-          notStrings.insert(key.stringValue)
-        }
-      }
+      throw fields.invalid(
+        "\(fields.prefix)type \(shown) is not supported (only \(supportedTypes))")
     }
   }
 }
@@ -130,7 +138,9 @@ public enum CredentialsFile: Sendable {
 /// Reading files that hold secrets.
 enum SecretFile {
   /// The whole file (at most 1 MiB); a warning when its mode lets group or others read it.
-  static func contents(of path: String, logger: Logger) throws -> [UInt8] {
+  /// `warnIfShared: false` for files that are not secrets of their own (a subject token
+  /// that Kubernetes projects with mode 0644 is good for one audience only).
+  static func contents(of path: String, logger: Logger, warnIfShared: Bool = true) throws -> [UInt8] {
     func failure(_ reason: String) -> CredentialsError { .unreadableFile(path: path, reason: reason) }
     let fd = open(path, O_RDONLY | O_CLOEXEC)
     guard fd >= 0 else { throw failure(String(cString: strerror(errno))) }
@@ -140,7 +150,7 @@ enum SecretFile {
     guard info.st_mode & S_IFMT == S_IFREG else { throw failure("not a regular file") }
     guard info.st_size <= 1 << 20 else { throw failure("larger than 1 MiB") }
     let mode = info.st_mode & 0o777
-    if mode & 0o077 != 0 {
+    if warnIfShared, mode & 0o077 != 0 {
       logger.warning(
         "credentials file \(path) can be read by other users (mode \(String(mode, radix: 8))); chmod 600 it")
     }

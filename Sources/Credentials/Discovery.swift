@@ -37,16 +37,13 @@ public func discover(
   }
 ) throws -> any AccessTokenProvider {
   func fromFile(_ path: String, via: String) throws -> any AccessTokenProvider {
-    let provider: any AccessTokenProvider
-    switch try CredentialsFile.load(path: path, logger: logger) {
-    case .serviceAccount(let key):
-      provider = ServiceAccountCredentials(
-        key: key, scope: scope, http: http, refreshMargin: refreshMargin, logger: logger)
-    case .authorizedUser(let user):
-      provider = AuthorizedUserCredentials(
-        user: user, http: http, refreshMargin: refreshMargin, logger: logger)
-    }
-    logger.info("credentials: \(provider), from \(path) (\(via))")
+    let file = try CredentialsFile.load(path: path, logger: logger)
+    let quotaProject = value(quotaProjectVariable) ?? file.quotaProject
+    let provider = file.provider(
+      scope: scope, quotaProject: quotaProject, environment: environment, http: http,
+      refreshMargin: refreshMargin, logger: logger)
+    let quota = quotaProject.map { ", quota project \($0)" } ?? ""
+    logger.info("credentials: \(provider), from \(path) (\(via))\(quota)")
     return provider
   }
   func value(_ name: String) -> String? { environment[name].flatMap { $0.isEmpty ? nil : $0 } }

@@ -37,14 +37,16 @@ public enum TokenDefaults {
 public final class ServiceAccountCredentials: AccessTokenProvider, CustomStringConvertible {
   public let key: ServiceAccountKey
   public let scope: String
+  public let quotaProject: String?
   private let cache: TokenCache
 
   public init(
-    key: ServiceAccountKey, scope: String = StorageScope.readWrite, http: HTTPClient = .shared,
-    refreshMargin: Double = TokenDefaults.refreshMargin, logger: Logger
+    key: ServiceAccountKey, scope: String = StorageScope.readWrite, quotaProject: String? = nil,
+    http: HTTPClient = .shared, refreshMargin: Double = TokenDefaults.refreshMargin, logger: Logger
   ) {
     self.key = key
     self.scope = scope
+    self.quotaProject = quotaProject
     let endpoint = TokenEndpoint(url: key.tokenURI, http: http, logger: logger)
     cache = TokenCache(refreshMargin: refreshMargin) {
       let assertion = try Self.assertion(key: key, scope: scope, now: Date().timeIntervalSince1970)
@@ -63,25 +65,9 @@ public final class ServiceAccountCredentials: AccessTokenProvider, CustomStringC
   /// The signed JWT: header {alg, typ, kid}, claims {iss, scope, aud, iat, exp = iat + 1 h}.
   static func assertion(key: ServiceAccountKey, scope: String, now: Double) throws -> String {
     let issuedAt = Int64(now)
-    let encoder = JSONEncoder()
-    encoder.outputFormatting = .sortedKeys
-    let header: Data
-    let claims: Data
-    do {
-      header = try encoder.encode(JWTHeader(alg: "RS256", typ: "JWT", kid: key.privateKeyID))
-      claims = try encoder.encode(
-        JWTClaims(iss: key.clientEmail, scope: scope, aud: key.tokenURI, iat: issuedAt, exp: issuedAt + 3600))
-    } catch {
-      throw CredentialsError.invalidFile(path: key.clientEmail, reason: "the token request cannot be encoded")
-    }
-    let signingInput = Base64URL.encode(Array(header)) + "." + Base64URL.encode(Array(claims))
-    let signature: _RSA.Signing.RSASignature
-    do {
-      signature = try key.signingKey.signature(for: Array(signingInput.utf8), padding: .insecurePKCS1v1_5)
-    } catch {
-      throw CredentialsError.invalidFile(path: key.clientEmail, reason: "the private key cannot sign")
-    }
-    return signingInput + "." + Base64URL.encode(signature.rawRepresentation)
+    return try JWS.sign(
+      JWTClaims(iss: key.clientEmail, scope: scope, aud: key.tokenURI, iat: issuedAt, exp: issuedAt + 3600),
+      key: key)
   }
 }
 
@@ -90,13 +76,15 @@ public final class ServiceAccountCredentials: AccessTokenProvider, CustomStringC
 /// Tokens for a user who ran `gcloud auth application-default login`: the refresh-token grant.
 public final class AuthorizedUserCredentials: AccessTokenProvider, CustomStringConvertible {
   public let user: AuthorizedUser
+  public let quotaProject: String?
   private let cache: TokenCache
 
   public init(
-    user: AuthorizedUser, http: HTTPClient = .shared, refreshMargin: Double = TokenDefaults.refreshMargin,
-    logger: Logger
+    user: AuthorizedUser, quotaProject: String? = nil, http: HTTPClient = .shared,
+    refreshMargin: Double = TokenDefaults.refreshMargin, logger: Logger
   ) {
     self.user = user
+    self.quotaProject = quotaProject
     let endpoint = TokenEndpoint(url: user.tokenURI, http: http, logger: logger)
     cache = TokenCache(refreshMargin: refreshMargin) {
       try await endpoint.post(
@@ -213,12 +201,6 @@ public final class StaticTokenCredentials: AccessTokenProvider, CustomStringConv
 }
 
 // MARK: - Helpers
-
-private struct JWTHeader: Encodable {
-  let alg: String
-  let typ: String
-  let kid: String?
-}
 
 private struct JWTClaims: Encodable {
   let iss: String

@@ -25,15 +25,33 @@ struct TokenEndpoint: Sendable {
   /// A header a 2xx answer must carry to count (the metadata server's `Metadata-Flavor: Google`).
   var requiredHeader: (name: String, value: String)? = nil
 
-  /// POSTs `form` as application/x-www-form-urlencoded. Any of `secrets` found in the
-  /// endpoint's answer is replaced before the answer reaches an error message.
-  func post(form: [(String, String)], secrets: [String]) async throws -> AccessToken {
+  /// POSTs `form` as application/x-www-form-urlencoded, with `headers` (client
+  /// authentication). Any of `secrets` found in the endpoint's answer is replaced before the
+  /// answer reaches an error message.
+  func post(form: [(String, String)], headers: [(String, String)] = [], secrets: [String]) async throws
+    -> AccessToken
+  {
     let body = FormEncoding.encode(form)
-    return try await exchange(secrets: secrets) {
+    return try await exchange(secrets: secrets, answer: .oauth) {
       var request = HTTPClientRequest(url: url)
       request.method = .POST
       request.headers.add(name: "Content-Type", value: "application/x-www-form-urlencoded")
       request.headers.add(name: "Accept", value: "application/json")
+      for (name, value) in headers { request.headers.add(name: name, value: value) }
+      request.body = .bytes(ByteBuffer(string: body))
+      return request
+    }
+  }
+
+  /// POSTs a JSON `body` to the IAM Credentials API, whose answer is
+  /// `{"accessToken": …, "expireTime": RFC 3339}`.
+  func postJSON(_ body: String, headers: [(String, String)], secrets: [String]) async throws -> AccessToken {
+    try await exchange(secrets: secrets, answer: .iam) {
+      var request = HTTPClientRequest(url: url)
+      request.method = .POST
+      request.headers.add(name: "Content-Type", value: "application/json")
+      request.headers.add(name: "Accept", value: "application/json")
+      for (name, value) in headers { request.headers.add(name: name, value: value) }
       request.body = .bytes(ByteBuffer(string: body))
       return request
     }
@@ -41,7 +59,7 @@ struct TokenEndpoint: Sendable {
 
   /// GETs the token URL with `headers` (the metadata server's way).
   func get(headers: [(String, String)]) async throws -> AccessToken {
-    try await exchange(secrets: []) {
+    try await exchange(secrets: [], answer: .oauth) {
       var request = HTTPClientRequest(url: url)
       request.method = .GET
       for (name, value) in headers { request.headers.add(name: name, value: value) }
@@ -49,12 +67,19 @@ struct TokenEndpoint: Sendable {
     }
   }
 
+  /// The shape of a successful answer.
+  enum AnswerKind {
+    case oauth
+    case iam
+  }
+
   private enum Attempt {
     case token(AccessToken)
     case retry(String, after: Double?)
   }
 
-  private func exchange(secrets: [String], _ makeRequest: () -> HTTPClientRequest) async throws
+  private func exchange(secrets: [String], answer: AnswerKind, _ makeRequest: () -> HTTPClientRequest)
+    async throws
     -> AccessToken
   {
     let giveUp = NIODeadline.now() + deadline
@@ -65,7 +90,7 @@ struct TokenEndpoint: Sendable {
       do {
         outcome = try await attemptOnce(
           makeRequest(), deadline: min(NIODeadline.now() + timeout, giveUp), secrets: secrets,
-          last: attempt >= attempts)
+          answer: answer, last: attempt >= attempts)
       } catch let error as CredentialsError {
         throw error
       } catch {
@@ -91,7 +116,8 @@ struct TokenEndpoint: Sendable {
   }
 
   private func attemptOnce(
-    _ request: HTTPClientRequest, deadline: NIODeadline, secrets: [String], last: Bool
+    _ request: HTTPClientRequest, deadline: NIODeadline, secrets: [String], answer kind: AnswerKind,
+    last: Bool
   ) async throws -> Attempt {
     logger.debug("requesting an access token: \(request.method) \(url)")
     let response = try await http.execute(request, deadline: deadline, logger: nil)
@@ -114,6 +140,7 @@ struct TokenEndpoint: Sendable {
       throw CredentialsError.invalidTokenResponse(
         endpoint: url, reason: "no \(required.name): \(required.value) header in the answer")
     }
+    if kind == .iam { return .token(try iamToken(bytes, secrets: secrets)) }
     let answer: TokenAnswer
     do {
       answer = try JSONDecoder().decode(TokenAnswer.self, from: bytes)
@@ -133,6 +160,23 @@ struct TokenEndpoint: Sendable {
         endpoint: url, reason: "access_token is not printable ASCII")
     }
     return .token(AccessToken(value: value, expiresIn: answer.expiresIn))
+  }
+
+  /// generateAccessToken's answer; its expireTime becomes a lifetime from now.
+  private func iamToken(_ bytes: Data, secrets: [String]) throws -> AccessToken {
+    guard let members = JSONValue.parse(bytes)?.object else {
+      throw CredentialsError.invalidTokenResponse(endpoint: url, reason: "not a JSON token answer")
+    }
+    guard let value = members["accessToken"]?.string, !value.isEmpty else {
+      throw CredentialsError.invalidTokenResponse(endpoint: url, reason: "no accessToken")
+    }
+    guard value.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7f }) else {
+      throw CredentialsError.invalidTokenResponse(endpoint: url, reason: "accessToken is not printable ASCII")
+    }
+    guard let text = members["expireTime"]?.string, let expiry = RFC3339.seconds(text) else {
+      throw CredentialsError.invalidTokenResponse(endpoint: url, reason: "no RFC 3339 expireTime")
+    }
+    return AccessToken(value: value, expiresIn: expiry - Date().timeIntervalSince1970)
   }
 
   private static func describe(_ error: any Error) -> String {
@@ -167,6 +211,74 @@ struct TokenAnswer: Decodable {
     tokenType = try? container.decodeIfPresent(String.self, forKey: .tokenType)
     error = try? container.decodeIfPresent(String.self, forKey: .error)
     errorDescription = try? container.decodeIfPresent(String.self, forKey: .errorDescription)
+    // Google's APIs (IAM Credentials) answer {"error": {"code", "message", "status"}}.
+    if error == nil, let google = try? container.decodeIfPresent(GoogleError.self, forKey: .error) {
+      error = google.status
+      errorDescription = google.message
+    }
+  }
+}
+
+struct GoogleError: Decodable {
+  var message: String?
+  var status: String?
+}
+
+/// RFC 3339 times, as Google's APIs write them: `2026-12-01T21:00:00Z`, with optional
+/// fractional seconds and an optional numeric offset.
+enum RFC3339 {
+  /// Seconds since 1970, or nil when `text` is not such a time.
+  static func seconds(_ text: String) -> Double? {
+    let bytes = Array(text.utf8)
+    func number(_ start: Int, _ count: Int) -> Int? {
+      guard start + count <= bytes.count else { return nil }
+      var value = 0
+      for byte in bytes[start..<start + count] {
+        guard byte >= 0x30 && byte <= 0x39 else { return nil }
+        value = value * 10 + Int(byte - 0x30)
+      }
+      return value
+    }
+    guard bytes.count >= 20, bytes[4] == UInt8(ascii: "-"), bytes[7] == UInt8(ascii: "-"),
+      bytes[10] == UInt8(ascii: "T") || bytes[10] == UInt8(ascii: "t"), bytes[13] == UInt8(ascii: ":"),
+      bytes[16] == UInt8(ascii: ":"), let year = number(0, 4), let month = number(5, 2),
+      let day = number(8, 2),
+      let hour = number(11, 2), let minute = number(14, 2), let second = number(17, 2),
+      (1...12).contains(month), (1...31).contains(day), hour < 24, minute < 60, second < 61
+    else { return nil }
+    var index = 19
+    var fraction = 0.0
+    if index < bytes.count, bytes[index] == UInt8(ascii: ".") {
+      index += 1
+      var scale = 0.1
+      let start = index
+      while index < bytes.count, bytes[index] >= 0x30, bytes[index] <= 0x39 {
+        fraction += Double(bytes[index] - 0x30) * scale
+        scale /= 10
+        index += 1
+      }
+      guard index > start else { return nil }
+    }
+    var offset = 0
+    guard index < bytes.count else { return nil }
+    switch bytes[index] {
+    case UInt8(ascii: "Z"), UInt8(ascii: "z"):
+      guard index + 1 == bytes.count else { return nil }
+    case UInt8(ascii: "+"), UInt8(ascii: "-"):
+      guard index + 6 == bytes.count, bytes[index + 3] == UInt8(ascii: ":"), let hours = number(index + 1, 2),
+        let minutes = number(index + 4, 2)
+      else { return nil }
+      offset = (hours * 60 + minutes) * 60 * (bytes[index] == UInt8(ascii: "+") ? 1 : -1)
+    default: return nil
+    }
+    // Days from the civil date (Howard Hinnant's algorithm).
+    let y = month <= 2 ? year - 1 : year
+    let era = (y >= 0 ? y : y - 399) / 400
+    let yearOfEra = y - era * 400
+    let dayOfYear = (153 * (month + (month > 2 ? -3 : 9)) + 2) / 5 + day - 1
+    let dayOfEra = yearOfEra * 365 + yearOfEra / 4 - yearOfEra / 100 + dayOfYear
+    let days = era * 146097 + dayOfEra - 719468
+    return Double(days * 86400 + hour * 3600 + minute * 60 + second - offset) + fraction
   }
 }
 

@@ -20,7 +20,14 @@ func serviceEndpoint(
   }
   let endpoint: Endpoint
   do {
-    endpoint = try Endpoint(option ?? emulator ?? Endpoint.production, allowInsecure: allowInsecureHTTP)
+    // Outside googleapis.com, the credentials' universe decides where the service is.
+    let universe =
+      anonymous
+      ? nil
+      : discoveredUniverseDomain(
+        explicitFile: credentials, accessTokenFile: accessTokenFile, environment: processEnvironment())
+    let production = universe.map { "https://storage.\($0)" } ?? Endpoint.production
+    endpoint = try Endpoint(option ?? emulator ?? production, allowInsecure: allowInsecureHTTP)
   } catch {
     throw Mount.MountFailure(message: error.description)
   }
@@ -39,9 +46,11 @@ func accessTokens(
 ) throws(Mount.MountFailure) -> (any AccessTokenProvider)? {
   guard !anonymous else { return nil }
   do {
-    let provider = try discover(
-      explicitFile: credentials, accessTokenFile: accessTokenFile, environment: processEnvironment(),
-      http: http, logger: logger)
+    let environment = processEnvironment()
+    let provider = applyingQuotaProjectVariable(
+      try discover(
+        explicitFile: credentials, accessTokenFile: accessTokenFile, environment: environment, http: http,
+        logger: logger), environment: environment)
     let failure = blocking { () async -> String? in
       do {
         _ = try await provider.token(refresh: false)

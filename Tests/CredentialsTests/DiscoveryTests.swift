@@ -400,8 +400,9 @@ final class DiscoveryTests: XCTestCase {
       ),
       (try variant { $0["token_uri"] = "http://example.com/token" }, "field token_uri is not an https URL"),
       (
-        try variant { $0["type"] = "external_account" },
-        "type external_account is not supported (only service_account and authorized_user)"
+        try variant { $0["type"] = "gdch_service_account" },
+        "type gdch_service_account is not supported (only service_account, authorized_user, "
+          + "external_account, impersonated_service_account and external_account_authorized_user)"
       ),
       (
         Array(#"{"type":"service_account","client_email":42,"private_key":"x"}"#.utf8),
