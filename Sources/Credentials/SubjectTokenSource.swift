@@ -16,20 +16,22 @@ public enum SubjectTokenSource: Sendable, CustomStringConvertible {
   case url(String, headers: [(String, String)], format: SubjectTokenFormat)
   /// A program that prints it (only with GOOGLE_EXTERNAL_ACCOUNT_ALLOW_EXECUTABLES=1).
   case executable(ExecutableSource)
+  /// AWS: the signed GetCallerIdentity request (see ExternalAccountAWS.swift).
+  case aws(AWSSubjectTokenSettings)
 
   public var description: String {
     switch self {
     case .file(let path, _): "subject token from file \(path)"
     case .url(let url, _, _): "subject token from \(url)"
     case .executable(let source): "subject token from executable \(source.program)"
+    case .aws: "subject token from AWS"
     }
   }
 
   init(_ fields: JSONFields) throws {
     if let environment = try fields.string("environment_id") {
-      let shown =
-        environment.count <= 20 && environment.allSatisfy { $0.isLetter || $0.isNumber } ? environment : "?"
-      throw fields.invalid("field credential_source.environment_id \(shown) is not supported")
+      self = .aws(try AWSSubjectTokenSettings(fields, environmentID: environment))
+      return
     }
     let file = try fields.string("file")
     let url = try fields.string("url")
@@ -93,6 +95,8 @@ public enum SubjectTokenSource: Sendable, CustomStringConvertible {
       return try await Self.fetch(url, headers: headers, format: format, context: context)
     case .executable(let source):
       return try await source.subjectToken(context)
+    case .aws(let settings):
+      return try await settings.subjectToken(context)
     }
   }
 
