@@ -195,6 +195,10 @@ public enum MountOptionTable {
   public static let logFile = MountOption<String>(
     "log-file", value: "PATH", default: nil,
     "append logs here (default: stderr in the foreground, syslog in the background)")
+  public static let logFormat = MountOption<String>(
+    "log-format", value: "F", default: "text",
+    "`text`, or `json`: one JSON object a line with `time` (RFC 3339, UTC), `severity` (Cloud Logging's names), `message`, `component` and the line's fields; to `--log-file`, stderr and syslog alike"
+  )
   public static let metricsAddr = MountOption<String>(
     "metrics-addr", value: "HOST:PORT", default: nil, note: "off",
     "serve Prometheus metrics at `http://HOST:PORT/metrics`, bound to that host only (`[::1]:PORT` for IPv6), while the mount is up; the series are in docs/SEMANTICS.md"
@@ -208,7 +212,7 @@ public enum MountOptionTable {
     compositeUploadThreshold.row, compositePartSize.row, streamDiskLimit.row, cacheDir.row,
     readCacheSize.row,
     firebaseDownloadTokens.row, refuseReadOnlyXattrs.row, renameDirLimit.row, readAheadBudget.row,
-    logLevel.row, logFile.row, metricsAddr.row,
+    logLevel.row, logFile.row, logFormat.row, metricsAddr.row,
   ]
 
   /// README.md's options table, exactly.

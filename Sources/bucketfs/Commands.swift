@@ -87,6 +87,8 @@ struct Mount: ParsableCommand {
   @Option(name: .customLong(T.logLevel.name), help: help(T.logLevel))
   var logLevel = T.logLevel.value
   @Option(name: .customLong(T.logFile.name), help: help(T.logFile)) var logFile: String?
+  @Option(name: .customLong(T.logFormat.name), help: help(T.logFormat))
+  var logFormat = T.logFormat.value
   @Option(name: .customLong(T.cacheDir.name), help: help(T.cacheDir)) var cacheDir: String?
   @Option(name: .customLong(T.readCacheSize.name), help: help(T.readCacheSize)) var readCacheSize: Int?
   @Flag(name: .customLong(T.firebaseDownloadTokens.name), help: help(T.firebaseDownloadTokens))
@@ -129,6 +131,9 @@ struct Mount: ParsableCommand {
     }
     guard Logger.Level(rawValue: logLevel) != nil else {
       throw ValidationError("unknown --log-level \(logLevel)")
+    }
+    guard LogLineFormat(rawValue: logFormat) != nil else {
+      throw ValidationError("unknown --log-format \(logFormat) (text or json)")
     }
     if let metricsAddr, MetricsAddress(metricsAddr) == nil {
       throw ValidationError("--metrics-addr must be HOST:PORT ([::1]:PORT for IPv6) with a port 1 to 65535")
@@ -333,7 +338,10 @@ struct Mount: ParsableCommand {
       openlog("bucketfs", LOG_PID, LOG_DAEMON)
       sink = .syslog
     }
-    return Logger(label: "bucketfs") { label in LineLogHandler(label: label, sink: sink, logLevel: level) }
+    let format = LogLineFormat(rawValue: logFormat) ?? .text  // validate() checked it
+    return Logger(label: "bucketfs") { label in
+      LineLogHandler(label: label, sink: sink, format: format, logLevel: level)
+    }
   }
 }
 
