@@ -25,6 +25,8 @@ public final class CloudStorageClient: ObjectStore {
   let uploads: UploadPolicy
   let logger: Logger
   let metrics: StorageMetrics
+  /// `bucketfs/VERSION`, with the operator's `--app-name` after it: ``Version/userAgent(appName:)``.
+  let userAgent: String
   /// Set once the service has said this bucket cannot move objects.
   let moveUnsupported = Mutex<String?>(nil)
   /// Set once parts of a composite upload were refused (403): uploads then go up in one stream.
@@ -33,8 +35,9 @@ public final class CloudStorageClient: ObjectStore {
   public init(
     bucket: String, endpoint: Endpoint, http: HTTPClient, tokens: (any AccessTokenProvider)?,
     retry: RetryPolicy = RetryPolicy(), uploads: UploadPolicy = UploadPolicy(), logger: Logger,
-    metrics: StorageMetrics = StorageMetrics()
+    metrics: StorageMetrics = StorageMetrics(), appName: String? = nil
   ) {
+    self.userAgent = Version.userAgent(appName: appName)
     self.bucket = bucket
     self.endpoint = endpoint
     self.http = http
@@ -191,4 +194,18 @@ public final class CloudStorageClient: ObjectStore {
 
 public enum Version {
   public static let current = "0.1.0"
+
+  /// `bucketfs/0.1.0`, or `bucketfs/0.1.0 (NAME)` so an operator can tell mounts apart in request logs.
+  public static func userAgent(appName: String?) -> String {
+    "bucketfs/\(current)" + (appName.map { " (\($0))" } ?? "")
+  }
+
+  /// An app name is safe in a header: 1 to 100 letters, digits and `.-_+/`.
+  public static func isValidAppName(_ name: String) -> Bool {
+    (1...100).contains(name.count)
+      && name.unicodeScalars.allSatisfy {
+        $0.isASCII
+          && ($0.properties.isAlphabetic || ("0"..."9").contains($0) || ".-_+/".unicodeScalars.contains($0))
+      }
+  }
 }

@@ -110,7 +110,7 @@ extension CloudStorageClient {
     let kind = storageRequest.kind
     var request = HTTPClientRequest(url: storageRequest.url)
     request.method = storageRequest.method
-    request.headers.add(name: "User-Agent", value: "bucketfs/\(Version.current)")
+    request.headers.add(name: "User-Agent", value: userAgent)
     request.headers.add(name: "Accept-Encoding", value: "gzip")  // stored bytes, as `size` counts them
     for (name, value) in storageRequest.headers { request.headers.add(name: name, value: value) }
     if let tokens {

@@ -190,6 +190,10 @@ public enum MountOptionTable {
     "read-ahead-budget", value: "MiB", default: 256, unit: .mebibytes,
     "memory read-ahead may hold at once, all open files together; when it is short, reads fetch smaller segments"
   )
+  public static let appName = MountOption<String>(
+    "app-name", value: "NAME", default: nil,
+    "sent in every request's `User-Agent` as `bucketfs/VERSION (NAME)`, to tell mounts apart in the bucket's request logs; letters, digits and `.-_+/`, at most 100"
+  )
   public static let logLevel = MountOption<String>(
     "log-level", value: "L", default: "info", "trace, debug, info, notice, warning, error, critical")
   public static let logFile = MountOption<String>(
@@ -212,7 +216,7 @@ public enum MountOptionTable {
     compositeUploadThreshold.row, compositePartSize.row, streamDiskLimit.row, cacheDir.row,
     readCacheSize.row,
     firebaseDownloadTokens.row, refuseReadOnlyXattrs.row, renameDirLimit.row, readAheadBudget.row,
-    logLevel.row, logFile.row, logFormat.row, metricsAddr.row,
+    appName.row, logLevel.row, logFile.row, logFormat.row, metricsAddr.row,
   ]
 
   /// README.md's options table, exactly.

@@ -84,6 +84,7 @@ struct Mount: ParsableCommand {
   var streamDiskLimit: Int?
   @Option(name: .customLong(T.readAheadBudget.name), help: help(T.readAheadBudget))
   var readAheadBudget = T.readAheadBudget.value
+  @Option(name: .customLong(T.appName.name), help: help(T.appName)) var appName: String?
   @Option(name: .customLong(T.logLevel.name), help: help(T.logLevel))
   var logLevel = T.logLevel.value
   @Option(name: .customLong(T.logFile.name), help: help(T.logFile)) var logFile: String?
@@ -131,6 +132,9 @@ struct Mount: ParsableCommand {
     }
     guard Logger.Level(rawValue: logLevel) != nil else {
       throw ValidationError("unknown --log-level \(logLevel)")
+    }
+    if let appName, !Version.isValidAppName(appName) {
+      throw ValidationError("--app-name must be 1 to 100 letters, digits and .-_+/")
     }
     guard LogLineFormat(rawValue: logFormat) != nil else {
       throw ValidationError("unknown --log-format \(logFormat) (text or json)")
@@ -204,7 +208,7 @@ struct Mount: ParsableCommand {
     metrics?.bootstrap()
     let client = CloudStorageClient(
       bucket: source.bucket, endpoint: endpoint, http: http, tokens: tokens, retry: retry, uploads: uploads,
-      logger: logger)
+      logger: logger, appName: appName)
 
     let where_ = "gs://\(source.bucket)/\(rootPrefix)"
     let check = blocking { () async -> Result<ListPage, any Error> in
