@@ -6,6 +6,15 @@
 ///
 /// No dependencies, so the executable and a test target can both import it.
 
+/// The type of an option's value, as a config file must give it.
+public enum OptionKind: Sendable, Equatable {
+  /// true or false; on the command line, present or absent.
+  case flag
+  case integer, number, text
+  /// `-o`: values that accumulate.
+  case list
+}
+
 /// What a numeric default counts, so prose ("8 MiB", "60 s") can be compared with it.
 public enum OptionUnit: Sendable, Equatable {
   case none, count, seconds, bytes, mebibytes
@@ -81,10 +90,30 @@ public struct MountOption<Value: Sendable>: Sendable {
     return text.hasSuffix(".") ? text : text + "."
   }
 
+  /// The value's type, from `Value`.
+  public var kind: OptionKind {
+    switch Value.self {
+    case is Bool.Type: .flag
+    case is Int.Type, is Int64.Type: .integer
+    case is Double.Type: .number
+    case is [String].Type: .list
+    default: .text
+    }
+  }
+
+  /// The default value as a config file or `--print-config` writes it; nil without one.
+  public var defaultValueText: String? {
+    switch defaultValue {
+    case nil: nil
+    case let seconds as Double: MountOptionTable.number(seconds)
+    case let value?: "\(value)"
+    }
+  }
+
   public var row: MountOptionRow {
     MountOptionRow(
       spelling: spelling, valueName: valueName, defaultText: defaultText, meaning: meaning, unit: unit,
-      numericDefault: numericDefault)
+      numericDefault: numericDefault, name: name, kind: kind, defaultValueText: defaultValueText)
   }
 }
 
@@ -96,6 +125,10 @@ public struct MountOptionRow: Sendable, Equatable {
   public let meaning: String
   public let unit: OptionUnit
   public let numericDefault: Double?
+  /// The name without dashes: also the option's key in a config file.
+  public let name: String
+  public let kind: OptionKind
+  public let defaultValueText: String?
 
   /// The row of README's options table.
   public var markdown: String {
@@ -106,6 +139,13 @@ public struct MountOptionRow: Sendable, Equatable {
 }
 
 public enum MountOptionTable {
+  public static let config = MountOption<String>(
+    "config", value: "FILE", default: nil,
+    "a YAML file of options, each under its name here without the dashes (`page-size: 500`, `o: [ro, allow_other]`); options given on the command line win over it"
+  )
+  public static let printConfig = MountOption<Bool>(
+    "print-config", value: nil, default: false,
+    "print the options the mount would use (command line, then `--config`, then defaults) as YAML, and exit")
   public static let foreground = MountOption<Bool>(
     "foreground", value: nil, default: false, "stay attached (systemd, debugging); logs go to stderr")
   public static let endpoint = MountOption<String>(
@@ -210,7 +250,8 @@ public enum MountOptionTable {
 
   /// Every option, in README's order.
   public static let rows: [MountOptionRow] = [
-    foreground.row, endpoint.row, anonymous.row, credentials.row, accessTokenFile.row,
+    config.row, printConfig.row, foreground.row, endpoint.row, anonymous.row, credentials.row,
+    accessTokenFile.row,
     allowInsecureHTTP.row, options.row, pageSize.row, metadataTTL.row, negativeTTL.row,
     listCacheTTL.row, requestTimeout.row, retryDeadline.row, uploadThreshold.row, uploadChunkSize.row,
     compositeUploadThreshold.row, compositePartSize.row, streamDiskLimit.row, cacheDir.row,
@@ -223,6 +264,9 @@ public enum MountOptionTable {
   public static var markdownTable: String {
     (["| option | default | meaning |", "|---|---|---|"] + rows.map(\.markdown)).joined(separator: "\n")
   }
+
+  /// A number as the command line takes it: 60 → "60", 0.5 → "0.5".
+  public static func numberText(_ value: Double) -> String { number(value) }
 
   /// 60 → "60", 0.5 → "0.5".
   static func number(_ value: Double) -> String {

@@ -45,6 +45,10 @@ struct Mount: ParsableCommand {
   @Argument(help: "An existing, empty directory.") var mountpoint: String
 
   // Names, help and defaults come from MountOptionTable (README's options table is its rendering).
+  // --config and --print-config are acted on by ConfiguredMount, before these are parsed.
+  @Option(name: .customLong(T.config.name), help: help(T.config)) var config: String?
+  @Flag(name: .customLong(T.printConfig.name), help: help(T.printConfig))
+  var printConfig = T.printConfig.value
   @Flag(name: .customLong(T.foreground.name), help: help(T.foreground))
   var foreground = T.foreground.value
   @Option(name: .customLong(T.endpoint.name), help: help(T.endpoint)) var endpoint: String?
