@@ -27,6 +27,8 @@ public final class CloudStorageClient: ObjectStore {
   let metrics: StorageMetrics
   /// `bucketfs/VERSION`, with the operator's `--app-name` after it: ``Version/userAgent(appName:)``.
   let userAgent: String
+  /// `--max-requests-per-second`, `--max-bytes-per-second`: every attempt waits its turn here.
+  let limiter: RequestLimiter?
   /// Set once the service has said this bucket cannot move objects.
   let moveUnsupported = Mutex<String?>(nil)
   /// Set once parts of a composite upload were refused (403): uploads then go up in one stream.
@@ -35,8 +37,9 @@ public final class CloudStorageClient: ObjectStore {
   public init(
     bucket: String, endpoint: Endpoint, http: HTTPClient, tokens: (any AccessTokenProvider)?,
     retry: RetryPolicy = RetryPolicy(), uploads: UploadPolicy = UploadPolicy(), logger: Logger,
-    metrics: StorageMetrics = StorageMetrics(), appName: String? = nil
+    metrics: StorageMetrics = StorageMetrics(), appName: String? = nil, limiter: RequestLimiter? = nil
   ) {
+    self.limiter = limiter?.isLimiting == true ? limiter : nil
     self.userAgent = Version.userAgent(appName: appName)
     self.bucket = bucket
     self.endpoint = endpoint

@@ -230,6 +230,14 @@ public enum MountOptionTable {
     "read-ahead-budget", value: "MiB", default: 256, unit: .mebibytes,
     "memory read-ahead may hold at once, all open files together; when it is short, reads fetch smaller segments"
   )
+  public static let maxRequestsPerSecond = MountOption<Double>(
+    "max-requests-per-second", value: "R", default: nil, note: "off",
+    "requests a second the mount sends at most, reads, writes and listings together; a request waits its turn (a token bucket holding one second's worth), it never fails for it"
+  )
+  public static let maxBytesPerSecond = MountOption<Int>(
+    "max-bytes-per-second", value: "B", default: nil, note: "off",
+    "bytes a second the mount sends and asks for at most, all requests together, paced like `--max-requests-per-second`"
+  )
   public static let appName = MountOption<String>(
     "app-name", value: "NAME", default: nil,
     "sent in every request's `User-Agent` as `bucketfs/VERSION (NAME)`, to tell mounts apart in the bucket's request logs; letters, digits and `.-_+/`, at most 100"
@@ -257,7 +265,8 @@ public enum MountOptionTable {
     compositeUploadThreshold.row, compositePartSize.row, streamDiskLimit.row, cacheDir.row,
     readCacheSize.row,
     firebaseDownloadTokens.row, refuseReadOnlyXattrs.row, renameDirLimit.row, readAheadBudget.row,
-    appName.row, logLevel.row, logFile.row, logFormat.row, metricsAddr.row,
+    maxRequestsPerSecond.row, maxBytesPerSecond.row, appName.row, logLevel.row, logFile.row, logFormat.row,
+    metricsAddr.row,
   ]
 
   /// README.md's options table, exactly.

@@ -88,6 +88,10 @@ struct Mount: ParsableCommand {
   var streamDiskLimit: Int?
   @Option(name: .customLong(T.readAheadBudget.name), help: help(T.readAheadBudget))
   var readAheadBudget = T.readAheadBudget.value
+  @Option(name: .customLong(T.maxRequestsPerSecond.name), help: help(T.maxRequestsPerSecond))
+  var maxRequestsPerSecond: Double?
+  @Option(name: .customLong(T.maxBytesPerSecond.name), help: help(T.maxBytesPerSecond))
+  var maxBytesPerSecond: Int?
   @Option(name: .customLong(T.appName.name), help: help(T.appName)) var appName: String?
   @Option(name: .customLong(T.logLevel.name), help: help(T.logLevel))
   var logLevel = T.logLevel.value
@@ -136,6 +140,12 @@ struct Mount: ParsableCommand {
     }
     guard Logger.Level(rawValue: logLevel) != nil else {
       throw ValidationError("unknown --log-level \(logLevel)")
+    }
+    if let maxRequestsPerSecond, !(maxRequestsPerSecond >= 0.01 && maxRequestsPerSecond <= 1_000_000) {
+      throw ValidationError("--max-requests-per-second must be 0.01 to 1000000")
+    }
+    if let maxBytesPerSecond, !(1024...(1 << 40)).contains(maxBytesPerSecond) {
+      throw ValidationError("--max-bytes-per-second must be 1024 to 1099511627776")
     }
     if let appName, !Version.isValidAppName(appName) {
       throw ValidationError("--app-name must be 1 to 100 letters, digits and .-_+/")
@@ -212,7 +222,9 @@ struct Mount: ParsableCommand {
     metrics?.bootstrap()
     let client = CloudStorageClient(
       bucket: source.bucket, endpoint: endpoint, http: http, tokens: tokens, retry: retry, uploads: uploads,
-      logger: logger, appName: appName)
+      logger: logger, appName: appName,
+      limiter: RequestLimiter(
+        requestsPerSecond: maxRequestsPerSecond, bytesPerSecond: maxBytesPerSecond.map { Double($0) }))
 
     let where_ = "gs://\(source.bucket)/\(rootPrefix)"
     let check = blocking { () async -> Result<ListPage, any Error> in
