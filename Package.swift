@@ -16,6 +16,7 @@ let package = Package(
     .package(url: "https://github.com/apple/swift-metrics", from: "2.13.0"),
     .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
     .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.4.1"),
+    .package(url: "https://github.com/jpsim/Yams", from: "6.2.2"),
   ],
   targets: [
     // The only C: what Swift cannot import from libfuse3 (macros, the INIT reply flag fix)
@@ -113,6 +114,8 @@ let package = Package(
         .product(name: "ArgumentParser", package: "swift-argument-parser"),
         .product(name: "AsyncHTTPClient", package: "async-http-client"),
         .product(name: "Logging", package: "swift-log"),
+        // `--config FILE`: YAML.
+        .product(name: "Yams", package: "Yams"),
       ]
     ),
     // Reproduces a Swift 6.3.1 -O miscompile (tuple results split across an

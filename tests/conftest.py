@@ -418,7 +418,7 @@ class Mounter:
         return args
 
     def __call__(self, bucket: str, prefix: str = "", *extra: str, via_env: str | None = None,
-                 foreground: bool = False, mountpoint: str | None = None) -> Mount:
+                 foreground: bool = False, mountpoint: str | None = None, anonymous: bool = True) -> Mount:
         """Mount gs://bucket[/prefix] through a fresh counting proxy; waits until live.
 
         via_env: "host" or "url" to select the emulator with STORAGE_EMULATOR_HOST
@@ -434,7 +434,7 @@ class Mounter:
             env["STORAGE_EMULATOR_HOST"] = f"127.0.0.1:{proxy.port}" if via_env == "host" else proxy.url
             endpoint = None
         args = self.command(source, mp, *extra, *(["--foreground"] if foreground else []),
-                            endpoint=endpoint, log_path=log_path)
+                            endpoint=endpoint, log_path=log_path, anonymous=anonymous)
         m = Mount(mp, bucket, prefix, proxy, log_path, args)
         self.mounts.append(m)
         if foreground:

@@ -25,6 +25,10 @@ public final class CloudStorageClient: ObjectStore {
   let uploads: UploadPolicy
   let logger: Logger
   let metrics: StorageMetrics
+  /// `bucketfs/VERSION`, with the operator's `--app-name` after it: ``Version/userAgent(appName:)``.
+  let userAgent: String
+  /// `--max-requests-per-second`, `--max-bytes-per-second`: every attempt waits its turn here.
+  let limiter: RequestLimiter?
   /// Set once the service has said this bucket cannot move objects.
   let moveUnsupported = Mutex<String?>(nil)
   /// Set once parts of a composite upload were refused (403): uploads then go up in one stream.
@@ -37,9 +41,12 @@ public final class CloudStorageClient: ObjectStore {
   public init(
     bucket: String, endpoint: Endpoint, http: HTTPClient, tokens: (any AccessTokenProvider)?,
     retry: RetryPolicy = RetryPolicy(), uploads: UploadPolicy = UploadPolicy(), logger: Logger,
-    metrics: StorageMetrics = StorageMetrics(), userProject: String? = nil
+    metrics: StorageMetrics = StorageMetrics(), userProject: String? = nil, appName: String? = nil,
+    limiter: RequestLimiter? = nil
   ) {
     self.userProject = userProject
+    self.limiter = limiter?.isLimiting == true ? limiter : nil
+    self.userAgent = Version.userAgent(appName: appName)
     self.bucket = bucket
     self.endpoint = endpoint
     self.http = http
@@ -196,4 +203,18 @@ public final class CloudStorageClient: ObjectStore {
 
 public enum Version {
   public static let current = "0.1.0"
+
+  /// `bucketfs/0.1.0`, or `bucketfs/0.1.0 (NAME)` so an operator can tell mounts apart in request logs.
+  public static func userAgent(appName: String?) -> String {
+    "bucketfs/\(current)" + (appName.map { " (\($0))" } ?? "")
+  }
+
+  /// An app name is safe in a header: 1 to 100 letters, digits and `.-_+/`.
+  public static func isValidAppName(_ name: String) -> Bool {
+    (1...100).contains(name.count)
+      && name.unicodeScalars.allSatisfy {
+        $0.isASCII
+          && ($0.properties.isAlphabetic || ("0"..."9").contains($0) || ".-_+/".unicodeScalars.contains($0))
+      }
+  }
 }

@@ -45,6 +45,12 @@ extension CloudStorageClient {
       refreshNext = false
       var outcome: Outcome
       do {
+        if let limiter {
+          // Bytes as known before sending: the body, and the range a download asks for.
+          try await limiter.admit(
+            byteCount: request.sending + Int(request.window?.count ?? 0),
+            deadline: Double(deadline.uptimeNanoseconds) / 1e9, operation: request.operation)
+        }
         let slowest =
           NIODeadline.now()
           + .milliseconds(Int64((retry.attemptTimeout + Double(request.sending) / 65536) * 1000))
@@ -110,7 +116,7 @@ extension CloudStorageClient {
     let kind = storageRequest.kind
     var request = HTTPClientRequest(url: billed(storageRequest.url))
     request.method = storageRequest.method
-    request.headers.add(name: "User-Agent", value: "bucketfs/\(Version.current)")
+    request.headers.add(name: "User-Agent", value: userAgent)
     request.headers.add(name: "Accept-Encoding", value: "gzip")  // stored bytes, as `size` counts them
     for (name, value) in storageRequest.headers { request.headers.add(name: name, value: value) }
     if let tokens {

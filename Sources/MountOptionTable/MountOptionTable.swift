@@ -6,6 +6,15 @@
 ///
 /// No dependencies, so the executable and a test target can both import it.
 
+/// The type of an option's value, as a config file must give it.
+public enum OptionKind: Sendable, Equatable {
+  /// true or false; on the command line, present or absent.
+  case flag
+  case integer, number, text
+  /// `-o`: values that accumulate.
+  case list
+}
+
 /// What a numeric default counts, so prose ("8 MiB", "60 s") can be compared with it.
 public enum OptionUnit: Sendable, Equatable {
   case none, count, seconds, bytes, mebibytes
@@ -81,10 +90,30 @@ public struct MountOption<Value: Sendable>: Sendable {
     return text.hasSuffix(".") ? text : text + "."
   }
 
+  /// The value's type, from `Value`.
+  public var kind: OptionKind {
+    switch Value.self {
+    case is Bool.Type: .flag
+    case is Int.Type, is Int64.Type: .integer
+    case is Double.Type: .number
+    case is [String].Type: .list
+    default: .text
+    }
+  }
+
+  /// The default value as a config file or `--print-config` writes it; nil without one.
+  public var defaultValueText: String? {
+    switch defaultValue {
+    case nil: nil
+    case let seconds as Double: MountOptionTable.number(seconds)
+    case let value?: "\(value)"
+    }
+  }
+
   public var row: MountOptionRow {
     MountOptionRow(
       spelling: spelling, valueName: valueName, defaultText: defaultText, meaning: meaning, unit: unit,
-      numericDefault: numericDefault)
+      numericDefault: numericDefault, name: name, kind: kind, defaultValueText: defaultValueText)
   }
 }
 
@@ -96,6 +125,10 @@ public struct MountOptionRow: Sendable, Equatable {
   public let meaning: String
   public let unit: OptionUnit
   public let numericDefault: Double?
+  /// The name without dashes: also the option's key in a config file.
+  public let name: String
+  public let kind: OptionKind
+  public let defaultValueText: String?
 
   /// The row of README's options table.
   public var markdown: String {
@@ -106,6 +139,13 @@ public struct MountOptionRow: Sendable, Equatable {
 }
 
 public enum MountOptionTable {
+  public static let config = MountOption<String>(
+    "config", value: "FILE", default: nil,
+    "a YAML file of options, each under its name here without the dashes (`page-size: 500`, `o: [ro, allow_other]`); options given on the command line win over it"
+  )
+  public static let printConfig = MountOption<Bool>(
+    "print-config", value: nil, default: false,
+    "print the options the mount would use (command line, then `--config`, then defaults) as YAML, and exit")
   public static let foreground = MountOption<Bool>(
     "foreground", value: nil, default: false, "stay attached (systemd, debugging); logs go to stderr")
   public static let endpoint = MountOption<String>(
@@ -194,11 +234,27 @@ public enum MountOptionTable {
     "read-ahead-budget", value: "MiB", default: 256, unit: .mebibytes,
     "memory read-ahead may hold at once, all open files together; when it is short, reads fetch smaller segments"
   )
+  public static let maxRequestsPerSecond = MountOption<Double>(
+    "max-requests-per-second", value: "R", default: nil, note: "off",
+    "requests a second the mount sends at most, reads, writes and listings together; a request waits its turn (a token bucket holding one second's worth), it never fails for it"
+  )
+  public static let maxBytesPerSecond = MountOption<Int>(
+    "max-bytes-per-second", value: "B", default: nil, note: "off",
+    "bytes a second the mount sends and asks for at most, all requests together, paced like `--max-requests-per-second`"
+  )
+  public static let appName = MountOption<String>(
+    "app-name", value: "NAME", default: nil,
+    "sent in every request's `User-Agent` as `bucketfs/VERSION (NAME)`, to tell mounts apart in the bucket's request logs; letters, digits and `.-_+/`, at most 100"
+  )
   public static let logLevel = MountOption<String>(
     "log-level", value: "L", default: "info", "trace, debug, info, notice, warning, error, critical")
   public static let logFile = MountOption<String>(
     "log-file", value: "PATH", default: nil,
     "append logs here (default: stderr in the foreground, syslog in the background)")
+  public static let logFormat = MountOption<String>(
+    "log-format", value: "F", default: "text",
+    "`text`, or `json`: one JSON object a line with `time` (RFC 3339, UTC), `severity` (Cloud Logging's names), `message`, `component` and the line's fields; to `--log-file`, stderr and syslog alike"
+  )
   public static let metricsAddr = MountOption<String>(
     "metrics-addr", value: "HOST:PORT", default: nil, note: "off",
     "serve Prometheus metrics at `http://HOST:PORT/metrics`, bound to that host only (`[::1]:PORT` for IPv6), while the mount is up; the series are in docs/SEMANTICS.md"
@@ -206,19 +262,24 @@ public enum MountOptionTable {
 
   /// Every option, in README's order.
   public static let rows: [MountOptionRow] = [
-    foreground.row, endpoint.row, anonymous.row, credentials.row, accessTokenFile.row,
-    allowInsecureHTTP.row, billingProject.row, options.row, pageSize.row, metadataTTL.row, negativeTTL.row,
+    config.row, printConfig.row, foreground.row, endpoint.row, anonymous.row, credentials.row,
+    accessTokenFile.row, allowInsecureHTTP.row, billingProject.row, options.row, pageSize.row, metadataTTL.row,
+    negativeTTL.row,
     listCacheTTL.row, requestTimeout.row, retryDeadline.row, uploadThreshold.row, uploadChunkSize.row,
     compositeUploadThreshold.row, compositePartSize.row, streamDiskLimit.row, cacheDir.row,
     readCacheSize.row,
     firebaseDownloadTokens.row, refuseReadOnlyXattrs.row, renameDirLimit.row, readAheadBudget.row,
-    logLevel.row, logFile.row, metricsAddr.row,
+    maxRequestsPerSecond.row, maxBytesPerSecond.row, appName.row, logLevel.row, logFile.row, logFormat.row,
+    metricsAddr.row,
   ]
 
   /// README.md's options table, exactly.
   public static var markdownTable: String {
     (["| option | default | meaning |", "|---|---|---|"] + rows.map(\.markdown)).joined(separator: "\n")
   }
+
+  /// A number as the command line takes it: 60 → "60", 0.5 → "0.5".
+  public static func numberText(_ value: Double) -> String { number(value) }
 
   /// 60 → "60", 0.5 → "0.5".
   static func number(_ value: Double) -> String {

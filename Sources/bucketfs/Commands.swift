@@ -45,6 +45,10 @@ struct Mount: ParsableCommand {
   @Argument(help: "An existing, empty directory.") var mountpoint: String
 
   // Names, help and defaults come from MountOptionTable (README's options table is its rendering).
+  // --config and --print-config are acted on by ConfiguredMount, before these are parsed.
+  @Option(name: .customLong(T.config.name), help: help(T.config)) var config: String?
+  @Flag(name: .customLong(T.printConfig.name), help: help(T.printConfig))
+  var printConfig = T.printConfig.value
   @Flag(name: .customLong(T.foreground.name), help: help(T.foreground))
   var foreground = T.foreground.value
   @Option(name: .customLong(T.endpoint.name), help: help(T.endpoint)) var endpoint: String?
@@ -85,9 +89,16 @@ struct Mount: ParsableCommand {
   var streamDiskLimit: Int?
   @Option(name: .customLong(T.readAheadBudget.name), help: help(T.readAheadBudget))
   var readAheadBudget = T.readAheadBudget.value
+  @Option(name: .customLong(T.maxRequestsPerSecond.name), help: help(T.maxRequestsPerSecond))
+  var maxRequestsPerSecond: Double?
+  @Option(name: .customLong(T.maxBytesPerSecond.name), help: help(T.maxBytesPerSecond))
+  var maxBytesPerSecond: Int?
+  @Option(name: .customLong(T.appName.name), help: help(T.appName)) var appName: String?
   @Option(name: .customLong(T.logLevel.name), help: help(T.logLevel))
   var logLevel = T.logLevel.value
   @Option(name: .customLong(T.logFile.name), help: help(T.logFile)) var logFile: String?
+  @Option(name: .customLong(T.logFormat.name), help: help(T.logFormat))
+  var logFormat = T.logFormat.value
   @Option(name: .customLong(T.cacheDir.name), help: help(T.cacheDir)) var cacheDir: String?
   @Option(name: .customLong(T.readCacheSize.name), help: help(T.readCacheSize)) var readCacheSize: Int?
   @Flag(name: .customLong(T.firebaseDownloadTokens.name), help: help(T.firebaseDownloadTokens))
@@ -131,6 +142,18 @@ struct Mount: ParsableCommand {
     }
     guard Logger.Level(rawValue: logLevel) != nil else {
       throw ValidationError("unknown --log-level \(logLevel)")
+    }
+    if let maxRequestsPerSecond, !(maxRequestsPerSecond >= 0.01 && maxRequestsPerSecond <= 1_000_000) {
+      throw ValidationError("--max-requests-per-second must be 0.01 to 1000000")
+    }
+    if let maxBytesPerSecond, !(1024...(1 << 40)).contains(maxBytesPerSecond) {
+      throw ValidationError("--max-bytes-per-second must be 1024 to 1099511627776")
+    }
+    if let appName, !Version.isValidAppName(appName) {
+      throw ValidationError("--app-name must be 1 to 100 letters, digits and .-_+/")
+    }
+    guard LogLineFormat(rawValue: logFormat) != nil else {
+      throw ValidationError("unknown --log-format \(logFormat) (text or json)")
     }
     if let metricsAddr, MetricsAddress(metricsAddr) == nil {
       throw ValidationError("--metrics-addr must be HOST:PORT ([::1]:PORT for IPv6) with a port 1 to 65535")
@@ -201,7 +224,9 @@ struct Mount: ParsableCommand {
     metrics?.bootstrap()
     let client = CloudStorageClient(
       bucket: source.bucket, endpoint: endpoint, http: http, tokens: tokens, retry: retry, uploads: uploads,
-      logger: logger, userProject: billingProject)
+      logger: logger, userProject: billingProject, appName: appName,
+      limiter: RequestLimiter(
+        requestsPerSecond: maxRequestsPerSecond, bytesPerSecond: maxBytesPerSecond.map { Double($0) }))
 
     let where_ = "gs://\(source.bucket)/\(rootPrefix)"
     let check = blocking { () async -> Result<ListPage, any Error> in
@@ -337,7 +362,10 @@ struct Mount: ParsableCommand {
       openlog("bucketfs", LOG_PID, LOG_DAEMON)
       sink = .syslog
     }
-    return Logger(label: "bucketfs") { label in LineLogHandler(label: label, sink: sink, logLevel: level) }
+    let format = LogLineFormat(rawValue: logFormat) ?? .text  // validate() checked it
+    return Logger(label: "bucketfs") { label in
+      LineLogHandler(label: label, sink: sink, format: format, logLevel: level)
+    }
   }
 }
 

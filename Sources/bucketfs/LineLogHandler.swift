@@ -5,7 +5,8 @@ import Logging
 #endif
 
 /// Logs one line per message to a file descriptor, or to syslog for a daemon
-/// with nowhere else to write.
+/// with nowhere else to write; as text, or as one JSON object a line
+/// (``LogLineFormat``) for log pipelines.
 struct LineLogHandler: LogHandler {
   enum Sink: Sendable {
     case descriptor(Int32)
@@ -14,6 +15,7 @@ struct LineLogHandler: LogHandler {
 
   let label: String
   let sink: Sink
+  var format: LogLineFormat = .text
   var logLevel: Logger.Level
   var metadata: Logger.Metadata = [:]
 
@@ -23,27 +25,21 @@ struct LineLogHandler: LogHandler {
   }
 
   func log(event: LogEvent) {
-    var text = "\(event.level): \(event.message)"
     let merged = metadata.merging(event.metadata ?? [:]) { $1 }
-    if !merged.isEmpty {
-      text += " " + merged.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: " ")
-    }
-    switch sink {
-    case .descriptor(let fd):
-      var now = timespec()
-      clock_gettime(CLOCK_REALTIME, &now)
-      var parts = tm()
-      var seconds = now.tv_sec
-      gmtime_r(&seconds, &parts)
-      let stamp =
-        padded(Int(parts.tm_year) + 1900, 4) + "-" + padded(Int(parts.tm_mon) + 1, 2) + "-"
-        + padded(Int(parts.tm_mday), 2) + "T" + padded(Int(parts.tm_hour), 2) + ":"
-        + padded(Int(parts.tm_min), 2) + ":" + padded(Int(parts.tm_sec), 2) + "Z"
-      let line = "\(stamp) \(label) \(text)\n"
-      line.utf8CString.withUnsafeBufferPointer { buffer in
-        _ = write(fd, buffer.baseAddress, buffer.count - 1)
+    let message = "\(event.message)"
+    switch (sink, format) {
+    case (.descriptor(let fd), .text):
+      var text = "\(LogLineFormat.timestamp(milliseconds: false)) \(label) \(event.level): \(message)"
+      if !merged.isEmpty {
+        text += " " + merged.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: " ")
       }
-    case .syslog:
+      Self.write(text + "\n", to: fd)
+    case (.descriptor(let fd), .json):
+      let line = LogLineFormat.json(
+        time: LogLineFormat.timestamp(), level: event.level, message: message, component: label,
+        metadata: merged)
+      Self.write(line + "\n", to: fd)
+    case (.syslog, _):
       let priority: Int32 =
         switch event.level {
         case .trace, .debug: LOG_DEBUG
@@ -53,12 +49,25 @@ struct LineLogHandler: LogHandler {
         case .error: LOG_ERR
         case .critical: LOG_CRIT
         }
+      var text: String
+      if format == .json {
+        text = LogLineFormat.json(
+          time: LogLineFormat.timestamp(), level: event.level, message: message, component: label,
+          metadata: merged)
+      } else {
+        text = "\(event.level): \(message)"
+        if !merged.isEmpty {
+          text +=
+            " " + merged.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: " ")
+        }
+      }
       text.withCString { message in withVaList([message]) { vsyslog(priority, "%s", $0) } }
     }
   }
-}
 
-private func padded(_ value: Int, _ width: Int) -> String {
-  let digits = "\(value)"
-  return String(repeating: "0", count: Swift.max(0, width - digits.count)) + digits
+  private static func write(_ line: String, to fd: Int32) {
+    line.utf8CString.withUnsafeBufferPointer { buffer in
+      _ = Glibc.write(fd, buffer.baseAddress, buffer.count - 1)
+    }
+  }
 }
