@@ -10,6 +10,9 @@ import XCTest
 /// Every byte that goes up or comes down is checked against the object's
 /// CRC-32C (docs/SEMANTICS.md#integrity), against a fake that flips bytes.
 final class IntegrityTests: XCTestCase {
+  /// No attempt may time out of itself on a loaded machine: the faults here are the tests' own.
+  let patient = RetryPolicy.fast(attemptTimeout: 30, deadline: 60)
+
   func testMultipartUploadDeclaresTheMediaCRC32C() async throws {
     let data = pattern(300_000)
     try await withFakeServer { server, client in
@@ -46,7 +49,7 @@ final class IntegrityTests: XCTestCase {
     let data = pattern(3 << 20)
     let policy = try UploadPolicy(
       threshold: 1 << 20, chunkSize: 256 << 10, compositeThreshold: 1 << 20, partSize: 512 << 10)
-    try await withFakeServer(uploads: policy) { server, client in
+    try await withFakeServer(retry: patient, uploads: policy) { server, client in
       _ = try await client.upload("big", from: BytesSource(data), attributes: .init(), ifGenerationMatch: nil)
       let parts = server.requests(.upload)
       XCTAssertGreaterThanOrEqual(parts.count, 6, "six parts (a slow one may go again)")
@@ -62,7 +65,7 @@ final class IntegrityTests: XCTestCase {
     let data = pattern(3 << 20)
     let policy = try UploadPolicy(
       threshold: 1 << 20, chunkSize: 256 << 10, compositeThreshold: 1 << 20, partSize: 512 << 10)
-    try await withFakeServer(uploads: policy) { server, client in
+    try await withFakeServer(retry: patient, uploads: policy) { server, client in
       server.corrupt { $0.composes = 1 }
       do {
         _ = try await client.upload(
