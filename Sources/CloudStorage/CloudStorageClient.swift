@@ -140,7 +140,10 @@ public final class CloudStorageClient: ObjectStore {
         method: .GET, kind: .download, url: url,
         headers: [("Range", "bytes=\(range.lowerBound)-\(range.upperBound - 1)")],
         operation: "read \(name) \(range)", maxBody: Int(range.count) + (64 << 10), idempotent: true,
-        validate: { status, headers, body in Self.shortRead(status, headers, body, asked: range) },
+        validate: { [self] status, headers, body in
+          Self.shortRead(status, headers, body, asked: range)
+            ?? corruption(status, headers, body, asked: range)
+        },
         window: range, spare: spare))
     var bytes = body
     if status == 206 {

@@ -22,6 +22,19 @@ extension CloudStorageClient {
   struct Component: Sendable {
     let name: String
     let generation: Int64
+    /// The part's CRC-32C and size, when known: what the composed object's checksum is combined from.
+    var crc32c: UInt32? = nil
+    var size: Int64 = 0
+  }
+
+  /// The CRC-32C of `parts` one after another, from their own; nil if one is unknown.
+  static func combined(_ parts: [(crc32c: UInt32?, size: Int64)]) -> UInt32? {
+    var sum: UInt32 = 0
+    for part in parts {
+      guard let crc = part.crc32c else { return nil }
+      sum = CRC32C.combine(sum, crc, lengthB: part.size)
+    }
+    return sum
   }
 
   /// The objects an upload made under its prefix, for the cleanup.
@@ -39,7 +52,8 @@ extension CloudStorageClient {
       let parts = try await uploadParts(of: source, under: prefix, made: made)
       let sources = try await composeTree(parts, under: prefix, made: made)
       let object = try await compose(
-        sources, into: name, attributes: attributes, ifGenerationMatch: ifGenerationMatch, size: source.size
+        sources, into: name, attributes: attributes, ifGenerationMatch: ifGenerationMatch, size: source.size,
+        crc32c: Self.combined(parts.map { ($0.crc32c, $0.size) })
       ) {
         try await self.ownObject(
           name, from: source, attributes: attributes, contentType: Self.contentType(attributes))
@@ -65,7 +79,9 @@ extension CloudStorageClient {
       let name = prefix + Self.numbered(index)
       let stored = try await self.storePart(
         name, from: PartSource(whole: source, range: ranges[index]), made: made)
-      return Component(name: name, generation: stored.generation)
+      return Component(
+        name: name, generation: stored.generation, crc32c: stored.crc32c.flatMap { CRC32C.value(base64: $0) },
+        size: stored.size)
     }
   }
 
@@ -147,15 +163,17 @@ extension CloudStorageClient {
   /// The final compose, with every property the single upload would set and
   /// the caller's precondition; repeated after a transient failure only
   /// under a precondition, whose 412 on a repeat is checked as an upload's is.
+  /// An object whose CRC-32C is not `crc32c` (the parts' combined) is deleted
+  /// under its generation and the compose fails.
   func compose(
     _ sources: [Component], into name: String, attributes: ObjectAttributes, ifGenerationMatch: Int64?,
-    size: Int64, own: () async throws -> ObjectMetadata
+    size: Int64, crc32c: UInt32?, own: () async throws -> ObjectMetadata
   ) async throws -> ObjectMetadata {
     let (status, answer) = try await sendCompose(
       sources, into: name, attributes: attributes, ifGenerationMatch: ifGenerationMatch,
       idempotent: ifGenerationMatch != nil)
     if status == 412 { return try await own() }
-    return try await uploadedObject(answer, name: name, size: size)
+    return try await uploadedObject(answer, name: name, size: size, crc32c: crc32c)
   }
 
   /// `POST …/o/NAME/compose`; each source pinned to its generation. A 412

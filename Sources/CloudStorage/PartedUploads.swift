@@ -54,7 +54,8 @@ final class ClientPartedUpload: PartedUpload {
     let sources = try await client.composeTree(components, under: prefix + "k\(round)-", made: made)
     let size = parts.reduce(Int64(0)) { $0 + $1.size }
     return try await client.compose(
-      sources, into: name, attributes: attributes, ifGenerationMatch: ifGenerationMatch, size: size
+      sources, into: name, attributes: attributes, ifGenerationMatch: ifGenerationMatch, size: size,
+      crc32c: CloudStorageClient.combined(parts.map { ($0.crc32c, $0.size) })
     ) {
       try await client.ownObject(
         name, size: size, attributes: attributes, contentType: CloudStorageClient.contentType(attributes)

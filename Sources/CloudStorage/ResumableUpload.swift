@@ -82,6 +82,7 @@ extension CloudStorageClient {
     var offset: Int64 = 0
     var progressAt = NIODeadline.now()
     var failures = 0
+    let running = RunningChecksum()
     while true {
       if Task.isCancelled { throw StorageError.cancelled }
       let deadline = progressAt + .milliseconds(Int64(retry.deadline * 1000))
@@ -89,13 +90,15 @@ extension CloudStorageClient {
       do {
         let state: SessionState
         if offset < size {
-          state = try await sendChunk(session, name: name, from: source, at: offset, contentType: contentType)
+          state = try await sendChunk(
+            session, name: name, from: source, at: offset, contentType: contentType, running: running)
         } else {
           // Every byte is there but the object was not confirmed: ask.
           state = try await askSession(session, name: name, size: size, deadline: deadline)
         }
         switch state {
-        case .stored(let body): return try await uploadedObject(body, name: name, size: size)
+        case .stored(let body):
+          return try await uploadedObject(body, name: name, size: size, crc32c: running.sum(of: size))
         case .gone: throw SessionGone.gone
         case .holds(let persisted):
           if persisted > offset {
@@ -118,7 +121,8 @@ extension CloudStorageClient {
       logger.debug("upload \(name): \(problem); asking the session in \(Int(wait * 1000)) ms")
       do { try await Task.sleep(nanoseconds: UInt64(wait * 1e9)) } catch { throw StorageError.cancelled }
       switch try await askSession(session, name: name, size: size, deadline: deadline) {
-      case .stored(let body): return try await uploadedObject(body, name: name, size: size)
+      case .stored(let body):
+        return try await uploadedObject(body, name: name, size: size, crc32c: running.sum(of: size))
       case .gone: throw SessionGone.gone
       case .holds(let persisted):
         if persisted > offset { (progressAt, failures) = (NIODeadline.now(), 0) }
@@ -133,11 +137,12 @@ extension CloudStorageClient {
   /// One chunk from `offset`, streamed from the source as it is sent: an
   /// upload holds one 1 MiB piece in memory whatever the chunk size. Tried once; a transient failure is `unavailable`.
   private func sendChunk(
-    _ session: String, name: String, from source: any UploadSource, at offset: Int64, contentType: String
+    _ session: String, name: String, from source: any UploadSource, at offset: Int64, contentType: String,
+    running: RunningChecksum
   ) async throws -> SessionState {
     let size = source.size
     let count = Int(min(Int64(uploads.chunkSize), size - offset))
-    let chunk = SourceBody(source: source, offset: offset, count: count)
+    let chunk = SourceBody(source: source, offset: offset, count: count, running: running)
     let range = "bytes \(offset)-\(offset + Int64(count) - 1)/\(size)"
     let answer: (status: Int, headers: HTTPHeaders, body: ByteBuffer)
     do {

@@ -14,6 +14,8 @@ struct SourceBody: AsyncSequence, Sendable {
   let offset: Int64
   let count: Int
   let failure = NIOLockedValueBox<(any Error)?>(nil)
+  /// Sums the source's bytes as they are read for sending, when given.
+  var running: RunningChecksum? = nil
 
   struct AsyncIterator: AsyncIteratorProtocol {
     let body: SourceBody
@@ -35,10 +37,35 @@ struct SourceBody: AsyncSequence, Sendable {
       if piece.readableBytes > body.count - done {
         piece.moveWriterIndex(to: piece.readerIndex + body.count - done)
       }
+      body.running?.add(piece, at: at)
       done += piece.readableBytes
       return piece
     }
   }
 
   func makeAsyncIterator() -> AsyncIterator { AsyncIterator(body: self) }
+}
+
+/// The CRC-32C of a source's first bytes, summed from the pieces read for
+/// sending: a piece counts only for the bytes past those summed, so bytes
+/// sent again after a fault are not summed twice.
+final class RunningChecksum: Sendable {
+  private let state = NIOLockedValueBox<(summed: Int64, crc: UInt32)>((0, 0))
+
+  func add(_ piece: ByteBuffer, at offset: Int64) {
+    state.withLockedValue { state in
+      let end = offset + Int64(piece.readableBytes)
+      guard offset <= state.summed, end > state.summed else { return }
+      let skip = Int(state.summed - offset)
+      piece.withUnsafeReadableBytes { raw in
+        state.crc = CRC32C.update(state.crc, UnsafeRawBufferPointer(rebasing: raw[skip...]))
+      }
+      state.summed = end
+    }
+  }
+
+  /// The checksum of the first `size` bytes; nil unless exactly those were summed.
+  func sum(of size: Int64) -> UInt32? {
+    state.withLockedValue { $0.summed == size ? $0.crc : nil }
+  }
 }

@@ -20,6 +20,11 @@ public enum StorageRequestKind: String, CaseIterable, Sendable {
   case compose
 }
 
+/// Which way bytes whose CRC-32C did not match were going.
+public enum IntegrityDirection: String, CaseIterable, Sendable {
+  case upload, download
+}
+
 /// Counts the client's HTTP requests as the service sees them, every attempt
 /// on its own: `bucketfs_storage_requests_total{kind,status}` (status: the
 /// HTTP code, or `timeout`, `cancelled`, `error` for an attempt that got no
@@ -37,6 +42,7 @@ public final class StorageMetrics: Sendable {
   private let series: [StorageRequestKind: Series]
   private let downloaded: Counter
   private let uploaded: Counter
+  private let mismatches: [IntegrityDirection: Counter]
 
   /// Reports to `factory`; by default the process's (a no-op unless bootstrapped).
   public init(factory: any MetricsFactory = MetricsSystem.factory) {
@@ -52,6 +58,19 @@ public final class StorageMetrics: Sendable {
     self.series = series
     downloaded = Counter(label: "bucketfs_storage_bytes_downloaded_total", factory: factory)
     uploaded = Counter(label: "bucketfs_storage_bytes_uploaded_total", factory: factory)
+    var mismatches: [IntegrityDirection: Counter] = [:]
+    for direction in IntegrityDirection.allCases {
+      mismatches[direction] = Counter(
+        label: "bucketfs_storage_crc32c_mismatches_total", dimensions: [("direction", direction.rawValue)],
+        factory: factory)
+    }
+    self.mismatches = mismatches
+  }
+
+  /// Bytes whose CRC-32C did not match: refused or stored wrong on the way
+  /// up, or arrived wrong on the way down.
+  func mismatched(_ direction: IntegrityDirection) {
+    mismatches[direction]?.increment()
   }
 
   /// One attempt ended: answered with `status`, or with no answer.

@@ -45,9 +45,20 @@ extension CloudStorageClient {
   func multipartUpload(
     _ name: String, from source: any UploadSource, attributes: ObjectAttributes, ifGenerationMatch: Int64?
   ) async throws -> ObjectMetadata {
+    try await refusingCorruption("upload \(name)") {
+      try await multipartAttempt(
+        name, from: source, attributes: attributes, ifGenerationMatch: ifGenerationMatch)
+    }
+  }
+
+  private func multipartAttempt(
+    _ name: String, from source: any UploadSource, attributes: ObjectAttributes, ifGenerationMatch: Int64?
+  ) async throws -> ObjectMetadata {
     let contentType = Self.contentType(attributes)
-    let metadata = try Self.objectBody(name: name, attributes: attributes, contentType: contentType)
-    let boundary = try await Self.boundary(notIn: source)
+    // The scan for a boundary reads every byte once: the checksum comes from that pass.
+    let (boundary, sum) = try await Self.boundary(notIn: source)
+    let metadata = try Self.objectBody(
+      name: name, attributes: attributes, contentType: contentType, crc32c: CRC32C.base64(sum))
     var head = ByteBufferAllocator().buffer(capacity: metadata.count + 256)
     head.writeString("--\(boundary)\r\nContent-Type: application/json; charset=UTF-8\r\n\r\n")
     head.writeBytes(metadata)
@@ -71,7 +82,7 @@ extension CloudStorageClient {
     if status == 412 {
       return try await ownObject(name, from: source, attributes: attributes, contentType: contentType)
     }
-    return try await uploadedObject(answer, name: name, size: source.size)
+    return try await uploadedObject(answer, name: name, size: source.size, crc32c: sum)
   }
 
   /// A repeat got 412: the first attempt may have stored the object and lost
@@ -123,7 +134,11 @@ extension CloudStorageClient {
   /// GET. An object of another size than the source is not what was sent
   /// (fake-gcs-server stores what a session holds when asked its status): that
   /// generation is deleted, under its own precondition, and the upload fails.
-  func uploadedObject(_ body: ByteBuffer, name: String, size: Int64) async throws -> ObjectMetadata {
+  /// With `crc32c` (what was sent, or the parts' combination), an object
+  /// whose checksum differs is deleted the same way and the upload fails.
+  func uploadedObject(_ body: ByteBuffer, name: String, size: Int64, crc32c: UInt32? = nil) async throws
+    -> ObjectMetadata
+  {
     let resource = try read(body, what: "uploaded object \(name)", as: ObjectResource.init(reading:))
     let stored: ObjectMetadata
     if resource.isComplete {
@@ -138,6 +153,15 @@ extension CloudStorageClient {
       )
       try? await delete(name, ifGenerationMatch: stored.generation)
       throw StorageError.invalidResponse("upload \(name): stored \(stored.size) of \(size) bytes")
+    }
+    if let crc32c, let got = stored.crc32c, got != CRC32C.base64(crc32c) {
+      metrics.mismatched(.upload)
+      logger.error(
+        "upload \(name): the service stored crc32c \(got), the bytes sent have \(CRC32C.base64(crc32c)) (generation \(stored.generation)); deleting it"
+      )
+      try? await delete(name, ifGenerationMatch: stored.generation)
+      throw StorageError.invalidResponse(
+        "upload \(name): stored crc32c \(got), sent \(CRC32C.base64(crc32c))")
     }
     return stored
   }
@@ -172,23 +196,27 @@ extension CloudStorageClient {
 
   /// The object resource an upload or rewrite sends: name (when given), the
   /// writable fields and the custom map.
-  static func objectBody(name: String?, attributes: ObjectAttributes, contentType: String?) throws -> [UInt8]
-  {
+  static func objectBody(
+    name: String?, attributes: ObjectAttributes, contentType: String?, crc32c: String? = nil
+  ) throws -> [UInt8] {
     var resource = attributes
     if let contentType { resource.contentType = contentType }
     do {
       let encoder = JSONEncoder()
       encoder.outputFormatting = [.sortedKeys]
-      return Array(try encoder.encode(ObjectBody(name: name, attributes: resource)))
+      return Array(try encoder.encode(ObjectBody(name: name, attributes: resource, crc32c: crc32c)))
     } catch {
       throw StorageError.badRequest("could not encode the object's metadata: \(error)")
     }
   }
 
   /// A multipart boundary that does not occur in the media, which is read
-  /// for it in pieces that overlap by a boundary's length.
-  static func boundary(notIn media: any UploadSource) async throws -> String {
+  /// for it in pieces that overlap by a boundary's length, and the media's
+  /// CRC-32C, summed in the same pass (each byte once).
+  static func boundary(notIn media: any UploadSource) async throws -> (String, UInt32) {
     let piece = SourceBody.piece
+    var sum: UInt32 = 0
+    var summed: Int64 = 0
     while true {
       let candidate =
         "bucketfs-"
@@ -202,12 +230,23 @@ extension CloudStorageClient {
         guard bytes.readableBytes > 0 else {
           throw StorageError.badRequest("upload source ended at \(at) of \(media.size) bytes")
         }
-        found = bytes.withUnsafeReadableBytes { Self.find(needle, in: $0) }
+        found = bytes.withUnsafeReadableBytes { raw in
+          // Only the bytes past those summed: the pieces overlap, and a later candidate rereads.
+          let fresh = Int(max(0, at + Int64(raw.count) - summed))
+          if fresh > 0 {
+            sum = CRC32C.update(sum, UnsafeRawBufferPointer(rebasing: raw[(raw.count - fresh)...]))
+            summed += Int64(fresh)
+          }
+          return Self.find(needle, in: raw)
+        }
         if at + Int64(bytes.readableBytes) >= media.size { break }
         // The next piece starts early enough to see a boundary cut by this one's end.
         at += Int64(max(1, bytes.readableBytes - needle.count + 1))
       }
-      if !found { return candidate }
+      if !found, summed == media.size { return (candidate, sum) }
+      if !found {
+        throw StorageError.badRequest("upload source ended at \(summed) of \(media.size) bytes")
+      }
     }
   }
 }
@@ -271,10 +310,13 @@ struct FramedSource: UploadSource {
 struct ObjectBody: Encodable {
   let name: String?
   let attributes: ObjectAttributes
+  /// The media's CRC-32C (base64): the service refuses bytes that do not match it.
+  var crc32c: String? = nil
 
   func encode(to encoder: any Encoder) throws {
     var container = encoder.container(keyedBy: JSONKey.self)
     if let name { try container.encode(name, forKey: JSONKey("name")) }
+    if let crc32c { try container.encode(crc32c, forKey: JSONKey("crc32c")) }
     for (field, value) in attributes.fields { try container.encode(value, forKey: JSONKey(field.rawValue)) }
     guard !attributes.custom.isEmpty else { return }
     var custom = container.nestedContainer(keyedBy: JSONKey.self, forKey: JSONKey("metadata"))

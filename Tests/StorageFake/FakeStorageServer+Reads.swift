@@ -66,7 +66,7 @@ extension FakeStorageServer {
         416, "Request range not satisfiable", reason: "requestedRangeNotSatisfiable",
         headers: [("Content-Range", "bytes */\(size)")])
     }
-    let bytes: [UInt8]
+    var bytes: [UInt8]
     do {
       bytes = Array(
         try await store.read(name, generation: generation, range: range, reusing: nil).readableBytesView)
@@ -75,6 +75,7 @@ extension FakeStorageServer {
         416, "Request range not satisfiable", reason: "requestedRangeNotSatisfiable",
         headers: [("Content-Range", "bytes */\(size)")])
     }
+    if takeCorruption(\.downloads) { bytes = Self.flipped(bytes) }
     var out: [(String, String)] = [("Content-Type", meta?.contentType ?? "application/octet-stream")]
     if let meta {
       out.append(("X-Goog-Generation", String(meta.generation)))

@@ -42,8 +42,10 @@ extension FakeStorageServer {
     let precondition = try Self.int64(query, "ifGenerationMatch")
     switch query["uploadType"] ?? "" {
     case "multipart":
-      let (metadata, media, mediaType) = try Self.multipart(
+      var (metadata, media, mediaType) = try Self.multipart(
         body, contentType: headers.first(name: "Content-Type"))
+      if takeCorruption(\.uploads) { media = Self.flipped(media) }
+      try Self.checkDeclared(Self.declaredCRC32C(metadata), media: media)
       var (name, attributes) = try Self.objectResource(metadata)
       name = name ?? query["name"]
       guard let name, !name.isEmpty else { throw HTTPError(400, "Required object name.", reason: "required") }
@@ -180,6 +182,13 @@ extension FakeStorageServer {
   }
 
   /// The name (if any) and writable properties of an object resource in JSON.
+  /// The `crc32c` an object resource declares, if any.
+  static func declaredCRC32C(_ body: [UInt8]) -> String? {
+    guard let json = try? JSONSerialization.jsonObject(with: Data(body)), let fields = json as? [String: Any]
+    else { return nil }
+    return fields["crc32c"] as? String
+  }
+
   static func objectResource(_ body: [UInt8]) throws -> (String?, ObjectAttributes) {
     guard !body.isEmpty else { return (nil, ObjectAttributes()) }
     guard let json = try? JSONSerialization.jsonObject(with: Data(body)), let fields = json as? [String: Any]

@@ -126,6 +126,7 @@ public final class FakeStorageServer: @unchecked Sendable {
     var connections: [ObjectIdentifier: Channel] = [:]
     var inFlight: [RequestKind: Int] = [:]
     var peakInFlight: [RequestKind: Int] = [:]
+    var corruption = Corruption()
   }
 
   public let store: InMemoryObjectStore

@@ -1,0 +1,115 @@
+import CloudStorage
+import Foundation
+import NIOCore
+import ObjectStore
+import StorageFake
+import XCTest
+
+@testable import CloudStorage
+
+/// Every byte that goes up or comes down is checked against the object's
+/// CRC-32C (docs/SEMANTICS.md#integrity), against a fake that flips bytes.
+final class IntegrityTests: XCTestCase {
+  /// No attempt may time out of itself on a loaded machine: the faults here are the tests' own.
+  let patient = RetryPolicy.fast(attemptTimeout: 30, deadline: 60)
+
+  func testMultipartUploadDeclaresTheMediaCRC32C() async throws {
+    let data = pattern(300_000)
+    try await withFakeServer { server, client in
+      _ = try await client.upload("a", from: BytesSource(data), attributes: .init(), ifGenerationMatch: nil)
+      let (json, _, _) = try multipartParts(try XCTUnwrap(server.requests(.upload).first))
+      XCTAssertEqual(json["crc32c"] as? String, CRC32C.base64(CRC32C.update(0, ByteBuffer(bytes: data))))
+    }
+  }
+
+  func testUploadRefusedOnceForItsChecksumIsSentAgain() async throws {
+    let data = pattern(200_000)
+    try await withFakeServer { server, client in
+      server.corrupt { $0.uploads = 1 }
+      _ = try await client.upload("a", from: BytesSource(data), attributes: .init(), ifGenerationMatch: 0)
+      XCTAssertEqual(server.requests(.upload).count, 2, "refused with 400, then sent again")
+      XCTAssertTrue(server.store.data("a") == data)
+    }
+  }
+
+  func testUploadAlwaysRefusedFailsAndStoresNothing() async throws {
+    try await withFakeServer { server, client in
+      server.corrupt { $0.uploads = Int.max }
+      do {
+        _ = try await client.upload(
+          "a", from: BytesSource(pattern(1000)), attributes: .init(), ifGenerationMatch: nil)
+        XCTFail("a corrupted upload must fail")
+      } catch StorageError.unavailable {}
+      XCTAssertNil(server.store.object("a"))
+      XCTAssertEqual(server.requests(.upload).count, CloudStorageClient.corruptionAttempts)
+    }
+  }
+
+  func testStreamedAndCompositePartsDeclareTheirCRC32C() async throws {
+    let data = pattern(3 << 20)
+    let policy = try UploadPolicy(
+      threshold: 1 << 20, chunkSize: 256 << 10, compositeThreshold: 1 << 20, partSize: 512 << 10)
+    try await withFakeServer(retry: patient, uploads: policy) { server, client in
+      _ = try await client.upload("big", from: BytesSource(data), attributes: .init(), ifGenerationMatch: nil)
+      let parts = server.requests(.upload)
+      XCTAssertGreaterThanOrEqual(parts.count, 6, "six parts (a slow one may go again)")
+      for request in parts {
+        let (json, _, media) = try multipartParts(request)
+        XCTAssertEqual(json["crc32c"] as? String, CRC32C.base64(CRC32C.update(0, ByteBuffer(bytes: media))))
+      }
+      XCTAssertTrue(server.store.data("big") == data)
+    }
+  }
+
+  func testComposeWhoseCRC32CIsNotThePartsDeletesThatGenerationAndFails() async throws {
+    let data = pattern(3 << 20)
+    let policy = try UploadPolicy(
+      threshold: 1 << 20, chunkSize: 256 << 10, compositeThreshold: 1 << 20, partSize: 512 << 10)
+    try await withFakeServer(retry: patient, uploads: policy) { server, client in
+      server.corrupt { $0.composes = 1 }
+      do {
+        _ = try await client.upload(
+          "big", from: BytesSource(data), attributes: .init(), ifGenerationMatch: nil)
+        XCTFail("a compose with a wrong crc32c must fail")
+      } catch StorageError.invalidResponse {}
+      XCTAssertNil(server.store.object("big"), "that generation is deleted")
+      let deletes = server.requests(.delete).filter { $0.objectName == "big" }
+      XCTAssertEqual(deletes.count, 1)
+      XCTAssertNotNil(deletes.first?.query["ifGenerationMatch"], "deleted under its generation")
+    }
+  }
+
+  func testResumableUploadIsCheckedAgainstWhatWasSent() async throws {
+    let data = pattern(1 << 20)
+    try await withFakeServer(uploads: smallChunks) { server, client in
+      let meta = try await client.upload(
+        "r", from: BytesSource(data), attributes: .init(), ifGenerationMatch: nil)
+      XCTAssertEqual(meta.crc32c, CRC32C.base64(CRC32C.update(0, ByteBuffer(bytes: data))))
+    }
+  }
+
+  func testFlippedByteInAWholeObjectIsFetchedAgain() async throws {
+    let data = pattern(100_000)
+    try await withFakeServer { server, client in
+      let meta = try await client.upload(
+        "a", from: BytesSource(data), attributes: .init(), ifGenerationMatch: nil)
+      server.corrupt { $0.downloads = 1 }
+      let bytes = try await client.read("a", generation: meta.generation, range: 0..<meta.size, reusing: nil)
+      XCTAssertTrue(Array(bytes.readableBytesView) == data, "never the flipped byte")
+      XCTAssertEqual(server.requests(.media).count, 2)
+    }
+  }
+
+  func testWholeObjectAlwaysCorruptedFails() async throws {
+    let data = pattern(100_000)
+    try await withFakeServer(retry: .fast(attemptTimeout: 1, deadline: 1)) { server, client in
+      let meta = try await client.upload(
+        "a", from: BytesSource(data), attributes: .init(), ifGenerationMatch: nil)
+      server.corrupt { $0.downloads = Int.max }
+      do {
+        _ = try await client.read("a", generation: meta.generation, range: 0..<meta.size, reusing: nil)
+        XCTFail("corrupted bytes must never be answered")
+      } catch StorageError.unavailable {}
+    }
+  }
+}
