@@ -1,5 +1,6 @@
 import AsyncHTTPClient
 import NIOCore
+import NIOPosix
 import NIOHTTP1
 import ObjectStore
 import ServiceAccess
@@ -44,6 +45,7 @@ extension CloudStorageClient {
       let refresh = refreshNext
       refreshNext = false
       var outcome: Outcome
+      var unsent = false
       do {
         let slowest =
           NIODeadline.now()
@@ -56,7 +58,11 @@ extension CloudStorageClient {
       } catch {
         // Cancellation surfaces here as the HTTP client's error; it is not an outage.
         if Task.isCancelled || error is CancellationError { throw StorageError.cancelled }
+        // A refused certificate or a failed handshake: no retry mends it.
+        if let failure = await tlsFailure(error) { throw StorageError.tlsFailure(failure.description) }
         outcome = .transient(describe(error), retryAfter: nil)
+        // No connection was made: nothing was sent, so even a request that is not idempotent may go again.
+        if Self.neverSent(error) { unsent = true }
       }
       if case .success(let status, let headers, let body) = outcome,
         let reason = request.validate?(status, headers, body)
@@ -77,7 +83,7 @@ extension CloudStorageClient {
         metrics.retried(request.kind)
         continue
       case .transient(let reason, let retryAfter):
-        guard request.idempotent else { throw StorageError.unavailable("\(request.operation): \(reason)") }
+        guard request.idempotent || unsent else { throw StorageError.unavailable("\(request.operation): \(reason)") }
         reachedBefore = true
         let wait = retry.delay(attempt: attempt, retryAfter: retryAfter)
         let resumeAt = NIODeadline.now() + .milliseconds(Int64(wait * 1000))

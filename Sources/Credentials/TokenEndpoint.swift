@@ -3,6 +3,7 @@ import Logging
 import NIOCore
 import NIOHTTP1
 import ServiceAccess
+import TLSTrust
 
 #if canImport(FoundationEssentials)
   import FoundationEssentials
@@ -68,6 +69,8 @@ struct TokenEndpoint: Sendable {
         throw error
       } catch {
         if Task.isCancelled || error is CancellationError { throw CancellationError() }
+        // A refused certificate or a failed handshake: final, and said as such.
+        if let failure = await tlsFailure(error) { throw failure }
         guard attempt < attempts, NIODeadline.now() < giveUp else {
           throw CredentialsError.unreachable(endpoint: url, reason: Self.describe(error))
         }
@@ -127,6 +130,12 @@ struct TokenEndpoint: Sendable {
         endpoint: url, reason: "access_token is not printable ASCII")
     }
     return .token(AccessToken(value: value, expiresIn: answer.expiresIn))
+  }
+
+  private func tlsFailure(_ error: any Error) async -> TLSFailure? {
+    guard let endpoint = try? Endpoint(url), endpoint.scheme == "https" else { return nil }
+    return await TLSFailure.diagnose(
+      error, host: endpoint.host, port: endpoint.port ?? 443, group: http.eventLoopGroup)
   }
 
   private static func describe(_ error: any Error) -> String {

@@ -1,4 +1,5 @@
 import ArgumentParser
+import AsyncHTTPClient
 import BucketFS
 import CloudStorage
 import Logging
@@ -31,6 +32,8 @@ struct CleanParts: ParsableCommand {
   var accessTokenFile: String?
   @Flag(name: .customLong(T.allowInsecureHTTP.name), help: ArgumentHelp(T.allowInsecureHTTP.help))
   var allowInsecureHTTP = false
+  @Option(name: .customLong(T.caFile.name), help: ArgumentHelp(T.caFile.help, valueName: "FILE"))
+  var caFile: String?
 
   func validate() throws {
     guard olderThan >= 0, olderThan <= 31_536_000 else {
@@ -49,7 +52,14 @@ struct CleanParts: ParsableCommand {
       throw ExitCode(2)
     }
     let bucket = source.bucket
-    let http = CloudStorageClient.makeHTTPClient(retry: RetryPolicy())
+    let http: HTTPClient
+    do {
+      http = CloudStorageClient.makeHTTPClient(
+        retry: RetryPolicy(), trust: try certificateTrust(caFile: caFile, logger: logger))
+    } catch {
+      writeStandardError("bucketfs: \(error.message)\n")
+      throw ExitCode(1)
+    }
     defer { blocking { try? await http.shutdown() } }
     let client: CloudStorageClient
     do {
