@@ -1,7 +1,7 @@
 import AsyncHTTPClient
 import NIOCore
-import NIOPosix
 import NIOHTTP1
+import NIOPosix
 import ObjectStore
 import ServiceAccess
 
@@ -83,7 +83,9 @@ extension CloudStorageClient {
         metrics.retried(request.kind)
         continue
       case .transient(let reason, let retryAfter):
-        guard request.idempotent || unsent else { throw StorageError.unavailable("\(request.operation): \(reason)") }
+        guard request.idempotent || unsent else {
+          throw StorageError.unavailable("\(request.operation): \(reason)")
+        }
         reachedBefore = true
         let wait = retry.delay(attempt: attempt, retryAfter: retryAfter)
         let resumeAt = NIODeadline.now() + .milliseconds(Int64(wait * 1000))

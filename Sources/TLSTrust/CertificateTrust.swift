@@ -40,19 +40,23 @@ public struct CertificateTrust: Sendable {
       } else if Self.kind(Self.systemFile) == S_IFREG {
         roots.append(.file(Self.systemFile))
       }
-      if let directories = set("SSL_CERT_DIR") {
-        // A list, as OpenSSL takes it; empty entries are skipped as there.
-        for directory in directories.split(separator: ":").map(String.init) {
-          guard Self.kind(directory) == S_IFDIR else {
-            throw Invalid(description: "SSL_CERT_DIR: \(directory) is not a directory")
-          }
-          roots.append(.file(directory))
+      // A list, as OpenSSL takes it (empty entries skipped). NIOSSL looks one
+      // hashed directory up per connection; the certificates of any further
+      // ones are read now.
+      var directories = [Self.systemDirectory].filter { Self.kind($0) == S_IFDIR }
+      if let list = set("SSL_CERT_DIR") {
+        directories = list.split(separator: ":").map(String.init)
+        for directory in directories where Self.kind(directory) != S_IFDIR {
+          throw Invalid(description: "SSL_CERT_DIR: \(directory) is not a directory")
         }
-        parts.append("SSL_CERT_DIR \(directories)")
-      } else if Self.kind(Self.systemDirectory) == S_IFDIR {
-        roots.append(.file(Self.systemDirectory))
+        parts.append("SSL_CERT_DIR \(list)")
       }
-      configuration.trustRoots = .certificates([])
+      if let first = directories.first {
+        configuration.trustRoots = .file(first)
+      } else {
+        configuration.trustRoots = .certificates([])
+      }
+      for directory in directories.dropFirst() { roots.append(.certificates(Self.hashed(in: directory))) }
       configuration.additionalTrustRoots = roots
       origin = parts.joined(separator: " and ")
     } else {
@@ -96,14 +100,35 @@ public struct CertificateTrust: Sendable {
     var bytes = [UInt8](repeating: 0, count: Int(status.st_size))
     var done = 0
     while done < bytes.count {
-      let got = bytes.withUnsafeMutableBytes { Glibc.read(descriptor, $0.baseAddress! + done, $0.count - done) }
+      let got = bytes.withUnsafeMutableBytes {
+        Glibc.read(descriptor, $0.baseAddress! + done, $0.count - done)
+      }
       if got < 0 && errno == EINTR { continue }
       guard got > 0 else {
-        throw Invalid(description: "\(what): \(got < 0 ? String(cString: strerror(errno)) : "shorter than it was")")
+        throw Invalid(
+          description: "\(what): \(got < 0 ? String(cString: strerror(errno)) : "shorter than it was")")
       }
       done += got
     }
     return bytes
+  }
+
+  /// The certificates of a c_rehash directory (entries named HHHHHHHH.N); unreadable ones are skipped, as OpenSSL does.
+  static func hashed(in directory: String) -> [NIOSSLCertificate] {
+    guard let stream = opendir(directory) else { return [] }
+    defer { closedir(stream) }
+    var found: [NIOSSLCertificate] = []
+    while let entry = readdir(stream) {
+      let name = withUnsafeBytes(of: entry.pointee.d_name) {
+        String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self)
+      }
+      let parts = name.split(separator: ".")
+      guard parts.count == 2, parts[0].count == 8, parts[0].allSatisfy(\.isHexDigit),
+        parts[1].allSatisfy(\.isNumber)
+      else { continue }
+      found += (try? NIOSSLCertificate.fromPEMFile(directory + "/" + name)) ?? []
+    }
+    return found
   }
 
   private static func kind(_ path: String) -> mode_t? {

@@ -53,7 +53,9 @@ public struct TLSFailure: Error, Sendable, Equatable, CustomStringConvertible {
   /// ``unknownIssuer`` until ``CertificateProbe`` looks.
   public static func reason(of error: any Error) -> Reason? {
     if let error = error as? NIOSSLExtraError {
-      if error == .failedToValidateHostname || error == .serverHostnameImpossibleToMatch { return .nameMismatch }
+      if error == .failedToValidateHostname || error == .serverHostnameImpossibleToMatch {
+        return .nameMismatch
+      }
       return nil
     }
     guard let error = error as? NIOSSLError else { return nil }

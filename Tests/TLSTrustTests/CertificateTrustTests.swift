@@ -44,7 +44,10 @@ final class CertificateTrustTests: XCTestCase {
     let cases = [
       (directory + "/absent.pem", "No such file or directory"),
       (write("empty.pem", ""), "holds no PEM certificate"),
-      (write("junk.pem", "-----BEGIN CERTIFICATE-----\nnot base64\n-----END CERTIFICATE-----\n"), "not a PEM bundle"),
+      (
+        write("junk.pem", "-----BEGIN CERTIFICATE-----\nnot base64\n-----END CERTIFICATE-----\n"),
+        "not a PEM bundle"
+      ),
       (directory, "not a regular file"),
     ]
     for (path, expected) in cases {
@@ -61,12 +64,16 @@ final class CertificateTrustTests: XCTestCase {
     let fileOnly = try CertificateTrust(caFile: nil, environment: ["SSL_CERT_FILE": path])
     XCTAssertEqual(fileOnly.origin, "SSL_CERT_FILE \(path)")
     // The file replaces the system bundle; the system's directory stays, as with OpenSSL.
-    XCTAssertEqual(fileOnly.configuration.additionalTrustRoots.count, 2)
+    XCTAssertEqual(fileOnly.configuration.additionalTrustRoots.count, 1)
+    XCTAssertEqual(fileOnly.configuration.trustRoots, .file("/etc/ssl/certs"))
     let both = try CertificateTrust(
-      caFile: nil, environment: ["SSL_CERT_FILE": path, "SSL_CERT_DIR": "\(directory)::\(directory)"])
-    XCTAssertEqual(both.configuration.additionalTrustRoots.count, 3)
-    XCTAssertThrowsError(try CertificateTrust(caFile: nil, environment: ["SSL_CERT_DIR": directory + "/absent"]))
-    XCTAssertThrowsError(try CertificateTrust(caFile: nil, environment: ["SSL_CERT_FILE": directory + "/absent"]))
+      caFile: nil, environment: ["SSL_CERT_FILE": path, "SSL_CERT_DIR": "\(directory)::/etc/ssl/certs"])
+    XCTAssertEqual(both.configuration.trustRoots, .file(directory))
+    XCTAssertEqual(both.configuration.additionalTrustRoots.count, 2)
+    XCTAssertThrowsError(
+      try CertificateTrust(caFile: nil, environment: ["SSL_CERT_DIR": directory + "/absent"]))
+    XCTAssertThrowsError(
+      try CertificateTrust(caFile: nil, environment: ["SSL_CERT_FILE": directory + "/absent"]))
     let system = try CertificateTrust(caFile: nil, environment: ["SSL_CERT_FILE": ""])
     XCTAssertEqual(system.origin, "the system store")
   }
