@@ -84,7 +84,7 @@ final class CertificateTrustTests: XCTestCase {
     XCTAssertEqual(TLSFailure.cause(of: old), .expired("2001-01-01 00:00:00 UTC"))
     XCTAssertEqual(TLSFailure.cause(of: old, now: 900_000_000), .notYetValid("2000-01-01 00:00:00 UTC"))
     XCTAssertEqual(TLSFailure.cause(of: ca), .selfSigned)
-    XCTAssertEqual(TLSFailure.cause(of: old + ca, now: 960_000_000), .unknownIssuer)
+    XCTAssertEqual(TLSFailure.cause(of: old, now: 960_000_000), .unknownIssuer)
   }
 
   func testMessagesNameTheServerAndTheProblem() {
@@ -104,7 +104,7 @@ final class CertificateTrustTests: XCTestCase {
   }
 
   static let caPEM = """
-        -----BEGIN CERTIFICATE-----
+    -----BEGIN CERTIFICATE-----
     MIIBjDCCATOgAwIBAgIULsCjXxVI421Uh7nU1PYS5Lro7nYwCgYIKoZIzj0EAwIw
     GzEZMBcGA1UEAwwQYnVja2V0ZnMgdGVzdCBDQTAgFw0yNjEyMDEyMTU2MTJaGA8y
     MTI2MTEwNzIxNTYxMlowGzEZMBcGA1UEAwwQYnVja2V0ZnMgdGVzdCBDQTBZMBMG
@@ -115,11 +115,12 @@ final class CertificateTrustTests: XCTestCase {
     m87CrX/z8ydCn2K5s0X1KLGTTbVA2JMScbolTcQHAiBRnJdK+M/hwhwzxc+zP+nR
     aH+of8G9w3PM300owvPD1w==
     -----END CERTIFICATE-----
+
     """
 
   /// Signed by the CA above, valid in 2000 only.
   static let expiredPEM = """
-        -----BEGIN CERTIFICATE-----
+    -----BEGIN CERTIFICATE-----
     MIIBezCCASKgAwIBAgIBATAKBggqhkjOPQQDAjAbMRkwFwYDVQQDDBBidWNrZXRm
     cyB0ZXN0IENBMB4XDTAwMDEwMTAwMDAwMFoXDTAxMDEwMTAwMDAwMFowFDESMBAG
     A1UEAwwJbG9jYWxob3N0MFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAE64K59NY7
@@ -129,5 +130,6 @@ final class CertificateTrustTests: XCTestCase {
     m9zsOJ7xOyQbMzAKBggqhkjOPQQDAgNHADBEAiAmLbgYl5YvPvoYeDGu9RDf9uZB
     d+DAfipPp2qfa0wlRAIgfVi3/4O40tTbt64yBxdWDY5LGJn2T67dKEcjNj7OUIA=
     -----END CERTIFICATE-----
+
     """
 }
