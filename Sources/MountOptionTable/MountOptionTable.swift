@@ -167,6 +167,10 @@ public enum MountOptionTable {
     "billing-project", value: "P", default: nil,
     "the project billed for a requester-pays bucket: sent as `userProject` on every request (fstab: `billing_project=P`)"
   )
+  public static let caFile = MountOption<String>(
+    "ca-file", value: "FILE", default: nil, note: "`SSL_CERT_FILE` / `SSL_CERT_DIR`, else the system store",
+    "a PEM bundle of CA certificates trusted for this mount's HTTPS (the service and the token endpoints) in place of the system store (fstab: `ca_file=FILE`)"
+  )
   public static let options = MountOption<[String]>(
     "o", short: true, value: "OPTIONS", default: nil,
     "comma-separated: `ro`, `allow_other`, `uid=N`, `gid=N`, `file_mode=0644`, `dir_mode=0755` (the owner and modes of objects that store none), `posix_attributes=off` (store no modes, owners or special files); always `nosuid,nodev`; mount(8) options (`_netdev`, `nofail`, `x-systemd.*`, …) are accepted and ignored"
@@ -263,8 +267,8 @@ public enum MountOptionTable {
   /// Every option, in README's order.
   public static let rows: [MountOptionRow] = [
     config.row, printConfig.row, foreground.row, endpoint.row, anonymous.row, credentials.row,
-    accessTokenFile.row, allowInsecureHTTP.row, billingProject.row, options.row, pageSize.row, metadataTTL.row,
-    negativeTTL.row,
+    accessTokenFile.row, allowInsecureHTTP.row, billingProject.row, caFile.row, options.row, pageSize.row,
+    metadataTTL.row, negativeTTL.row,
     listCacheTTL.row, requestTimeout.row, retryDeadline.row, uploadThreshold.row, uploadChunkSize.row,
     compositeUploadThreshold.row, compositePartSize.row, streamDiskLimit.row, cacheDir.row,
     readCacheSize.row,

@@ -112,6 +112,8 @@ public enum StorageError: Error, Sendable, Equatable {
   case cancelled
   /// The service or bucket does not offer the operation (a move on a bucket without it).
   case unsupported(String)
+  /// The server's certificate was refused or the TLS handshake failed: final, never retried.
+  case tlsFailure(String)
 }
 
 extension StorageError: CustomStringConvertible {
@@ -126,6 +128,7 @@ extension StorageError: CustomStringConvertible {
     case .invalidResponse(let message): "invalid response: \(message)"
     case .cancelled: "cancelled"
     case .unsupported(let message): "unsupported: \(message)"
+    case .tlsFailure(let message): message
     }
   }
 }

@@ -2,6 +2,7 @@ import AsyncHTTPClient
 import Credentials
 import Logging
 import ServiceAccess
+import TLSTrust
 
 #if canImport(Glibc)
   import Glibc
@@ -65,5 +66,16 @@ func accessTokens(
     throw failure
   } catch {
     throw Mount.MountFailure(message: "\(error)")
+  }
+}
+
+/// The CA certificates this command trusts (MountOptionTable.caFile), read and checked now.
+func certificateTrust(caFile: String?, logger: Logger) throws(Mount.MountFailure) -> CertificateTrust {
+  do {
+    let trust = try CertificateTrust(caFile: caFile, environment: processEnvironment())
+    logger.debug("TLS: trusting the CA certificates of \(trust.origin)")
+    return trust
+  } catch {
+    throw Mount.MountFailure(message: "TLS: \(error.description)")
   }
 }

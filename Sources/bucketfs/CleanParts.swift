@@ -1,4 +1,5 @@
 import ArgumentParser
+import AsyncHTTPClient
 import BucketFS
 import CloudStorage
 import Logging
@@ -35,6 +36,8 @@ struct CleanParts: ParsableCommand {
   @Option(
     name: .customLong(T.billingProject.name), help: ArgumentHelp(T.billingProject.help, valueName: "P"))
   var billingProject: String?
+  @Option(name: .customLong(T.caFile.name), help: ArgumentHelp(T.caFile.help, valueName: "FILE"))
+  var caFile: String?
 
   func validate() throws {
     try checkBillingProject(billingProject)
@@ -54,7 +57,14 @@ struct CleanParts: ParsableCommand {
       throw ExitCode(2)
     }
     let bucket = source.bucket
-    let http = CloudStorageClient.makeHTTPClient(retry: RetryPolicy())
+    let http: HTTPClient
+    do {
+      http = CloudStorageClient.makeHTTPClient(
+        retry: RetryPolicy(), trust: try certificateTrust(caFile: caFile, logger: logger))
+    } catch {
+      writeStandardError("bucketfs: \(error.message)\n")
+      throw ExitCode(1)
+    }
     defer { blocking { try? await http.shutdown() } }
     let client: CloudStorageClient
     do {

@@ -61,6 +61,7 @@ struct Mount: ParsableCommand {
   @Flag(name: .customLong(T.allowInsecureHTTP.name), help: help(T.allowInsecureHTTP))
   var allowInsecureHTTP = T.allowInsecureHTTP.value
   @Option(name: .customLong(T.billingProject.name), help: help(T.billingProject)) var billingProject: String?
+  @Option(name: .customLong(T.caFile.name), help: help(T.caFile)) var caFile: String?
   @Option(name: .customShort(Character(T.options.name)), help: help(T.options))
   var options: [String] = []
   @Option(name: .customLong(T.pageSize.name), help: help(T.pageSize))
@@ -210,7 +211,8 @@ struct Mount: ParsableCommand {
     var retry = RetryPolicy()
     retry.attemptTimeout = requestTimeout
     retry.deadline = retryDeadline
-    let http = CloudStorageClient.makeHTTPClient(retry: retry)
+    let trust = try certificateTrust(caFile: caFile, logger: logger)
+    let http = CloudStorageClient.makeHTTPClient(retry: retry, trust: trust)
     defer { blocking { try? await http.shutdown() } }
     let tokens = try accessTokens(
       anonymous: anonymous || emulated, credentials: credentials, accessTokenFile: accessTokenFile,
@@ -244,6 +246,7 @@ struct Mount: ParsableCommand {
       case .notFound: throw MountFailure(message: "bucket \(source.bucket) not found at \(endpoint)")
       case .accessDenied(let message): throw MountFailure(message: "access denied to \(where_): \(message)")
       case .unavailable(let reason): throw MountFailure(message: "cannot reach \(endpoint): \(reason)")
+      case .tlsFailure(let message): throw MountFailure(message: message)
       default: throw MountFailure(message: "cannot list \(where_): \(error)")
       }
     }

@@ -118,6 +118,8 @@ extension FakeStorageServer {
       return .error(500, message, reason: "internalError")
     case .cancelled:
       return .error(503, "Request cancelled.", reason: "backendError")
+    case .tlsFailure(let message):
+      return .error(502, message, reason: "backendError")
     case .unsupported(let message):
       // As a bucket refuses objects.move (the real answer is undocumented; see DeleteAndMove.swift).
       return .error(400, message, reason: "invalid")

@@ -30,7 +30,7 @@ enum ErrorMapping {
     case .preconditionFailed: context == .read ? .stale : .io
     case .tooLarge: .tooBig
     case .badRequest: .invalid
-    case .unavailable, .invalidResponse: .io
+    case .unavailable, .invalidResponse, .tlsFailure: .io
     case .cancelled: .interrupted
     case .unsupported: .notSupported
     }
