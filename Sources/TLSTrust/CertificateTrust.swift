@@ -75,7 +75,8 @@ public struct CertificateTrust: Sendable {
   /// The certificates of a PEM bundle; at least one, or why not.
   static func bundle(_ path: String, named what: String) throws(Invalid) -> [NIOSSLCertificate] {
     let bytes = try contents(of: path, what: what)
-    guard bytes.count > 0, String(decoding: bytes, as: UTF8.self).contains("-----BEGIN CERTIFICATE-----") else {
+    guard bytes.count > 0, String(decoding: bytes, as: UTF8.self).contains("-----BEGIN CERTIFICATE-----")
+    else {
       throw Invalid(description: "\(what): holds no PEM certificate (-----BEGIN CERTIFICATE-----)")
     }
     let certificates: [NIOSSLCertificate]
