@@ -58,17 +58,6 @@ enum EffectiveConfig {
     return lines.joined(separator: "\n") + "\n"
   }
 
-  /// A YAML double-quoted string.
-  static func quoted(_ text: String) -> String {
-    var out = "\""
-    for scalar in text.unicodeScalars {
-      switch scalar {
-      case "\"": out += "\\\""
-      case "\\": out += "\\\\"
-      case let c where c.value < 0x20: out += "\\x" + (c.value < 16 ? "0" : "") + String(c.value, radix: 16)
-      default: out.unicodeScalars.append(scalar)
-      }
-    }
-    return out + "\""
-  }
+  /// A YAML double-quoted string: a JSON string is one (YAML 1.2 has JSON's escapes).
+  static func quoted(_ text: String) -> String { LogLineFormat.quoted(text) }
 }
