@@ -22,8 +22,8 @@ OPENING_WORDS = {"return", "in", "await", "try", "else", "throw", "yield"}
 def code_only(text: str) -> str:
     """Comments and string literals blanked, line breaks kept."""
     text = re.sub(r"/\*.*?\*/", lambda m: re.sub(r"[^\n]", " ", m.group()), text, flags=re.S)
-    text = re.sub(r"//[^\n]*", "", text)
-    return re.sub(r'"(?:\\.|[^"\\\n])*"', '""', text)
+    # One left-to-right pass, so a `//` inside a string (a URL) is not taken for a comment.
+    return re.sub(r'"(?:\\.|[^"\\\n])*"|//[^\n]*', lambda m: '""' if m.group().startswith('"') else "", text)
 
 
 def elements(text: str, start: int) -> tuple[list[str], int]:
