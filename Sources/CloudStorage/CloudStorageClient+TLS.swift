@@ -34,9 +34,11 @@ extension CloudStorageClient {
   }
 
   /// An error of making the connection (refused, unreachable, timed out
-  /// connecting): the request never left.
+  /// connecting): the request never left; or a checksum refusal: the
+  /// service stored nothing of it.
   static func neverSent(_ error: any Error) -> Bool {
     switch error {
+    case is ChecksumRefusal: return true
     case is NIOConnectionError: return true
     case let error as HTTPClientError: return error == .connectTimeout
     case let error as IOError: return [ECONNREFUSED, ENETUNREACH, EHOSTUNREACH].contains(error.errnoCode)

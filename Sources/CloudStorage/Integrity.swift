@@ -2,42 +2,22 @@ import NIOCore
 import NIOHTTP1
 import ObjectStore
 
-// What the client does when the service refuses an upload's bytes for
-// their CRC-32C: the bytes were changed on the way, so the upload is sent
-// again from its source, like one whose connection broke.
+// Uploads: the service refuses bytes that do not match the CRC-32C sent
+// with them (400, `Provided CRC32C "…" doesn't match calculated CRC32C "…".`)
+// and stores nothing; `exchange` sends such an upload again from its
+// source, like one whose connection broke, until the retry deadline.
 extension CloudStorageClient {
-  /// Uploads refused for their checksum are sent this many times at most.
-  static let corruptionAttempts = 3
-
-  /// Whether `error` is the service's refusal of bytes that do not match
-  /// the CRC-32C sent with them (400, `Provided CRC32C "…" doesn't match
-  /// calculated CRC32C "…".`). Nothing was stored.
-  static func isChecksumRefusal(_ error: any Error) -> Bool {
-    guard case StorageError.badRequest(let message) = error else { return false }
-    return message.contains("CRC32C") && message.contains("match")
+  /// Whether a 400's message is the service's checksum refusal.
+  static func isChecksumRefusal(_ message: String) -> Bool {
+    message.contains("CRC32C") && message.contains("match")
   }
+}
 
-  /// `attempt`, repeated after a checksum refusal; the last refusal is
-  /// thrown as `unavailable` (EIO), never as a success.
-  func refusingCorruption<T>(_ operation: String, _ attempt: () async throws -> T) async throws -> T {
-    var tries = 0
-    while true {
-      tries += 1
-      do {
-        return try await attempt()
-      } catch  where Self.isChecksumRefusal(error) {
-        metrics.mismatched(.upload)
-        guard tries < Self.corruptionAttempts else {
-          logger.error(
-            "\(operation): the service refused the bytes \(tries) times for their crc32c: \(error)")
-          throw StorageError.unavailable("\(operation): the bytes arrived changed \(tries) times")
-        }
-        logger.warning("\(operation): the service refused the bytes for their crc32c; sending them again")
-        let wait = retry.delay(attempt: tries, retryAfter: nil)
-        do { try await Task.sleep(nanoseconds: UInt64(wait * 1e9)) } catch { throw StorageError.cancelled }
-      }
-    }
-  }
+/// The service's refusal of an upload's bytes for their checksum: thrown by
+/// an attempt, and retried like a connection that was never made.
+struct ChecksumRefusal: Error, CustomStringConvertible {
+  let message: String
+  var description: String { "the service refused the bytes for their crc32c: \(message)" }
 }
 
 // Downloads: an answer that holds a whole object is checked against the

@@ -67,7 +67,7 @@ extension CloudStorageClient {
         // A refused certificate or a failed handshake: no retry mends it.
         if let failure = await tlsFailure(error) { throw StorageError.tlsFailure(failure.description) }
         outcome = .transient(describe(error), retryAfter: nil)
-        // No connection was made: nothing was sent, so even a request that is not idempotent may go again.
+        // Nothing was sent or nothing stored: even a request that is not idempotent may go again.
         if Self.neverSent(error) { unsent = true }
       }
       if case .success(let status, let headers, let body) = outcome,
@@ -195,6 +195,10 @@ extension CloudStorageClient {
     case 400:
       let text = message(in: payload, status: status)
       if let refusal = requesterPaysRefusal(text) { return .failure(refusal) }
+      if Self.isChecksumRefusal(text) {
+        metrics.mismatched(.upload)
+        throw ChecksumRefusal(message: text)
+      }
       let lower = text.lowercased()
       if lower.contains("metadata")
         && (lower.contains("large") || lower.contains("exceed") || lower.contains("size")

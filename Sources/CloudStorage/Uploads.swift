@@ -45,15 +45,6 @@ extension CloudStorageClient {
   func multipartUpload(
     _ name: String, from source: any UploadSource, attributes: ObjectAttributes, ifGenerationMatch: Int64?
   ) async throws -> ObjectMetadata {
-    try await refusingCorruption("upload \(name)") {
-      try await multipartAttempt(
-        name, from: source, attributes: attributes, ifGenerationMatch: ifGenerationMatch)
-    }
-  }
-
-  private func multipartAttempt(
-    _ name: String, from source: any UploadSource, attributes: ObjectAttributes, ifGenerationMatch: Int64?
-  ) async throws -> ObjectMetadata {
     let contentType = Self.contentType(attributes)
     // The scan for a boundary reads every byte once: the checksum comes from that pass.
     let (boundary, sum) = try await Self.boundary(notIn: source)

@@ -41,7 +41,7 @@ final class IntegrityTests: XCTestCase {
         XCTFail("a corrupted upload must fail")
       } catch StorageError.unavailable {}
       XCTAssertNil(server.store.object("a"))
-      XCTAssertEqual(server.requests(.upload).count, CloudStorageClient.corruptionAttempts)
+      XCTAssertGreaterThan(server.requests(.upload).count, 1, "sent again until the retry deadline")
     }
   }
 
