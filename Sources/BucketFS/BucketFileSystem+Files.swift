@@ -14,7 +14,7 @@ import NIOCore
 extension BucketFileSystem {
   public func open(inode: UInt64, flags: Int32) async throws -> OpenResult {
     try await boundary("open") {
-      await reads.settle(inode)
+      await reads.staleReads.settle(inode)
       let node = try nodes.node(inode)
       switch node.kind {
       case .file: break

@@ -121,7 +121,7 @@ public final class BucketFileSystem: FileSystem, MountComponent, Sendable {
   }
 
   public func mounted(kernel: KernelCache) {
-    reads.mounted(kernel: kernel)
+    reads.staleReads.mounted(kernel: kernel)
     kernelListings.mounted(kernel: kernel)
     onMounted()
   }

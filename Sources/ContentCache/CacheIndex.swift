@@ -6,37 +6,6 @@ struct EntryKey: Hashable, Sendable {
   let generation: Int64
 }
 
-/// One entry's files and map. Its lock guards the map in memory only; the
-/// map file is written after it is released, by one caller at a time
-/// (`writing`), who writes again if the map changed meanwhile (`dirty`).
-final class CacheEntry: Sendable {
-  struct State: Sendable {
-    var map: BlockMap
-    /// Evicted or discarded: its files are gone and nothing may list blocks again.
-    var removed = false
-    /// A caller is writing the map file; `dirty`: the map changed since it began.
-    var writing = false
-    var dirty = false
-    /// An upload's bytes are being made its data file (a link or a copy, then
-    /// the block sums): reads write nothing to it meanwhile.
-    var handingOver = false
-  }
-
-  let key: EntryKey
-  /// The entry's files without their extension (`.data`, `.map`).
-  let path: String
-  let state: Mutex<State>
-
-  init(key: EntryKey, path: String, map: BlockMap) {
-    self.key = key
-    self.path = path
-    self.state = Mutex(State(map: map))
-  }
-
-  var dataPath: String { path + ".data" }
-  var mapPath: String { path + ".map" }
-}
-
 /// The entries on disk, their bytes, and their order of last use. Its lock
 /// is never held across I/O: eviction picks its victims under it and the
 /// caller deletes their files after.

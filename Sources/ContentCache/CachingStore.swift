@@ -192,7 +192,7 @@ public final class CachingStore: ForwardingObjectStore {
   /// stays unchecked; its blocks are still checked one by one.
   private func check(_ entry: CacheEntry) {
     let key = entry.key
-    if let crc = entry.state.withLock({ $0.map.objectCRC })
+    if let crc = entry.objectCRC
       ?? facts.fact(key.name, generation: key.generation)?.crc
     {
       cache.verify(entry, crc: crc)

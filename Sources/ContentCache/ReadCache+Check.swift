@@ -11,7 +11,7 @@ extension ReadCache {
   /// Checks a complete entry against the object's CRC-32C: trusted as
   /// complete when they match, discarded when they do not.
   func verify(_ entry: CacheEntry, crc: UInt32) {
-    guard let map = entry.state.withLock({ $0.removed ? nil : $0.map }), let sum = Self.objectSum(map) else {
+    guard let map = entry.map, let sum = Self.objectSum(map) else {
       return
     }
     guard sum == crc else {

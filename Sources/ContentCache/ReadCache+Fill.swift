@@ -21,12 +21,7 @@ extension ReadCache {
         key: key, path: directory.entryPath(name: key.name, generation: key.generation),
         map: BlockMap(name: key.name, generation: key.generation, blockSize: Int(Self.blockSize)))
     }
-    let present = entry.state.withLock { state -> Set<Int64>? in
-      guard !state.removed, !state.handingOver, state.map.size == nil || size == nil || state.map.size == size
-      else { return nil }
-      return Set(state.map.blocks.keys)
-    }
-    guard let present else { return nil }
+    guard let present = entry.presentBlocks(forObjectOf: size) else { return nil }
     let fresh = blocks.filter { !present.contains($0) }
     guard !fresh.isEmpty else { return nil }
     var sums: [Int64: UInt32] = [:]
@@ -67,13 +62,7 @@ extension ReadCache {
   private func record(
     _ sums: [Int64: UInt32], size: Int64?, crc: UInt32?, reserved: Int64, in entry: CacheEntry
   ) -> CacheEntry? {
-    let completes = entry.state.withLock { state -> (map: BlockMap, crc: UInt32)? in
-      var map = state.map
-      map.size = map.size ?? size
-      map.blocks.merge(sums) { old, _ in old }
-      guard map.isComplete, !map.verified, let crc = map.objectCRC ?? crc else { return nil }
-      return (map, crc)
-    }
+    let completes = entry.completion(adding: sums, size: size, crc: crc)
     var verified = false
     if let completes, let sum = Self.objectSum(completes.map) {
       guard sum == completes.crc else {
@@ -105,37 +94,21 @@ extension ReadCache {
   /// before or meanwhile (the files written for it go too), or the write
   /// failed (the entry goes).
   func persist(_ entry: CacheEntry, _ change: (inout BlockMap) -> Void) -> BlockMap? {
-    let claimed = entry.state.withLock { state -> (map: BlockMap, write: Bool)? in
-      guard !state.removed else { return nil }
-      change(&state.map)
-      if state.writing {
-        state.dirty = true
-        return (state.map, false)
-      }
-      state.writing = true
-      return (state.map, true)
-    }
+    let claimed = entry.claimMapWrite(change)
     if let claimed, claimed.write {
       var next: BlockMap? = claimed.map
       while let map = next {
         do {
           try disk.replace(entry.mapPath, with: map.encoded())
         } catch {
-          entry.state.withLock { $0.writing = false }
+          entry.mapWriteFailed()
           writeFailed(entry, error)
           return nil
         }
-        next = entry.state.withLock { state in
-          guard state.dirty, !state.removed else {
-            state.writing = false
-            return nil
-          }
-          state.dirty = false
-          return state.map
-        }
+        next = entry.nextMapToWrite()
       }
     }
-    guard claimed == nil || entry.state.withLock({ $0.removed }) else { return claimed?.map }
+    guard claimed == nil || entry.isRemoved else { return claimed?.map }
     disk.remove(entry.mapPath)
     disk.remove(entry.dataPath)
     return nil

@@ -20,10 +20,9 @@ extension ReadCache {
       var map = BlockMap(name: key.name, generation: key.generation, blockSize: Int(Self.blockSize))
       map.size = object.size
       map.objectCRC = crc
-      let entry = CacheEntry(
-        key: key, path: directory.entryPath(name: key.name, generation: key.generation), map: map)
-      entry.state.withLock { $0.handingOver = true }
-      return entry
+      return CacheEntry(
+        key: key, path: directory.entryPath(name: key.name, generation: key.generation), map: map,
+        handingOver: true)
     }
     guard made else { return nil }
     guard let victims = index.reserve(object.size, for: entry) else {
@@ -92,7 +91,7 @@ extension ReadCache {
       map.blocks = sums
       map.verified = true
     }
-    entry.state.withLock { $0.handingOver = false }
+    entry.endHandover()
     metrics.stored(index.used)
   }
 }

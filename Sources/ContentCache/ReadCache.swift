@@ -38,7 +38,7 @@ final class ReadCache: Sendable {
   /// worth trying from disk (``cached(_:_:spare:)`` then checks the bytes).
   func lists(_ key: EntryKey, _ range: Range<Int64>) -> Bool {
     guard let entry = index.peek(key) else { return false }
-    return entry.state.withLock { !$0.removed && $0.map.covers(range) != nil }
+    return entry.lists(range)
   }
 
   /// Bytes `range` of the key's object from disk, when every block they
@@ -47,11 +47,7 @@ final class ReadCache: Sendable {
   func cached(_ key: EntryKey, _ range: Range<Int64>, spare: SpareBuffer?) -> ByteBuffer? {
     guard let (entry, touch) = index.use(key) else { return nil }
     if touch { disk.touch(entry.mapPath) }
-    let plan = entry.state.withLock { state -> (blocks: Range<Int64>, sums: [UInt32], size: Int64?)? in
-      guard !state.removed, let blocks = state.map.covers(range) else { return nil }
-      return (blocks, blocks.map { state.map.blocks[$0] ?? 0 }, state.map.size)
-    }
-    guard let plan else { return nil }
+    guard let plan = entry.plan(range) else { return nil }
     let spanStart = plan.blocks.lowerBound * Self.blockSize
     let spanEnd = min(plan.blocks.upperBound * Self.blockSize, plan.size ?? .max)
     let length = Int(spanEnd - spanStart)
@@ -129,7 +125,7 @@ final class ReadCache: Sendable {
   }
 
   private func deleteFiles(of entry: CacheEntry) {
-    entry.state.withLock { $0.removed = true }
+    entry.markRemoved()
     disk.remove(entry.mapPath)
     disk.remove(entry.dataPath)
   }

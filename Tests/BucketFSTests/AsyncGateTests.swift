@@ -90,7 +90,7 @@ final class AsyncGateTests: XCTestCase {
     let inode = try await fs.inode(at: "f")
     let first = try await fs.open(inode: inode, flags: O_RDWR).handle
     let second = try await fs.open(inode: inode, flags: O_RDWR).handle
-    let gate = try XCTUnwrap(fs.writer(first)).gate
+    let staged = try XCTUnwrap(fs.writer(first))
     // Past the start: the first write downloads the bytes, under the gate.
     let downloading = Task {
       try await fs.write(inode: inode, handle: first, offset: 11, data: Array("!".utf8))
@@ -102,7 +102,7 @@ final class AsyncGateTests: XCTestCase {
       defer { ended.withLock { $0 = true } }
       return try await fs.write(inode: inode, handle: second, offset: 0, data: Array("J".utf8))
     }
-    let waits = await eventually { gate.waiting == 1 }
+    let waits = await eventually { staged.waitingForStage == 1 }
     XCTAssertTrue(waits)
     queued.cancel()
     let stopped = await eventually(5) { ended.current }
@@ -115,7 +115,7 @@ final class AsyncGateTests: XCTestCase {
     } catch {
       XCTAssertTrue(error is CancellationError, "\(error)")
     }
-    XCTAssertEqual(gate.waiting, 0)
+    XCTAssertEqual(staged.waitingForStage, 0)
     store.stopHolding()
     await XCTAssertEqualAsync(try await downloading.value, 1)
     try await fs.flush(inode: inode, handle: first)

@@ -38,7 +38,7 @@ final class StaleReadTests: XCTestCase {
     await XCTAssertErrno(.stale) { _ = try await self.read(fs, inode, first) }
     fs.release(inode: inode, handle: first)
     fs.release(inode: inode, handle: second.handle)
-    let settled = await eventually { fs.reads.state.withLock { $0.staleReads.isEmpty } }
+    let settled = await eventually { fs.reads.staleReads.isIdle }
     XCTAssertTrue(settled, "refreshes end")
   }
 

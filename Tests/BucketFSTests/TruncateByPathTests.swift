@@ -21,19 +21,30 @@ final class TruncateByPathTests: XCTestCase {
     let fs = makeWritingFileSystem(store, stageDirectory: stages)
     let (inode, handle) = try await fs.openFile("docs/readme.txt", flags: O_RDWR)
     guard let staged = fs.stagedInodes.file(inode: inode) else { return XCTFail("the open staged the file") }
-    try await staged.gate.lock()
+    // Something else holds the stage's bytes until `release` ends.
+    let (held, release) = AsyncStream<Void>.makeStream()
+    let holding = Locked(false)
+    let holder = Task {
+      try await staged.exclusively {
+        holding.withLock { $0 = true }
+        for await _ in held {}
+      }
+    }
+    let holds = await eventually { holding.current }
+    XCTAssertTrue(holds)
     let truncate = Task {
       try await fs.setattr(inode: inode, handle: nil, changes: AttributeChanges(size: 5))
     }
     var polls = 0
-    while staged.gate.waiting == 0 && polls < 2_000 {
+    while staged.waitingForStage == 0 && polls < 2_000 {
       polls += 1
       try await Task.sleep(nanoseconds: 1_000_000)
     }
-    XCTAssertEqual(staged.gate.waiting, 1, "the truncate waits for the gate")
+    XCTAssertEqual(staged.waitingForStage, 1, "the truncate waits for the gate")
     fs.release(inode: inode, handle: handle)
     await fs.tasks.finish()
-    staged.gate.unlock()
+    release.finish()
+    try await holder.value
     let attributes = try await truncate.value.0
     await fs.tasks.finish()
     XCTAssertEqual(attributes.size, 5)

@@ -68,7 +68,7 @@ final class CachingStoreTests: XCTestCase {
     XCTAssertEqual(store.bytesInUse, 300_000 + overhead)
     // Whole in one read, with the checksum the metadata gave: checked with no other request.
     let entry = try XCTUnwrap(store.cache.index.use(EntryKey(name: "f", generation: object.generation)))
-    XCTAssertTrue(entry.entry.state.withLock { $0.map.verified })
+    XCTAssertEqual(entry.entry.map?.verified, true)
     XCTAssertEqual(bucket.calls(.metadata).count, 1)
   }
 
@@ -238,7 +238,7 @@ final class CachingStoreTests: XCTestCase {
     _ = try await store.readSettled("f", generation: object.generation, range: 0..<300_000)
     XCTAssertEqual(bucket.calls(.metadata).count, 1)
     let entry = try XCTUnwrap(store.cache.index.use(EntryKey(name: "f", generation: object.generation)))
-    XCTAssertTrue(entry.entry.state.withLock { $0.map.verified })
+    XCTAssertEqual(entry.entry.map?.verified, true)
   }
 
   func testEvictionKeepsTheDiskWithinTheLimit() async throws {

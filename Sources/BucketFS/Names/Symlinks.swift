@@ -67,7 +67,7 @@ final class Symlinks: MountComponent, Sendable {
     let metadata = try await known.current(of: node)
     do {
       return try await target(of: metadata)
-    } catch  where Reads.isGenerationGone(error) {
+    } catch  where StaleReads.isGenerationGone(error) {
       // Replaced since its metadata was fetched: the version there now.
       do {
         return try await target(of: try await known.fetch(node.key))

@@ -5,17 +5,12 @@ import Synchronization
 
 /// Reads of objects through ``FileReader``s: opening an object's generation,
 /// reads at hand or awaited within one retry deadline per key, and what a
-/// read that finds its generation gone sets off (StaleReads.swift). The
+/// read that finds its generation gone sets off (``StaleReads``). The
 /// readers belong to their handles (``HandleTable``).
 final class Reads: MountComponent, Sendable {
-  struct State {
-    /// Refreshes after a read found its generation gone, per inode.
-    var staleReads: [UInt64: Task<Void, Never>] = [:]
-    var readDeadlines: ReadDeadlines
-  }
-  let state: Mutex<State>
-  /// Tells the kernel to drop cached attributes and pages; none until mounted.
-  let kernel = Mutex<KernelCache>(.none)
+  private let readDeadlines: Mutex<ReadDeadlines>
+  /// Refreshes after a read found its generation gone.
+  let staleReads: StaleReads
   let context: MountContext
   let nodes: NodeTable
   /// Full metadata: kept while fresh, else fetched.
@@ -33,7 +28,9 @@ final class Reads: MountComponent, Sendable {
     prefetch: SiblingPrefetch
   ) {
     self.context = context
-    self.state = Mutex(State(readDeadlines: ReadDeadlines(seconds: context.configuration.retryDeadline)))
+    self.readDeadlines = Mutex(ReadDeadlines(seconds: context.configuration.retryDeadline))
+    self.staleReads = StaleReads(
+      nodes: nodes, known: known, tasks: context.tasks, logger: context.diagnostics.logger)
     self.nodes = nodes
     self.known = known
     self.handles = handles
@@ -78,18 +75,18 @@ final class Reads: MountComponent, Sendable {
 
   func read(inode: UInt64, _ reader: FileReader, offset: UInt64, size: Int) async throws -> [ByteBuffer] {
     let key = reader.key
-    let bound = state.withLock { $0.readDeadlines.begin(key) }
+    let bound = readDeadlines.withLock { $0.begin(key) }
     do {
       let pieces = try await OperationDeadline.$current.withValue(bound) {
         try await reader.read(offset: offset, count: size)
       }
-      state.withLock { $0.readDeadlines.end(key, nil) }
+      readDeadlines.withLock { $0.end(key, nil) }
       if Self.reachesEnd(offset, size, of: reader.size) { prefetch.readToEnd(reader.key) }
       return pieces
     } catch {
-      state.withLock { $0.readDeadlines.end(key, error) }
-      if Self.isGenerationGone(error) {
-        generationGone(inode: inode, key: reader.key, generation: reader.generation)
+      readDeadlines.withLock { $0.end(key, error) }
+      if StaleReads.isGenerationGone(error) {
+        staleReads.generationGone(inode: inode, key: reader.key, generation: reader.generation)
       }
       throw diagnostics.failure(error, operation: "read", key: reader.key, context: .read)
     }

@@ -73,7 +73,7 @@ final class StageStore: MountComponent, Sendable {
   /// leaving is made again.
   func read(_ staged: StagedFile, offset: UInt64, size: Int) async throws -> [ByteBuffer] {
     while true {
-      let total = staged.state.withLock { $0.size }
+      let total = staged.size
       guard offset < total, size > 0 else { return [] }
       let count = Int(min(UInt64(size), total - offset))
       let range = Int64(offset)..<Int64(offset) + Int64(count)
@@ -85,7 +85,7 @@ final class StageStore: MountComponent, Sendable {
         throw Errno(error.code)
       }
       // Bytes are marked gone before they are punched: unmarked now, they were there.
-      if staged.state.withLock({ $0.stream?.gone(range) ?? false }) { continue }
+      if staged.streamedAway(range) { continue }
       return [bytes]
     }
   }
@@ -96,33 +96,25 @@ final class StageStore: MountComponent, Sendable {
   /// file, a write of no bytes or one past the largest object. Nil when
   /// the write goes to the stage (off the FUSE loop: it is file I/O).
   func answerWithoutStage(_ staged: StagedFile, offset: UInt64, count: Int) -> Result<Int, Errno>? {
-    let (key, poisoned) = staged.state.withLock { ($0.key, $0.poisoned) }
-    if let poisoned { return .failure(poisoned) }
-    return unstagedWrite(key, offset: offset, count: count)
+    do throws(Errno) {
+      return unstagedWrite(try staged.keyForWriting(), offset: offset, count: count)
+    } catch {
+      return .failure(error)
+    }
   }
 
   func write(_ staged: StagedFile, offset: UInt64, data: [UInt8]) async throws -> Int {
-    try await staged.gate.run {
-      let (key, poisoned, covered) = staged.state.withLock {
-        ($0.key, $0.poisoned, Self.covers($0, offset: offset, count: data.count))
-      }
-      if let poisoned { throw poisoned }
+    try await staged.exclusively {
+      let (key, covered) = try staged.prepareWrite(offset: offset, count: data.count)
       if let answer = unstagedWrite(key, offset: offset, count: data.count) { return try answer.get() }
       if !covered { try await load(staged) }
       try await markDirty(staged)
       try await streams.streamBeforeWrite(staged, offset: offset, count: data.count)
       let code = await staged.stage.write(data, at: offset)
-      try staged.state.withLock { s in
-        // A local failure poisons the file: its stage may hold part of the
-        // write, and is never uploaded.
-        if code != 0 {
-          s.poisoned = diagnostics.localFailure(code, key: s.key)
-          throw Errno(code)
-        }
-        s.loaded = true
-        s.size = max(s.size, offset + UInt64(data.count))
-        s.modified = .wholeSecondsNow()
-      }
+      // A local failure poisons the file: its stage may hold part of the
+      // write, and is never uploaded.
+      if code != 0 { throw staged.poison(code, diagnostics: diagnostics) }
+      staged.noteWritten(upTo: offset + UInt64(data.count))
       try await streams.streamAfterWrite(staged)
       return data.count
     }
@@ -138,32 +130,19 @@ final class StageStore: MountComponent, Sendable {
     return .failure(Errno(EFBIG))
   }
 
-  /// Whether a write needs none of the bytes not yet in the stage.
-  private static func covers(_ s: StagedFile.State, offset: UInt64, count: Int) -> Bool {
-    s.loaded || (offset == 0 && UInt64(count) >= s.size)
-  }
-
   /// Marks the file dirty, first recording so in the sidecar (a kill -9
   /// from now on leaves a stage the next mount lists). Under the gate.
   private func markDirty(_ staged: StagedFile) async throws {
-    let record = staged.state.withLock { s -> StageRecord? in
-      guard !s.dirty || s.recordUploaded else { return nil }
-      return s.record(uploaded: false)
-    }
-    guard let record else { return }
+    guard let record = staged.recordBeforeDirtying() else { return }
     let code = await staged.stage.writeRecord(record)
     if code != 0 { throw diagnostics.localFailure(code, key: record.key) }
-    staged.state.withLock { s in
-      s.dirty = true
-      s.recordUploaded = false
-    }
+    staged.noteDirty()
   }
 
   /// Fills the stage with the bytes of the generation it was opened on.
   /// Under the gate.
   private func load(_ staged: StagedFile, upTo limit: UInt64? = nil) async throws {
-    let (base, size, loaded) = staged.state.withLock { ($0.base, $0.size, $0.loaded) }
-    guard !loaded, let base else { return }
+    guard let (base, size) = staged.bytesToLoad else { return }
     let end = min(limit ?? size, size)
     let chunk: UInt64 = 8 << 20
     var at: UInt64 = 0
@@ -183,18 +162,14 @@ final class StageStore: MountComponent, Sendable {
     }
     let code = await staged.stage.truncate(to: end)
     if code != 0 { throw diagnostics.localFailure(code, key: base.name) }
-    staged.state.withLock { s in
-      s.loaded = true
-      s.size = end
-    }
+    staged.noteLoaded(size: end)
   }
 
   /// Truncates or extends the staged file to `size`, downloading only the
   /// bytes it keeps (none for 0).
   func resize(_ staged: StagedFile, to size: UInt64) async throws {
-    try await staged.gate.run {
-      let (poisoned, loaded, current) = staged.state.withLock { ($0.poisoned, $0.loaded, $0.size) }
-      if let poisoned { throw poisoned }
+    try await staged.exclusively {
+      let (loaded, current) = try staged.prepareResize()
       // Nothing changes, nothing to download or upload (truncate(2) of a
       // local file to its size leaves even its times).
       if current == size { return }
@@ -203,16 +178,8 @@ final class StageStore: MountComponent, Sendable {
       try await streams.endStream(staged, bringBack: size > 0)
       try await markDirty(staged)
       let code = await staged.stage.truncate(to: size)
-      try staged.state.withLock { s in
-        if code != 0 {
-          s.poisoned = diagnostics.localFailure(code, key: s.key)
-          throw Errno(code)
-        }
-        s.loaded = true
-        s.size = size
-        s.sequential = size == 0
-        s.modified = .wholeSecondsNow()
-      }
+      if code != 0 { throw staged.poison(code, diagnostics: diagnostics) }
+      staged.noteResized(to: size)
     }
   }
 }

@@ -5,83 +5,75 @@ import Synchronization
 /// One inode being written: its stage, the properties its upload will carry
 /// and the precondition it uploads with. Every handle of the inode shares it,
 /// so each sees the others' writes and stat shows the staged size.
+///
+/// Its state is its own: the components tell it what happened (a write, an
+/// upload's start and end, a release, an unlink, a rename) and ask what
+/// follows. When its stage may go and what a poisoned file refuses are
+/// decided here and in StagedFile+State.swift alone; no other file takes
+/// its lock, and nothing is called under it but the creation of a task.
 final class StagedFile: Sendable {
   let inode: UInt64
   let stage: Stage
-
-  struct State {
-    /// The object name the bytes go to (a rename changes it).
-    var key: String
-    /// ifGenerationMatch of the next upload: 0 for a new object, else the
-    /// generation opened (or last uploaded).
-    var baseGeneration: Int64
-    /// That generation's metadata, where its bytes come from when a write
-    /// needs them; nil for a new object.
-    var base: ObjectMetadata?
-    /// What the upload stores as writable properties.
-    var attributes: ObjectAttributes
-    /// Properties bucketfs chose (contentType from the name, a generated
-    /// download token), not the user or the replaced object.
-    var inferred: Set<XattrName>
-    var size: UInt64
-    /// The stage holds the file's bytes; until then they are `base`'s and
-    /// only writes that need none of them go to the stage without a download.
-    var loaded: Bool
-    var dirty = false
-    /// Set by a refused upload (412) or a local failure: every later write,
-    /// fsync and close of the inode's handles fails with it.
-    var poisoned: Errno?
-    var unlinked = false
-    var handles = 0
-    /// The mtime stat shows.
-    var modified: Timestamp?
-    /// Whether the sidecar says "uploaded", to flip it once on the next change.
-    var recordUploaded = false
-    /// Read-only handles reading the loaded stage: it stays until they close.
-    var readers = 0
-    /// Every write handle closed while readers remained: the last reader's
-    /// close removes the stage.
-    var removeWhenUnread = false
-    /// Every byte was written in order from 0 since the file was last empty:
-    /// it may stream (``WriteStream``).
-    var sequential = false
-    var stream: WriteStream?
-    /// Uploads under way (``Uploads/commit(_:)``): a release meanwhile
-    /// leaves its decision to the last of them to end.
-    var uploading = 0
-    var releasedWhileUploading = false
-
-    /// What the sidecar says of the file.
-    func record(uploaded: Bool) -> StageRecord {
-      StageRecord(
-        key: key, baseGeneration: baseGeneration, uploaded: uploaded,
-        fields: Dictionary(uniqueKeysWithValues: attributes.fields.map { ($0.key.rawValue, $0.value) }),
-        custom: attributes.custom, parts: stream?.upload.prefix)
-    }
-  }
-  let state: Mutex<State>
+  private let state: Mutex<State>
   /// Orders the work on the stage's bytes and sidecar (writes, resizes,
   /// downloads into it, uploads from it), none of which holds `state`.
-  let gate = AsyncGate()
+  private let gate = AsyncGate()
 
-  init(inode: UInt64, stage: Stage, state: State) {
+  /// A file created through the mount: empty, new to the bucket, one writer.
+  init(
+    created inode: UInt64, stage: Stage, key: String, attributes: ObjectAttributes, inferred: Set<XattrName>
+  ) {
     self.inode = inode
     self.stage = stage
-    self.state = Mutex(state)
+    self.state = Mutex(
+      State(
+        key: key, baseGeneration: 0, base: nil, attributes: attributes, inferred: inferred, size: 0,
+        loaded: true, dirty: true, modified: .wholeSecondsNow(), sequential: true))
   }
 
-  var record: StageRecord {
-    state.withLock { $0.record(uploaded: $0.recordUploaded) }
+  /// `base` opened for writing by one writer; `truncate` empties it, which
+  /// is a change (it moves the mtime, as a write does) when it had bytes.
+  init(
+    opened inode: UInt64, stage: Stage, key: String, base: ObjectMetadata, inferred: Set<XattrName>,
+    truncate: Bool
+  ) {
+    self.inode = inode
+    self.stage = stage
+    let emptied = truncate || base.size == 0
+    let truncated = truncate && base.size > 0
+    self.state = Mutex(
+      State(
+        key: key, baseGeneration: base.generation, base: base, attributes: ObjectAttributes(of: base),
+        inferred: inferred, size: emptied ? 0 : UInt64(base.size), loaded: emptied, dirty: truncated,
+        modified: truncated ? .wholeSecondsNow() : FileFacts(base).modified ?? RFC3339.parse(base.timeCreated),
+        sequential: emptied))
   }
-}
 
-extension StagedFile {
+  /// Runs `body` as the only work on the stage's bytes and sidecar.
+  func exclusively<T: Sendable>(_ body: () async throws -> T) async throws -> T {
+    try await gate.run(body)
+  }
+
+  /// Tasks waiting to run on the stage's bytes.
+  var waitingForStage: Int { gate.waiting }
+
+  var record: StageRecord { state.withLock { $0.record(uploaded: $0.recordUploaded) } }
+  var key: String { state.withLock { $0.key } }
+  var size: UInt64 { state.withLock { $0.size } }
+
   /// Whether the stage holds the file's bytes (until then they are the
   /// opened generation's).
   var holdsBytes: Bool { state.withLock { $0.loaded } }
 
   /// Its name was unlinked: it is no longer a name a lookup finds.
   var isUnlinked: Bool { state.withLock { $0.unlinked } }
+
+  /// Whether a new open may share it: not unlinked, and a writer still open.
+  var isShareable: Bool { state.withLock { !$0.unlinked && $0.writers > 0 } }
+
+  /// Its key while it is a file in flight: created through the mount, not
+  /// stored yet, not unlinked.
+  var inFlightKey: String? { state.withLock { $0.baseGeneration == 0 && !$0.unlinked ? $0.key : nil } }
 
   /// The generation reads of a write handle come from while the stage does
   /// not hold the bytes; nil once it does.
@@ -92,6 +84,330 @@ extension StagedFile {
   var view: (size: UInt64, modified: Timestamp?, posix: StoredPosix?) {
     state.withLock { s in
       (s.size, s.modified, s.dirty || s.base == nil ? StoredPosix(s.attributes.custom) : nil)
+    }
+  }
+
+  // MARK: - Handles
+
+  /// One more writer; false once the last one closed (then the caller
+  /// stages the file anew): no writer is ever added to a released stage.
+  func admitWriter() -> Bool {
+    state.withLock { s in
+      guard s.writers > 0 else { return false }
+      s.writers += 1
+      return true
+    }
+  }
+
+  /// A writer closed: `last` when it was the last, and then what becomes of
+  /// the stage, unless an upload under way decides when it ends.
+  func dismissWriter() -> (last: Bool, settlement: StageSettlement?) {
+    state.withLock { $0.dismissWriter() }
+  }
+
+  /// A read-only open: the stage's bytes once it holds them (the handle
+  /// counts as a reader, so the stage outlives the writers' close for it),
+  /// the opened generation's until then; nil once the last writer closed.
+  func admitReader() -> ReadSource? {
+    state.withLock { s in
+      guard s.writers > 0 else { return nil }
+      guard s.loaded else { return s.base.map(ReadSource.base) }
+      s.readers += 1
+      return .stage
+    }
+  }
+
+  /// A reader closed: true when it was the last and the writers left the
+  /// stage to it to remove.
+  func dismissReader() -> Bool {
+    state.withLock { s in
+      s.readers -= 1
+      return s.readers == 0 && s.removeWhenUnread
+    }
+  }
+
+  // MARK: - Writing (under the gate)
+
+  /// The key a write goes to; throws what a poisoned file refuses with.
+  func keyForWriting() throws(Errno) -> String {
+    try state.withLock { s throws(Errno) in
+      if let poisoned = s.poisoned { throw poisoned }
+      return s.key
+    }
+  }
+
+  /// As ``keyForWriting()``, and whether a write of `count` bytes at
+  /// `offset` needs none of the bytes not yet in the stage.
+  func prepareWrite(offset: UInt64, count: Int) throws(Errno) -> (key: String, covered: Bool) {
+    try state.withLock { s throws(Errno) in
+      if let poisoned = s.poisoned { throw poisoned }
+      return (s.key, s.covers(offset: offset, count: count))
+    }
+  }
+
+  /// Whether the stage holds the bytes, and the size, before a resize;
+  /// throws what a poisoned file refuses with.
+  func prepareResize() throws(Errno) -> (loaded: Bool, size: UInt64) {
+    try state.withLock { s throws(Errno) in
+      if let poisoned = s.poisoned { throw poisoned }
+      return (s.loaded, s.size)
+    }
+  }
+
+  /// A local failure (the stage's disk): logged once, and every later
+  /// write, fsync and close of the inode's handles fails with it.
+  func poison(_ code: Int32, diagnostics: Diagnostics) -> Errno {
+    let failure = diagnostics.localFailure(code, key: key)
+    state.withLock { $0.poisoned = failure }
+    return failure
+  }
+
+  /// Bytes up to `end` were written to the stage.
+  func noteWritten(upTo end: UInt64) {
+    state.withLock { s in
+      s.loaded = true
+      s.size = max(s.size, end)
+      s.modified = .wholeSecondsNow()
+    }
+  }
+
+  /// The stage was truncated or extended to `size`.
+  func noteResized(to size: UInt64) {
+    state.withLock { s in
+      s.loaded = true
+      s.size = size
+      s.sequential = size == 0
+      s.modified = .wholeSecondsNow()
+    }
+  }
+
+  /// The sidecar to write before the file first turns dirty (or dirty
+  /// again after an upload); nil when it says so already.
+  func recordBeforeDirtying() -> StageRecord? {
+    state.withLock { s in !s.dirty || s.recordUploaded ? s.record(uploaded: false) : nil }
+  }
+
+  /// The sidecar says "dirty": the file is.
+  func noteDirty() {
+    state.withLock { s in
+      s.dirty = true
+      s.recordUploaded = false
+    }
+  }
+
+  /// The generation whose bytes fill the stage, and the file's size; nil
+  /// once the stage holds them (or the file is new).
+  var bytesToLoad: (base: ObjectMetadata, size: UInt64)? {
+    state.withLock { s in s.loaded ? nil : s.base.map { ($0, s.size) } }
+  }
+
+  /// The stage was filled with the base generation's first `size` bytes.
+  func noteLoaded(size: UInt64) {
+    state.withLock { s in
+      s.loaded = true
+      s.size = size
+    }
+  }
+
+  // MARK: - Uploading
+
+  /// An upload starts; ``endUpload()`` says it ended.
+  func beginUpload() {
+    state.withLock { $0.uploading += 1 }
+  }
+
+  /// An upload ended: the settlement of a stage released meanwhile, once
+  /// the last upload under way ended.
+  func endUpload() -> StageSettlement? {
+    state.withLock { $0.endUpload() }
+  }
+
+  /// What an upload sends now; nil when there is nothing to store. Throws
+  /// what a poisoned file refuses with.
+  func uploadRequest() throws(Errno) -> UploadRequest? {
+    try state.withLock { s throws(Errno) in try s.uploadRequest() }
+  }
+
+  /// An upload stored `uploaded`: returns the properties bucketfs chose.
+  func noteUploaded(_ uploaded: ObjectMetadata) -> Set<XattrName> {
+    state.withLock { s in
+      s.noteUploaded(uploaded)
+      return s.inferred
+    }
+  }
+
+  /// What a failed upload of `key` (whole or streamed) throws, and leaves
+  /// the file as: a refusal by the precondition is ESTALE, with the stage
+  /// kept (`kept` says what of it, before its path); a local failure
+  /// poisons the file; the rest is mapped and logged. A stream's own
+  /// errors come already mapped and recorded.
+  func uploadFailure(
+    _ error: any Error, key: String, generation: Int64, kept: String, diagnostics: Diagnostics
+  ) -> any Error {
+    if let failure = error as? Errno { return failure }
+    if let failure = error as? FileSystemError { return failure }
+    if case StorageError.preconditionFailed = error {
+      state.withLock { $0.poisoned = .stale }
+      diagnostics.logger.error(
+        "upload of \(key) refused: the object \(generation == 0 ? "appeared" : "changed since generation \(generation)") meanwhile; nothing was overwritten; \(kept) \(stage.path)"
+      )
+      return Errno.stale
+    }
+    if let local = error as? StageFailure {
+      state.withLock { $0.poisoned = Errno(local.code) }
+      return diagnostics.localFailure(local.code, key: key)
+    }
+    return diagnostics.failure(error, operation: "upload", key: key)
+  }
+
+  // MARK: - Its stream (for ``WriteStreams``)
+
+  /// Whether a write at `offset` keeps the file in order, and what then
+  /// becomes of its stream.
+  func streamStep(beforeWriteAt offset: UInt64) -> StreamStep {
+    state.withLock { $0.streamStep(beforeWriteAt: offset) }
+  }
+
+  /// The size of a file that may start a stream now: written in order,
+  /// loaded, well, and not streaming yet.
+  var streamCandidateSize: Int64? {
+    state.withLock { s in
+      s.stream == nil && s.sequential && s.loaded && !s.unlinked && s.poisoned == nil ? Int64(s.size) : nil
+    }
+  }
+
+  /// The stream, the key and the base generation, while it streams.
+  var streamSnapshot: (stream: WriteStream, key: String, generation: Int64)? {
+    state.withLock { s in s.stream.map { ($0, s.key, s.baseGeneration) } }
+  }
+
+  var isStreaming: Bool { state.withLock { $0.stream != nil } }
+
+  /// Whether bytes of `range` may have left the stage.
+  func streamedAway(_ range: Range<Int64>) -> Bool {
+    state.withLock { $0.stream?.gone(range) ?? false }
+  }
+
+  /// The stored crc32c of the generation a stream's commit composes first.
+  var baseCRC32C: UInt32? { state.withLock { $0.base?.crc32c }.flatMap { CRC32C.value(base64: $0) } }
+
+  /// `stream` begins: returns the sidecar that says where its bytes go.
+  func beginStream(_ stream: WriteStream) -> StageRecord {
+    state.withLock { s in
+      s.stream = stream
+      return s.record(uploaded: false)
+    }
+  }
+
+  /// The stream `id` ended (brought back, dropped or never begun).
+  func endStream(_ id: UInt64) {
+    state.withLock { s in if s.stream?.id == id { s.stream = nil } }
+  }
+
+  /// The file is not written in order any more: it never streams again
+  /// until it is emptied.
+  func noteOutOfOrder() {
+    state.withLock { $0.sequential = false }
+  }
+
+  /// Starts the uploads of the parts now complete (``WriteStream/launch(upTo:_:)``).
+  func launchParts(_ start: (Range<Int64>, UInt64, any PartedUpload) -> Task<Void, Never>) {
+    state.withLock { s in
+      let size = Int64(s.size)
+      s.stream?.launch(upTo: size, start)
+    }
+  }
+
+  /// Stream `id`'s part of bytes `range` is stored; false when the stream
+  /// no longer has it.
+  func notePartStored(_ part: StoredPart, at range: Range<Int64>, stream id: UInt64) -> Bool {
+    state.withLock { s in s.stream?.id == id && s.stream?.store(part, at: range) == true }
+  }
+
+  /// Stream `id`'s bytes of `range` were punched out of the stage.
+  func notePunched(_ range: Range<Int64>, stream id: UInt64) {
+    state.withLock { s in if s.stream?.id == id { s.stream?.gone += Int64(range.count) } }
+  }
+
+  /// A part of stream `id` could not be stored: it ends at the next write
+  /// or commit. Returns the key, for the log.
+  func notePartFailed(stream id: UInt64) -> String {
+    state.withLock { s in
+      if s.stream?.id == id { s.stream?.failed = true }
+      return s.key
+    }
+  }
+
+  /// Whether a writer of `count` more bytes may go on; `.enough` when the
+  /// file does not stream.
+  func room(for count: Int64) -> WriteStream.Room {
+    state.withLock { s in s.stream?.room(for: count, size: Int64(s.size)) ?? .enough }
+  }
+
+  /// Starts a combine of stream `id` if it needs one (``WriteStream/startCombine(_:)``).
+  func startCombine(
+    stream id: UInt64, _ start: ([StoredPart], Range<Int64>, Int, any PartedUpload) -> Task<Void, Never>
+  ) {
+    state.withLock { s in if s.stream?.id == id { s.stream?.startCombine(start) } }
+  }
+
+  /// A combine of stream `id` made `combined`; false when it came too late
+  /// (``WriteStream/replace(count:range:with:round:)``).
+  func noteCombined(
+    _ combined: StoredPart, replacing count: Int, range: Range<Int64>, stream id: UInt64, round: Int
+  ) -> Bool {
+    state.withLock { s in
+      s.stream?.id == id && s.stream?.replace(count: count, range: range, with: combined, round: round) == true
+    }
+  }
+
+  func noteCombineFailed(stream id: UInt64, round: Int) {
+    state.withLock { s in if s.stream?.id == id { s.stream?.combineFailed(round: round) } }
+  }
+
+  /// Claims the stream for a commit's compose (``WriteStream/claimForCompose()``).
+  func claimStreamForCompose() -> WriteStream.ComposeClaim {
+    state.withLock { s in s.stream?.claimForCompose() ?? .noStream }
+  }
+
+  /// The compose of stream `claimed` made the object of `size` bytes.
+  func noteComposed(size: Int64, claimed: WriteStream) {
+    state.withLock { s in
+      if s.stream?.id == claimed.id { s.stream?.composed(size: size, claimed: claimed) }
+    }
+  }
+
+  /// The compose of stream `id` failed; `refused` by its precondition, the
+  /// file is stale and the stream gone (its parts are deleted by the caller).
+  func noteComposeFailed(stream id: UInt64, refused: Bool) {
+    state.withLock { s in
+      if s.stream?.id == id { s.stream?.composing = false }
+      if refused {
+        s.poisoned = .stale
+        s.stream = nil
+      }
+    }
+  }
+
+  /// The tasks an ending stream awaits (``WriteStream/pending(combines:)``).
+  func streamTasks(combines: Bool) -> [Task<Void, Never>] {
+    state.withLock { $0.stream?.pending(combines: combines) ?? [] }
+  }
+
+  // MARK: - Its pending xattrs (StagedXattrs.swift)
+
+  /// The metadata the upload would store; nil when the file only reads.
+  func pendingMetadata(bucket: String) -> ObjectMetadata? {
+    state.withLock { $0.pendingMetadata(bucket: bucket) }
+  }
+
+  /// Sets or removes (nil) `property` in the pending upload of a dirty
+  /// file; false when it is not dirty (or unlinked).
+  func setPending(_ property: XattrName, to text: String?, flags: XattrFlags, posixAttributes: Bool) throws
+    -> Bool
+  {
+    try state.withLock { s in
+      try s.setPending(property, to: text, flags: flags, posixAttributes: posixAttributes)
     }
   }
 
@@ -154,31 +470,5 @@ extension StagedFile {
         s.modified = modified
       }
     }
-  }
-
-  // MARK: - A failed upload
-
-  /// What a failed upload of `key` (whole or streamed) throws, and leaves
-  /// the file as: a refusal by the precondition is ESTALE, with the stage
-  /// kept (`kept` says what of it, before its path); a local failure
-  /// poisons the file; the rest is mapped and logged. A stream's own
-  /// errors come already mapped and recorded.
-  func uploadFailure(
-    _ error: any Error, key: String, generation: Int64, kept: String, diagnostics: Diagnostics
-  ) -> any Error {
-    if let failure = error as? Errno { return failure }
-    if let failure = error as? FileSystemError { return failure }
-    if case StorageError.preconditionFailed = error {
-      state.withLock { $0.poisoned = .stale }
-      diagnostics.logger.error(
-        "upload of \(key) refused: the object \(generation == 0 ? "appeared" : "changed since generation \(generation)") meanwhile; nothing was overwritten; \(kept) \(stage.path)"
-      )
-      return Errno.stale
-    }
-    if let local = error as? StageFailure {
-      state.withLock { $0.poisoned = Errno(local.code) }
-      return diagnostics.localFailure(local.code, key: key)
-    }
-    return diagnostics.failure(error, operation: "upload", key: key)
   }
 }

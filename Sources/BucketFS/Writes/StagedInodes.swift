@@ -1,11 +1,11 @@
 import Synchronization
 
-/// The staged file of each inode, and how many write handles each has. A
-/// writer is added only to its inode's current staged file, and the last
-/// one's removal takes the file out, under one lock: no write handle is
-/// ever added to a released stage. What stat, lookups, listings and the
-/// namespace ask of staged files: which inode has one, and which files are
-/// in flight (created through the mount, not stored yet).
+/// The staged file of each inode that new opens share. Each file counts
+/// its own writers and refuses one once its last closed (``StagedFile``);
+/// this only maps inodes to files, and never holds its lock while it asks
+/// a file anything. What stat, lookups, listings and the namespace ask of
+/// staged files: which inode has one, and which files are in flight
+/// (created through the mount, not stored yet).
 final class StagedInodes: Sendable {
   /// The staged file of each inode that new opens share.
   private let byInode = Mutex<[UInt64: StagedFile]>([:])
@@ -22,9 +22,10 @@ final class StagedInodes: Sendable {
     return byInode.withLock { $0[inode] }
   }
 
-  /// The staged file of `inode` that a new open may share: not unlinked.
+  /// The staged file of `inode` that a new open may share: not unlinked,
+  /// with a writer open.
   func shared(inode: UInt64) -> StagedFile? {
-    guard let staged = file(inode: inode), !staged.isUnlinked else { return nil }
+    guard let staged = file(inode: inode), staged.isShareable else { return nil }
     return staged
   }
 
@@ -40,40 +41,32 @@ final class StagedInodes: Sendable {
     live.add(1, ordering: .relaxed)
   }
 
-  /// As ``add(_:)``, unless the inode has a staged file already that is
-  /// not unlinked (another open staged it meanwhile): that one is returned.
+  /// As ``add(_:)``, unless the inode has a staged file already that a new
+  /// open may share (another open staged it meanwhile): that one is
+  /// returned. One that may not is replaced; its own last release takes
+  /// out only itself.
   func addUnlessShared(_ staged: StagedFile) -> StagedFile? {
-    let other = byInode.withLock { byInode -> StagedFile? in
-      if let other = byInode[staged.inode], !other.isUnlinked { return other }
-      byInode[staged.inode] = staged
-      return nil
-    }
-    if other == nil { live.add(1, ordering: .relaxed) }
-    return other
-  }
-
-  /// One more write handle on `staged`; false if its last one closed
-  /// meanwhile (then the caller stages the file anew).
-  func addWriter(_ staged: StagedFile) -> Bool {
-    byInode.withLock { byInode in
-      guard byInode[staged.inode] === staged else { return false }
-      staged.state.withLock { $0.handles += 1 }
-      return true
-    }
-  }
-
-  /// A write handle on `staged` closed: true when it was the last.
-  func removeWriter(_ staged: StagedFile) -> Bool {
-    byInode.withLock { byInode in
-      let last = staged.state.withLock { s in
-        s.handles -= 1
-        return s.handles <= 0
+    while true {
+      let other = byInode.withLock { $0[staged.inode] }
+      if let other, other.isShareable { return other }
+      let placed = byInode.withLock { byInode -> Bool in
+        guard byInode[staged.inode] === other else { return false }
+        byInode[staged.inode] = staged
+        return true
       }
-      guard last else { return false }
-      if byInode[staged.inode] === staged { byInode[staged.inode] = nil }
-      live.subtract(1, ordering: .relaxed)
-      return true
+      if placed {
+        live.add(1, ordering: .relaxed)
+        return nil
+      }
     }
+  }
+
+  /// The last writer of `staged` closed: new opens stage the inode anew.
+  func remove(_ staged: StagedFile) {
+    byInode.withLock { byInode in
+      if byInode[staged.inode] === staged { byInode[staged.inode] = nil }
+    }
+    live.subtract(1, ordering: .relaxed)
   }
 
   // MARK: - Files in flight
@@ -90,8 +83,9 @@ final class StagedInodes: Sendable {
   func inFlight(in directoryKey: String, deep: Bool = false) -> [InFlight] {
     var found: [InFlight] = []
     for staged in files() {
-      let (key, fresh) = staged.state.withLock { ($0.key, $0.baseGeneration == 0 && !$0.unlinked) }
-      guard fresh, key.utf8.count > directoryKey.utf8.count, key.utf8.starts(with: directoryKey.utf8) else {
+      guard let key = staged.inFlightKey, key.utf8.count > directoryKey.utf8.count,
+        key.utf8.starts(with: directoryKey.utf8)
+      else {
         continue
       }
       let name = String(decoding: key.utf8.dropFirst(directoryKey.utf8.count), as: UTF8.self)
@@ -104,6 +98,6 @@ final class StagedInodes: Sendable {
 
   /// Whether `inode` is still a file in flight (not stored, not unlinked).
   func isInFlight(_ inode: UInt64) -> Bool {
-    file(inode: inode)?.state.withLock { $0.baseGeneration == 0 && !$0.unlinked } ?? false
+    file(inode: inode)?.inFlightKey != nil
   }
 }

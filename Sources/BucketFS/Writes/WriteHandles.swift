@@ -68,11 +68,7 @@ final class WriteHandles: MountComponent, Sendable {
       key, kind: .file, facts: FileFacts(Staging.placeholder(key: key, bucket: bucket)), at: now
     )
     .inode
-    let staged = StagedFile(
-      inode: inode, stage: stage,
-      state: StagedFile.State(
-        key: key, baseGeneration: 0, base: nil, attributes: attributes, inferred: inferred, size: 0,
-        loaded: true, dirty: true, handles: 1, modified: .wholeSecondsNow(), sequential: true))
+    let staged = StagedFile(created: inode, stage: stage, key: key, attributes: attributes, inferred: inferred)
     let failure = await stage.writeRecord(staged.record)
     if failure != 0 {
       stage.remove()
@@ -96,19 +92,11 @@ final class WriteHandles: MountComponent, Sendable {
     }
     let base = try await known.current(of: node, context: .inode)
     let stage = try stages.makeStage()
-    let emptied = truncate || base.size == 0
-    // Truncating bytes away is a change: it moves the mtime, as a write does.
-    let truncated = truncate && base.size > 0
     let inferred = provenance.inferred(key: base.name, generation: base.generation)
     let staged = StagedFile(
-      inode: inode, stage: stage,
-      state: StagedFile.State(
-        key: node.key, baseGeneration: base.generation, base: base, attributes: ObjectAttributes(of: base),
-        inferred: inferred, size: emptied ? 0 : UInt64(base.size), loaded: emptied,
-        dirty: truncated, handles: 1,
-        modified: truncated
-          ? .wholeSecondsNow() : FileFacts(base).modified ?? RFC3339.parse(base.timeCreated),
-        sequential: emptied))
+      opened: inode, stage: stage, key: node.key, base: base, inferred: inferred, truncate: truncate)
+    // Truncating bytes away is a change: the sidecar says so before the open returns.
+    let truncated = truncate && base.size > 0
     if truncated {
       let failure = await stage.writeRecord(staged.record)
       if failure != 0 {
@@ -130,8 +118,8 @@ final class WriteHandles: MountComponent, Sendable {
   /// One more writer on a staged file; false if its last one closed
   /// meanwhile (then the caller stages the file anew).
   private func attach(_ staged: StagedFile, truncate: Bool) async throws -> Bool {
-    // Under the inodes' lock, as the last release is: never a writer on a released stage.
-    guard inodes.addWriter(staged) else { return false }
+    // Never a writer on a released stage: the file refuses one.
+    guard staged.admitWriter() else { return false }
     if truncate {
       do {
         try await stages.resize(staged, to: 0)
@@ -157,11 +145,10 @@ final class WriteHandles: MountComponent, Sendable {
   /// writer closed meanwhile: then the bucket has the bytes.
   func openForReading(inode: UInt64) -> Reading? {
     guard let staged = inodes.file(inode: inode) else { return nil }
-    return staged.state.withLock { s -> Reading? in
-      guard s.handles > 0 else { return nil }
-      guard s.loaded else { return s.base.map(Reading.base) }
-      s.readers += 1
-      return .stage(staged)
+    switch staged.admitReader() {
+    case .stage: return .stage(staged)
+    case .base(let base): return .base(base)
+    case nil: return nil
     }
   }
 
@@ -193,19 +180,17 @@ final class WriteHandles: MountComponent, Sendable {
   /// A writer of a staged file closed. At the last, the stage goes, unless
   /// it holds bytes that were never stored (then it stays, and the log says
   /// where) or readers remain (then the last of them removes it); an upload
-  /// under way decides when it ends (``Uploads/released(_:)``).
+  /// under way decides when it ends (``Uploads/settle(_:_:)``).
   func releaseWriter(_ closed: StagedFile) {
-    guard inodes.removeWriter(closed) else { return }
-    uploads.released(closed)
+    let (last, settlement) = closed.dismissWriter()
+    guard last else { return }
+    inodes.remove(closed)
+    if let settlement { uploads.settle(closed, settlement) }
   }
 
   /// A reader of a stage closed: the last one removes a stage its writers left.
   func releaseReader(_ staged: StagedFile) {
-    let remove = staged.state.withLock { s in
-      s.readers -= 1
-      return s.readers == 0 && s.removeWhenUnread
-    }
     // Apart from the caller: release runs on the FUSE loop thread, which never waits for the disk.
-    if remove { tasks.start(.finish, priority: .utility) { staged.stage.remove() } }
+    if staged.dismissReader() { tasks.start(.finish, priority: .utility) { staged.stage.remove() } }
   }
 }

@@ -100,3 +100,125 @@ extension WriteStream {
     return nil
   }
 }
+
+/// The stream's transitions, which its ``StagedFile`` applies under its
+/// lock for ``WriteStreams``: each step's rule is here, in one place.
+extension WriteStream {
+  /// What a writer that needs room for more bytes does.
+  enum Room {
+    /// The stage may take them (or nothing can leave it).
+    case enough
+    /// A part failed: the stream ends, its bytes come back.
+    case failed
+    /// The oldest part upload under way frees room when it ends.
+    case waitFor(Task<Void, Never>)
+  }
+
+  /// What a commit finds: the stream it composes, or a combine to wait for.
+  enum ComposeClaim {
+    case noStream
+    /// Marked composing (a failed one is not: the caller falls back); the
+    /// combine it went ahead without, if any, whose result will be dropped.
+    case claimed(WriteStream, droppedCombine: Task<Void, Never>?)
+    /// The compose could not take the pieces of the combine under way.
+    case waitFor(Task<Void, Never>)
+  }
+
+  /// Starts the uploads of the parts now complete in a file of `size`
+  /// bytes, as many as the plan runs at once; `start` makes each one's task.
+  mutating func launch(
+    upTo size: Int64, _ start: (Range<Int64>, UInt64, any PartedUpload) -> Task<Void, Never>
+  ) {
+    guard !failed else { return }
+    while inFlight < plan.parallel, committedComponents + components + 2 < 1024 {
+      let range = end..<(end + nextPartSize)
+      guard range.upperBound <= size else { break }
+      var part = Part(range: range)
+      part.task = start(range, id, upload)
+      parts.append(part)
+      end = range.upperBound
+      started += 1
+    }
+  }
+
+  /// The part of bytes `range` is stored as `stored`; false when the stream
+  /// no longer has it.
+  mutating func store(_ stored: StoredPart, at range: Range<Int64>) -> Bool {
+    guard let index = parts.firstIndex(where: { $0.range == range }) else { return false }
+    parts[index].stored = stored
+    return true
+  }
+
+  /// Whether a writer of `count` more bytes to a file of `size` may go on.
+  func room(for count: Int64, size: Int64) -> Room {
+    if failed { return .failed }
+    if size - gone + count <= bound { return .enough }
+    guard let task = parts.first(where: { $0.stored == nil })?.task else { return .enough }
+    return .waitFor(task)
+  }
+
+  /// Starts a combine when the close would otherwise compose too many
+  /// sources; `start` makes its task from the pieces, their bytes, the
+  /// round and the upload.
+  mutating func startCombine(
+    _ start: ([StoredPart], Range<Int64>, Int, any PartedUpload) -> Task<Void, Never>
+  ) {
+    guard combining == nil, !failed, !composing, needsCombining, let run = combinable else { return }
+    let pieces = parts[run].compactMap(\.stored)
+    let range = parts[run.lowerBound].range.lowerBound..<parts[run.upperBound - 1].range.upperBound
+    combining = start(pieces, range, combineRound, upload)
+  }
+
+  /// A combine of round `round` made `combined` of `count` parts covering
+  /// `range`: it takes their place, unless a commit went ahead without it
+  /// (false: the caller deletes `combined`, else the pieces).
+  mutating func replace(count: Int, range: Range<Int64>, with combined: StoredPart, round: Int) -> Bool {
+    guard combineRound == round else { return false }
+    combining = nil
+    guard let first = parts.firstIndex(where: { $0.range.lowerBound == range.lowerBound }),
+      first + count <= parts.count, parts[first + count - 1].range.upperBound == range.upperBound
+    else { return false }
+    let replaced = first..<first + count
+    var part = Part(range: range)
+    part.stored = combined
+    part.components = parts[replaced].reduce(0) { $0 + $1.components }
+    parts.replaceSubrange(replaced, with: [part])
+    return true
+  }
+
+  /// A combine of round `round` failed: the close composes its pieces.
+  mutating func combineFailed(round: Int) {
+    if combineRound == round { combining = nil }
+  }
+
+  /// Marks the stream composing for a commit, once no combine under way
+  /// holds pieces the compose cannot do without.
+  mutating func claimForCompose() -> ComposeClaim {
+    if failed { return .claimed(self, droppedCombine: nil) }
+    let dropped = combining
+    if let dropped, sourcesAtClose > Self.composeLimit { return .waitFor(dropped) }
+    if dropped != nil {
+      combining = nil
+      combineRound += 1
+    }
+    composing = true
+    return .claimed(self, droppedCombine: dropped)
+  }
+
+  /// A commit of `claimed` (this stream as it was claimed) composed the
+  /// object of `size` bytes: the stream goes on from it, with no parts.
+  mutating func composed(size: Int64, claimed: WriteStream) {
+    committed = size
+    committedComponents = claimed.committedComponents + claimed.components + (claimed.end < size ? 1 : 0)
+    parts = []
+    end = size
+    composing = false
+  }
+
+  /// The tasks an ending stream awaits: part uploads under way, and with
+  /// `combines` the combine too.
+  func pending(combines: Bool) -> [Task<Void, Never>] {
+    let uploads = parts.compactMap { $0.stored == nil ? $0.task : nil }
+    return uploads + (combines ? combining.map { [$0] } ?? [] : [])
+  }
+}

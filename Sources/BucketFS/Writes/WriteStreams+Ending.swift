@@ -25,8 +25,8 @@ extension WriteStreams {
     }
     var sources: [StoredPart] = []
     if stream.committed > 0 {
-      let crc = staged.state.withLock { $0.base?.crc32c }.flatMap { CRC32C.value(base64: $0) }
-      sources.append(StoredPart(name: key, generation: generation, size: stream.committed, crc32c: crc))
+      sources.append(
+        StoredPart(name: key, generation: generation, size: stream.committed, crc32c: staged.baseCRC32C))
     }
     sources += stream.parts.compactMap(\.stored)
     let uploaded: ObjectMetadata
@@ -39,15 +39,11 @@ extension WriteStreams {
       uploaded = try await stream.upload.compose(
         sources, into: key, attributes: attributes, ifGenerationMatch: generation)
     } catch {
-      staged.state.withLock { s in if s.stream?.id == stream.id { s.stream?.composing = false } }
-      if case StorageError.preconditionFailed = error {
-        // Nothing overwritten, nothing left behind: the parts go before the close returns.
-        staged.state.withLock { s in
-          s.poisoned = .stale
-          s.stream = nil
-        }
-        await stream.upload.removeParts(all: true)
-      }
+      let refused: Bool
+      if case StorageError.preconditionFailed = error { refused = true } else { refused = false }
+      staged.noteComposeFailed(stream: stream.id, refused: refused)
+      // Nothing overwritten, nothing left behind: the parts go before the close returns.
+      if refused { await stream.upload.removeParts(all: true) }
       throw staged.uploadFailure(
         error, key: key, generation: generation,
         kept: "its streamed parts are deleted, the bytes not yet sent are kept in", diagnostics: diagnostics)
@@ -55,15 +51,7 @@ extension WriteStreams {
     // The object holds their bytes: the close need not wait for the deletes.
     let upload = stream.upload
     inBackground { await upload.removeParts(all: false) }
-    staged.state.withLock { s in
-      guard s.stream?.id == stream.id else { return }
-      s.stream?.committed = Int64(size)
-      s.stream?.committedComponents =
-        stream.committedComponents + stream.components + (stream.end < Int64(size) ? 1 : 0)
-      s.stream?.parts = []
-      s.stream?.end = Int64(size)
-      s.stream?.composing = false
-    }
+    staged.noteComposed(size: Int64(size), claimed: stream)
     return uploaded
   }
 
@@ -75,27 +63,14 @@ extension WriteStreams {
   private func streamToCompose(_ staged: StagedFile) async -> WriteStream? {
     while true {
       await settleParts(staged, combines: false)
-      let (stream, wait, letGo) = staged.state.withLock {
-        s -> (WriteStream?, Task<Void, Never>?, Task<Void, Never>?) in
-        guard var stream = s.stream else { return (nil, nil, nil) }
-        if stream.failed { return (stream, nil, nil) }
-        let combining = stream.combining
-        if let combining, stream.sourcesAtClose > WriteStream.composeLimit { return (nil, combining, nil) }
-        if combining != nil {
-          stream.combining = nil
-          stream.combineRound += 1
-        }
-        stream.composing = true
-        s.stream = stream
-        return (stream, nil, combining)
+      switch staged.claimStreamForCompose() {
+      case .noStream: return nil
+      case .waitFor(let combine): await combine.value
+      case .claimed(let stream, let dropped):
+        // An unmount waits for it, so its result is deleted before the mount goes.
+        if let dropped { inBackground { await dropped.value } }
+        return stream
       }
-      if let wait {
-        await wait.value
-        continue
-      }
-      // An unmount waits for it, so its result is deleted before the mount goes.
-      if let letGo { inBackground { await letGo.value } }
-      return stream
     }
   }
 
@@ -105,7 +80,7 @@ extension WriteStreams {
   /// stream's bytes come back into the stage, and it stays staged whole.
   func fallBack(_ staged: StagedFile) async throws {
     try await endStream(staged, bringBack: true)
-    staged.state.withLock { $0.sequential = false }
+    staged.noteOutOfOrder()
   }
 
   /// Ends the file's stream once its part uploads are done: with
@@ -115,10 +90,7 @@ extension WriteStreams {
   /// unlinked file). The parts are deleted apart from the caller.
   func endStream(_ staged: StagedFile, bringBack: Bool) async throws {
     await settleParts(staged, combines: true)
-    guard let snapshot = staged.state.withLock({ s in s.stream.map { ($0, s.key, s.baseGeneration) } }) else {
-      return
-    }
-    let (stream, key, generation) = snapshot
+    guard let (stream, key, generation) = staged.streamSnapshot else { return }
     if bringBack {
       var pieces: [(StoredPart, Int64)] = []
       if stream.committed > 0 {
@@ -133,7 +105,7 @@ extension WriteStreams {
       staged.stage.refilled()
       logger.info("\(key): not written in order any more; its streamed bytes are staged again")
     }
-    staged.state.withLock { s in if s.stream?.id == stream.id { s.stream = nil } }
+    staged.endStream(stream.id)
     let upload = stream.upload
     inBackground { await upload.removeParts(all: true) }
   }
@@ -142,11 +114,7 @@ extension WriteStreams {
   /// (a stored part may start one) too.
   private func settleParts(_ staged: StagedFile, combines: Bool) async {
     while true {
-      let tasks = staged.state.withLock { s -> [Task<Void, Never>] in
-        guard let stream = s.stream else { return [] }
-        let uploads = stream.parts.compactMap { $0.stored == nil ? $0.task : nil }
-        return uploads + (combines ? stream.combining.map { [$0] } ?? [] : [])
-      }
+      let tasks = staged.streamTasks(combines: combines)
       if tasks.isEmpty { return }
       for task in tasks { await task.value }
     }
@@ -172,10 +140,7 @@ extension WriteStreams {
           context: .read)
       }
       let code = await staged.stage.write(bytes, at: UInt64(start + at))
-      if code != 0 {
-        staged.state.withLock { $0.poisoned = Errno(code) }
-        throw diagnostics.localFailure(code, key: key)
-      }
+      if code != 0 { throw staged.poison(code, diagnostics: diagnostics) }
       at = range.upperBound
     }
   }
@@ -184,9 +149,9 @@ extension WriteStreams {
 
   /// Reads of a streaming file's bytes that left the stage bring them back first.
   func bringBackIfGone(_ staged: StagedFile, _ range: Range<Int64>) async throws -> Bool {
-    guard staged.state.withLock({ $0.stream?.gone(range) ?? false }) else { return false }
-    try await staged.gate.run {
-      if staged.state.withLock({ $0.stream != nil }) { try await fallBack(staged) }
+    guard staged.streamedAway(range) else { return false }
+    try await staged.exclusively {
+      if staged.isStreaming { try await fallBack(staged) }
     }
     return true
   }
@@ -194,11 +159,11 @@ extension WriteStreams {
   /// The last handle closed on a stream that will never be composed (the
   /// file unlinked or failed): its parts are deleted once its uploads end.
   func dropStream(_ staged: StagedFile) {
-    guard let upload = staged.state.withLock({ $0.stream?.upload }) else { return }
+    guard let stream = staged.streamSnapshot?.stream else { return }
     inBackground {
       await self.settleParts(staged, combines: true)
-      staged.state.withLock { $0.stream = nil }
-      await upload.removeParts(all: true)
+      staged.endStream(stream.id)
+      await stream.upload.removeParts(all: true)
     }
   }
 

@@ -12,9 +12,9 @@ import Synchronization
 /// stage, the writer waits at the disk bound, and stored parts are combined
 /// as far as the close needs (here); the close composes them, or the stream
 /// ends and its bytes come back or are dropped (WriteStreams+Ending.swift).
-/// Each file's ``WriteStream`` lives in its ``StagedFile``'s state and
-/// changes only here; the calls that change the stage's bytes run under the
-/// file's gate.
+/// Each file's ``WriteStream`` lives in its ``StagedFile``, which applies
+/// the stream's own transitions (WriteStream.swift) when told here what
+/// happened; the calls that change the stage's bytes run under the file's gate.
 final class WriteStreams: MountComponent, Sendable {
   /// The most disk a stream holds when no `--stream-disk-limit` is given:
   /// 128 MiB, 16 parts of 8 MiB, so the parts in flight (16 at once) never
@@ -37,15 +37,12 @@ final class WriteStreams: MountComponent, Sendable {
   /// anywhere but the end brings the uploaded bytes back first. Waits while
   /// the stage holds its bound.
   func streamBeforeWrite(_ staged: StagedFile, offset: UInt64, count: Int) async throws {
-    let (sequential, streaming, failed) = staged.state.withLock { s in
-      let sequential = s.sequential && offset == s.size
-      if !sequential { s.sequential = false }
-      return (sequential, s.stream != nil, s.stream?.failed ?? false)
-    }
-    guard streaming else { return }
-    if !sequential || failed {
+    switch staged.streamStep(beforeWriteAt: offset) {
+    case .notStreaming: return
+    case .fallsBack:
       try await fallBack(staged)
       return
+    case .continues: break
     }
     try await makeRoom(staged, for: Int64(count))
   }
@@ -54,10 +51,7 @@ final class WriteStreams: MountComponent, Sendable {
   /// threshold (or holds as much as the bound lets it), and the uploads of
   /// the parts now complete.
   func streamAfterWrite(_ staged: StagedFile) async throws {
-    let candidate = staged.state.withLock { s -> Int64? in
-      guard s.stream == nil, s.sequential, s.loaded, !s.unlinked, s.poisoned == nil else { return nil }
-      return Int64(s.size)
-    }
+    let candidate = staged.streamCandidateSize
     if let size = candidate, let plan = store.partPlan, size > plan.partSize {
       let bound = streamBound(staged.stage, plan: plan, holding: size)
       if size > min(plan.threshold, bound - plan.partSize), let upload = store.partedUpload() {
@@ -82,14 +76,11 @@ final class WriteStreams: MountComponent, Sendable {
     async throws
   {
     let id = streamIDs.wrappingAdd(1, ordering: .relaxed).newValue
-    let record = staged.state.withLock { s -> StageRecord in
-      s.stream = WriteStream(id: id, upload: upload, plan: plan, bound: bound)
-      return s.record(uploaded: false)
-    }
+    let record = staged.beginStream(WriteStream(id: id, upload: upload, plan: plan, bound: bound))
     // The sidecar says where the stage's missing bytes went, for the next mount.
     let code = await staged.stage.writeRecord(record)
     if code != 0 {
-      staged.state.withLock { $0.stream = nil }
+      staged.endStream(id)
       throw diagnostics.localFailure(code, key: record.key)
     }
     logger.debug("\(record.key): streaming parts under \(upload.prefix), holding at most \(bound >> 20) MiB")
@@ -99,23 +90,8 @@ final class WriteStreams: MountComponent, Sendable {
 
   /// Starts the uploads of the parts now complete, as many as the plan runs at once.
   private func launchParts(_ staged: StagedFile) {
-    staged.state.withLock { s in
-      guard var stream = s.stream, !stream.failed else { return }
-      let (id, upload) = (stream.id, stream.upload)
-      while stream.inFlight < stream.plan.parallel,
-        stream.committedComponents + stream.components + 2 < 1024
-      {
-        let range = stream.end..<(stream.end + stream.nextPartSize)
-        guard range.upperBound <= Int64(s.size) else { break }
-        var part = WriteStream.Part(range: range)
-        part.task = tasks.start(.finish) {
-          await self.uploadPart(staged, stream: id, range: range, via: upload)
-        }
-        stream.parts.append(part)
-        stream.end = range.upperBound
-        stream.started += 1
-      }
-      s.stream = stream
+    staged.launchParts { range, id, upload in
+      tasks.start(.finish) { await self.uploadPart(staged, stream: id, range: range, via: upload) }
     }
   }
 
@@ -128,18 +104,12 @@ final class WriteStreams: MountComponent, Sendable {
   {
     do {
       let part = try await upload.store(StageSource(stage: staged.stage, range: range))
-      let current = staged.state.withLock { s -> Bool in
-        guard s.stream?.id == id, let index = s.stream?.parts.firstIndex(where: { $0.range == range }) else {
-          return false
-        }
-        s.stream?.parts[index].stored = part
-        return true
-      }
+      let current = staged.notePartStored(part, at: range, stream: id)
       guard current else { return }
       combineIfNeeded(staged, stream: id)
       let code = await staged.stage.punch(range)
       if code == 0 {
-        staged.state.withLock { s in if s.stream?.id == id { s.stream?.gone += Int64(range.count) } }
+        staged.notePunched(range, stream: id)
       } else if diagnostics.firstWarning("punch:" + staged.stage.path) {
         logger.warning(
           "cannot free the stage's uploaded bytes (fallocate PUNCH_HOLE: \(Errno(code))): this file's stage keeps them"
@@ -148,10 +118,7 @@ final class WriteStreams: MountComponent, Sendable {
       // The next complete part goes up whether or not the writer writes again.
       launchParts(staged)
     } catch {
-      let key = staged.state.withLock { s in
-        if s.stream?.id == id { s.stream?.failed = true }
-        return s.key
-      }
+      let key = staged.notePartFailed(stream: id)
       logger.warning(
         "\(key): a part of bytes \(range) could not be stored (\(error)); the file is staged whole")
     }
@@ -161,20 +128,15 @@ final class WriteStreams: MountComponent, Sendable {
   /// bytes within the bound (or nothing more can leave it).
   private func makeRoom(_ staged: StagedFile, for count: Int64) async throws {
     while true {
-      let next = staged.state.withLock { s -> (Task<Void, Never>?, Bool)? in
-        guard let stream = s.stream else { return nil }
-        if stream.failed { return (nil, true) }
-        if Int64(s.size) - stream.gone + count <= stream.bound { return nil }
-        return (stream.parts.first { $0.stored == nil }?.task, false)
-      }
-      guard let (task, failed) = next else { return }
-      if failed {
+      switch staged.room(for: count) {
+      case .enough: return
+      case .failed:
         try await fallBack(staged)
         return
+      case .waitFor(let task):
+        await task.value
+        launchParts(staged)
       }
-      guard let task else { return }
-      await task.value
-      launchParts(staged)
     }
   }
 
@@ -186,18 +148,10 @@ final class WriteStreams: MountComponent, Sendable {
   /// compose, and nothing during the write adds requests or, on an
   /// emulator, copies of its bytes.
   private func combineIfNeeded(_ staged: StagedFile, stream id: UInt64) {
-    staged.state.withLock { s in
-      guard var stream = s.stream, stream.id == id, stream.combining == nil, !stream.failed,
-        !stream.composing, stream.needsCombining, let run = stream.combinable
-      else { return }
-      let pieces = stream.parts[run].compactMap(\.stored)
-      let range =
-        stream.parts[run.lowerBound].range.lowerBound..<stream.parts[run.upperBound - 1].range.upperBound
-      let (upload, round) = (stream.upload, stream.combineRound)
-      stream.combining = tasks.start(.finish) {
+    staged.startCombine(stream: id) { pieces, range, round, upload in
+      tasks.start(.finish) {
         await self.combine(staged, stream: id, round: round, pieces, range: range, via: upload)
       }
-      s.stream = stream
     }
   }
 
@@ -210,27 +164,12 @@ final class WriteStreams: MountComponent, Sendable {
   ) async {
     do {
       let combined = try await upload.combine(pieces)
-      let replaced = staged.state.withLock { s -> Bool in
-        guard var stream = s.stream, stream.id == id, stream.combineRound == round else { return false }
-        stream.combining = nil
-        defer { s.stream = stream }
-        guard let first = stream.parts.firstIndex(where: { $0.range.lowerBound == range.lowerBound }),
-          first + pieces.count <= stream.parts.count,
-          stream.parts[first + pieces.count - 1].range.upperBound == range.upperBound
-        else { return false }
-        let replaced = first..<first + pieces.count
-        var part = WriteStream.Part(range: range)
-        part.stored = combined
-        part.components = stream.parts[replaced].reduce(0) { $0 + $1.components }
-        stream.parts.replaceSubrange(replaced, with: [part])
-        return true
-      }
+      let replaced = staged.noteCombined(
+        combined, replacing: pieces.count, range: range, stream: id, round: round)
       let unused = replaced ? pieces : [combined]
       tasks.start(.finish, priority: .utility) { await upload.remove(unused) }
     } catch {
-      staged.state.withLock { s in
-        if s.stream?.id == id, s.stream?.combineRound == round { s.stream?.combining = nil }
-      }
+      staged.noteCombineFailed(stream: id, round: round)
       logger.debug(
         "combining \(pieces.count) parts under \(upload.prefix) failed (\(error)); the close composes them")
       return
