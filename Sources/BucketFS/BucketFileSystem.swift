@@ -107,8 +107,8 @@ public final class BucketFileSystem: FileSystem, MountComponent, Sendable {
       walks: walks, cache: cache, kernelListings: kernelListings)
     self.namespace = Namespace(
       context: context, nodes: nodes, known: known, entries: entries, stagedInodes: stagedInodes,
-      uploads: uploads,
-      provenance: provenance, reads: reads, cache: cache)
+      uploads: uploads, provenance: provenance,
+      changes: NameChanges(observers: [stagedInodes, reads, provenance]), cache: cache)
     self.links = Symlinks(context: context, nodes: nodes, known: known, entries: entries)
     self.xattrs = Xattrs(
       context: context, nodes: nodes, known: known, stagedInodes: stagedInodes, provenance: provenance)

@@ -125,7 +125,9 @@ final class PrefetchTests: XCTestCase {
     let root = try await fs.inode(at: "dir")
     store.resetCalls()
     try await copy(fs, root)
-    let settled = await eventually { fs.reads.prefetch.held == 0 && fs.directories.walks.fetchesUnderWay == 0 }
+    let settled = await eventually {
+      fs.reads.prefetch.held == 0 && fs.directories.walks.fetchesUnderWay == 0
+    }
     XCTAssertTrue(settled)
     // The lookup of dir listed its 500 files flat, one page (docs/SEMANTICS.md#walks-small-trees):
     // dir's opendir, right after, took it; no directory is listed, and each file is read once.
@@ -155,7 +157,8 @@ final class PrefetchTests: XCTestCase {
     _ = try await readWhole(fs, "d/f00")
     _ = try await readWhole(fs, "d/f01")
     XCTAssertEqual(fs.reads.prefetch.held, 8)
-    XCTAssertEqual(fs.reads.budget.inUse, (2...9).reduce(0) { $0 + bytes(String(format: "d/f%02d", $1)).count })
+    XCTAssertEqual(
+      fs.reads.budget.inUse, (2...9).reduce(0) { $0 + bytes(String(format: "d/f%02d", $1)).count })
     // The reader went away: the next open drops what waited too long, and its budget.
     clock.advance(10)
     _ = try await readWhole(fs, "d/f19")

@@ -21,7 +21,8 @@ struct Namespace: MountComponent, Sendable {
   let uploads: Uploads
   /// What bucketfs chose of the files it stored, for an atomic save.
   let provenance: Provenance
-  let reads: Reads
+  /// Told of every rename: open readers, staged files, provenance.
+  let changes: NameChanges
   /// Told what a fresh look at the bucket found (the store tells it every write).
   let cache: DirectoryCache
 

@@ -100,25 +100,17 @@ extension Namespace {
     } catch RelocationFailure.failed(let error) {
       throw diagnostics.failure(error, operation: "rename", key: from)
     }
-    // What stays inferred: what the result still has from the source's inference.
-    let stillInferred = inferred.filter { property in replaced.map { property.value(in: $0) == nil } ?? true }
-    provenance.stored(key: moved.name, generation: moved.generation, inferred: stillInferred)
     let replacedInode = nodes.held(to)
-    moveNode(inode, from: from, to: moved, sameBytesAs: source.generation)
-    if let replacedInode, replacedInode != inode { stagedInodes.file(inode: replacedInode)?.noteUnlinked() }
-    if let inode { stagedInodes.file(inode: inode)?.noteRenamed(to: to, generation: moved.generation) }
-  }
-
-  /// The table after a file moved: the kernel keeps the inode number for the
-  /// new name, with the new object's facts; a node that held the new name
-  /// (the replaced file) is detached. The bytes are the same, so the kernel's
-  /// cached pages of the old generation stay valid.
-  private func moveNode(
-    _ inode: UInt64?, from: String, to moved: ObjectMetadata, sameBytesAs generation: Int64
-  ) {
-    nodes.moved(file: inode, from: from, to: moved, sameBytesAs: generation)
-    // Open readers of the old name read the same bytes at the new one.
-    reads.retarget(from: from, generation: generation, to: moved)
+    // The kernel keeps the inode number for the new name, with the new
+    // object's facts; a node that held the new name (the replaced file) is
+    // detached. The bytes are the same, so the kernel's cached pages of the
+    // old generation stay valid.
+    nodes.moved(file: inode, from: from, to: moved, sameBytesAs: source.generation)
+    changes.publish(
+      .fileRenamed(
+        FileMove(
+          from: from, sourceGeneration: source.generation, to: moved, replaced: replaced, inode: inode,
+          replacedInode: replacedInode)))
   }
 
   private enum RelocationFailure: Error {
@@ -217,16 +209,14 @@ extension Namespace {
       throw Errno.io
     }
 
-    let renamed = nodes.moved(directory: from, to: to, objects: outcome.moved.map(\.to))
-    for (inode, key, generation) in renamed {
-      stagedInodes.file(inode: inode)?.noteRenamed(to: key, generation: generation)
+    let held = nodes.moved(directory: from, to: to, objects: outcome.moved.map(\.to)).map {
+      MovedInode(inode: $0.inode, key: $0.key, generation: $0.generation)
     }
     let generations = Dictionary(objects.map { ($0.name, $0.generation) }, uniquingKeysWith: { a, _ in a })
-    for moved in outcome.moved {
-      guard let generation = generations[moved.from] else { continue }
-      let inferred = provenance.inferred(key: moved.from, generation: generation)
-      provenance.stored(key: moved.to.name, generation: moved.to.generation, inferred: inferred)
+    let moves = outcome.moved.compactMap { moved in
+      generations[moved.from].map { FileMove(from: moved.from, sourceGeneration: $0, to: moved.to) }
     }
+    changes.publish(.directoryRenamed(moves, held: held))
   }
 
   /// Every object under `prefix` (placeholder included), or EXDEV when

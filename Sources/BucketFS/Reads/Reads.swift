@@ -92,17 +92,21 @@ final class Reads: MountComponent, Sendable {
     }
   }
 
-  /// Open readers of `from` at `generation` read the same bytes at `moved`.
-  func retarget(from: String, generation: Int64, to moved: ObjectMetadata) {
-    for reader in handles.objectReaders() where reader.key == from && reader.generation == generation {
-      reader.retarget(key: moved.name, generation: moved.generation)
-    }
-  }
-
   /// Whether a read of `size` bytes at `offset` reaches the end of a file of
   /// `total` bytes; without overflow for any offset and size a caller passes.
   static func reachesEnd(_ offset: UInt64, _ size: Int, of total: UInt64) -> Bool {
     let count = UInt64(clamping: size)
     return count >= total || offset >= total - count
+  }
+}
+
+extension Reads: NameChangeObserver {
+  /// Open readers of a renamed file read the same bytes at its new name.
+  func observe(_ change: NameChange) {
+    guard case .fileRenamed(let move) = change else { return }
+    for reader in handles.objectReaders()
+    where reader.key == move.from && reader.generation == move.sourceGeneration {
+      reader.retarget(key: move.to.name, generation: move.to.generation)
+    }
   }
 }

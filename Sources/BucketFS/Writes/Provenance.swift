@@ -90,3 +90,21 @@ final class Provenance: Sendable {
     return state.withLock { $0.created[ObjectKey(key)] }.map { now - $0 < configuration.metadataTTL } ?? false
   }
 }
+
+extension Provenance: NameChangeObserver {
+  /// What bucketfs chose of a moved file stays chosen at its new name, but
+  /// for what the replaced file had (an atomic save carries those over).
+  func observe(_ change: NameChange) {
+    let moves: [FileMove]
+    switch change {
+    case .fileRenamed(let move): moves = [move]
+    case .directoryRenamed(let all, _): moves = all
+    }
+    for move in moves {
+      let inferred = inferred(key: move.from, generation: move.sourceGeneration).filter { property in
+        move.replaced.map { property.value(in: $0) == nil } ?? true
+      }
+      stored(key: move.to.name, generation: move.to.generation, inferred: inferred)
+    }
+  }
+}

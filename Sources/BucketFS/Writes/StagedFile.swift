@@ -45,7 +45,8 @@ final class StagedFile: Sendable {
       State(
         key: key, baseGeneration: base.generation, base: base, attributes: ObjectAttributes(of: base),
         inferred: inferred, size: emptied ? 0 : UInt64(base.size), loaded: emptied, dirty: truncated,
-        modified: truncated ? .wholeSecondsNow() : FileFacts(base).modified ?? RFC3339.parse(base.timeCreated),
+        modified: truncated
+          ? .wholeSecondsNow() : FileFacts(base).modified ?? RFC3339.parse(base.timeCreated),
         sequential: emptied))
   }
 
@@ -357,7 +358,8 @@ final class StagedFile: Sendable {
     _ combined: StoredPart, replacing count: Int, range: Range<Int64>, stream id: UInt64, round: Int
   ) -> Bool {
     state.withLock { s in
-      s.stream?.id == id && s.stream?.replace(count: count, range: range, with: combined, round: round) == true
+      s.stream?.id == id
+        && s.stream?.replace(count: count, range: range, with: combined, round: round) == true
     }
   }
 

@@ -101,3 +101,19 @@ final class StagedInodes: Sendable {
     file(inode: inode)?.inFlightKey != nil
   }
 }
+
+extension StagedInodes: NameChangeObserver {
+  /// A staged file uploads to its new name from now on, replacing only the
+  /// moved generation; one whose name a rename replaced is unlinked.
+  func observe(_ change: NameChange) {
+    switch change {
+    case .fileRenamed(let move):
+      if let replaced = move.replacedInode, replaced != move.inode { file(inode: replaced)?.noteUnlinked() }
+      if let inode = move.inode {
+        file(inode: inode)?.noteRenamed(to: move.to.name, generation: move.to.generation)
+      }
+    case .directoryRenamed(_, let held):
+      for moved in held { file(inode: moved.inode)?.noteRenamed(to: moved.key, generation: moved.generation) }
+    }
+  }
+}

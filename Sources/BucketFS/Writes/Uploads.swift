@@ -65,7 +65,8 @@ struct Uploads: MountComponent, Sendable {
           uploaded = streamed
         } else {
           uploaded = try await store.upload(
-            key, from: StageSource(stage: staged.stage, size: Int64(request.size)), attributes: request.attributes,
+            key, from: StageSource(stage: staged.stage, size: Int64(request.size)),
+            attributes: request.attributes,
             ifGenerationMatch: generation)
         }
       } catch {

@@ -68,7 +68,8 @@ final class WriteHandles: MountComponent, Sendable {
       key, kind: .file, facts: FileFacts(Staging.placeholder(key: key, bucket: bucket)), at: now
     )
     .inode
-    let staged = StagedFile(created: inode, stage: stage, key: key, attributes: attributes, inferred: inferred)
+    let staged = StagedFile(
+      created: inode, stage: stage, key: key, attributes: attributes, inferred: inferred)
     let failure = await stage.writeRecord(staged.record)
     if failure != 0 {
       stage.remove()
