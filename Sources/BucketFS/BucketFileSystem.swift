@@ -103,8 +103,8 @@ public final class BucketFileSystem: FileSystem, MountComponent, Sendable {
     self.lookups = Lookups(context: context, nodes: nodes, known: known, entries: entries, cache: cache)
     self.kernelListings = kernelListings
     self.directories = Directories(
-      context: context, nodes: nodes, entries: entries, stagedInodes: stagedInodes, handles: handles,
-      walks: walks, cache: cache, kernelListings: kernelListings)
+      context: context, nodes: nodes, entries: entries, handles: handles, walks: walks, cache: cache,
+      kernelListings: kernelListings)
     self.namespace = Namespace(
       context: context, nodes: nodes, known: known, entries: entries, stagedInodes: stagedInodes,
       uploads: uploads, provenance: provenance,

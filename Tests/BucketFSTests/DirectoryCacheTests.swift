@@ -17,8 +17,7 @@ final class DirectoryCacheTests: XCTestCase {
 
   /// A readdir pass over `names` of `directory`, answered at the clock's time.
   func pass(_ cache: DirectoryCache, _ directory: String, _ names: [String], handle: UInt64 = 1) {
-    cache.pass(handle: handle, .started(directory: directory))
-    cache.pass(handle: handle, .listed(names.map { ($0, clock.read()) }, complete: true))
+    cache.listedWhole(directory, names: Set(names.map { ObjectKey($0) }), at: clock.read())
   }
 
   func testANameIsKnownAbsentOnlyFromAFreshRecord() {
@@ -44,8 +43,31 @@ final class DirectoryCacheTests: XCTestCase {
     cache.invalidate(.stored("a/dir/"))
     XCTAssertFalse(cache.knownAbsent(directory: "a/", name: "dir", now: now, ttl: 60))
     XCTAssertTrue(cache.knownAbsent(directory: "a/", name: "other", now: now, ttl: 60))
-    cache.invalidate(.createdInFlight("a/new"))
+    cache.invalidate(.createdInFlight("a/new", inode: 9))
     XCTAssertFalse(cache.knownAbsent(directory: "a/", name: "new", now: now, ttl: 60))
+  }
+
+  /// A file in flight is in its directory, and keeps every directory above
+  /// it non-empty, until it is stored, unlinked or released unstored.
+  func testAFileInFlightBelongsToItsDirectoryUntilItEnds() {
+    let cache = makeCache()
+    cache.invalidate(.createdInFlight("a/b/new", inode: 9))
+    cache.invalidate(.createdInFlight("a/b/old", inode: 8))
+    XCTAssertEqual(cache.filesInFlight(in: "a/b/").map(\.name), ["new", "old"])
+    XCTAssertEqual(cache.filesInFlight(in: "a/"), [], "only its own directory lists it")
+    for directory in ["a/b/", "a/", ""] { XCTAssertTrue(cache.holdsInFlight(under: directory), directory) }
+    XCTAssertFalse(cache.holdsInFlight(under: "a/c/"))
+    XCTAssertTrue(cache.isInFlight("a/b/new", inode: 9))
+    XCTAssertFalse(cache.isInFlight("a/b/new", inode: 7), "another inode of the name")
+    cache.invalidate(.endedInFlight("a/b/new", inode: 7))
+    XCTAssertTrue(cache.isInFlight("a/b/new"), "an end of another inode changes nothing")
+    cache.invalidate(.endedInFlight("a/b/new", inode: 9))
+    cache.invalidate(.stored("a/b/old/"))
+    XCTAssertTrue(cache.isInFlight("a/b/old"), "a placeholder of the name is no store of the file")
+    cache.invalidate(.stored("a/b/old"))
+    XCTAssertFalse(cache.isInFlight("a/b/old"))
+    for directory in ["a/b/", "a/", ""] { XCTAssertFalse(cache.holdsInFlight(under: directory), directory) }
+    XCTAssertEqual(cache.records, 0, "records that hold nothing go")
   }
 
   func testACreatedDirectoryIsACompleteEmptyListing() {
@@ -70,20 +92,23 @@ final class DirectoryCacheTests: XCTestCase {
     XCTAssertFalse(cache.knownAbsent(directory: "a/", name: "y", now: now, ttl: 60), "a touch changes no set")
   }
 
-  func testAPassRecordsOnlyWhenItReachesTheEndAndIsAsOldAsItsOldestPage() {
+  func testAPassRecordsOnlyWhenItReachesTheEndAndIsAsOldAsItsOldestPage() throws {
     let cache = makeCache()
     let start = clock.read()
-    cache.pass(handle: 7, .started(directory: "d/"))
-    cache.pass(handle: 7, .listed([("one", start - 10)], complete: false))
-    XCTAssertFalse(cache.knownAbsent(directory: "d/", name: "two", now: start, ttl: 60), "not finished")
-    cache.pass(handle: 7, .listed([], complete: true))
+    var pass = ReaddirPass(startedAt: start)
+    XCTAssertNil(pass.note([("one", start - 10)], complete: false), "not finished")
+    let whole = try XCTUnwrap(pass.note([], complete: true))
+    XCTAssertEqual(whole.names, [ObjectKey("one")])
+    XCTAssertNil(pass.note([], complete: true), "given once")
+    cache.listedWhole("d/", names: whole.names, at: whole.at)
     XCTAssertTrue(cache.knownAbsent(directory: "d/", name: "two", now: start + 49, ttl: 60))
     XCTAssertFalse(
       cache.knownAbsent(directory: "d/", name: "two", now: start + 51, ttl: 60), "from its oldest page")
-    cache.pass(handle: 8, .started(directory: "e/"))
-    cache.pass(handle: 8, .ended)
-    cache.pass(handle: 8, .listed([], complete: true))
-    XCTAssertFalse(cache.knownAbsent(directory: "e/", name: "x", now: start, ttl: 60))
+    var elsewhere = ReaddirPass()
+    XCTAssertNil(elsewhere.note([("x", start)], complete: true), "a pass from no first entry records nothing")
+    var huge = ReaddirPass(startedAt: start)
+    let names = (0...DirectoryCache.maxNames).map { ("n\($0)", start) }
+    XCTAssertNil(huge.note(names, complete: true), "too large to record")
   }
 
   func testRecordsAreBounded() {

@@ -2,34 +2,76 @@ import FUSE
 import ObjectStore
 import Synchronization
 
+/// The names a readdir pass gave since the first entry, which become its
+/// directory's complete set when it reaches the end (``DirectoryCache``).
+struct ReaddirPass {
+  /// Nil: the pass began elsewhere, ended, or grew past ``DirectoryCache/maxNames``.
+  private var names: Set<ObjectKey>?
+  /// The oldest page's time: the listing is as fresh as that.
+  private var at: Double
+
+  /// A pass that began at no first entry: it records nothing.
+  init() {
+    names = nil
+    at = 0
+  }
+
+  /// A pass from the first entry, begun at `now`.
+  init(startedAt now: Double) {
+    names = []
+    at = now
+  }
+
+  /// Names handed the kernel, each from a page answered at its time. With
+  /// `complete` (the end reached): the names since the first entry and
+  /// their time, once.
+  mutating func note(_ listed: [(String, Double)], complete: Bool) -> (names: Set<ObjectKey>, at: Double)? {
+    guard var known = names else { return nil }
+    for (name, answeredAt) in listed {
+      known.insert(ObjectKey(name))
+      at = min(at, answeredAt)
+    }
+    names = known.count > DirectoryCache.maxNames ? nil : known
+    guard complete, let whole = names else { return nil }
+    names = nil
+    return (whole, at)
+  }
+}
+
 /// One open directory (a ``Handle/directory(_:)``): its listing, then the
 /// files created in it and not stored yet, which a pass shows after the
-/// listed entries.
+/// listed entries, and its ``ReaddirPass``.
 final class OpenDirectory: Sendable {
   let stream: DirectoryStream
   /// Whether its opendir was told to the walks (one that the kernel answers from its own cache is not).
   let walked: Bool
   private struct Pass {
-    var inFlight: [StagedInodes.InFlight]
+    var inFlight: [FileInFlight]
     /// The index of the first in-flight file: the listing's length, once a pass reached its end.
     var end: Int?
+    var names = ReaddirPass()
   }
   private let pass: Mutex<Pass>
 
-  init(stream: DirectoryStream, inFlight: [StagedInodes.InFlight], walked: Bool) {
+  init(stream: DirectoryStream, inFlight: [FileInFlight], walked: Bool) {
     self.stream = stream
     self.walked = walked
     self.pass = Mutex(Pass(inFlight: inFlight))
   }
 
-  /// A pass starts again from the first entry, with the files in flight now.
-  func restart(inFlight: [StagedInodes.InFlight]) {
-    pass.withLock { $0 = Pass(inFlight: inFlight) }
+  /// A pass starts again from the first entry at `now`, with the files in flight now.
+  func restart(inFlight: [FileInFlight], at now: Double) {
+    pass.withLock { $0 = Pass(inFlight: inFlight, names: ReaddirPass(startedAt: now)) }
+  }
+
+  /// ``ReaddirPass/note(_:complete:)`` of this handle's pass.
+  func noteListed(_ names: [(String, Double)], complete: Bool) -> (names: Set<ObjectKey>, at: Double)? {
+    pass.withLock { $0.names.note(names, complete: complete) }
   }
 
   /// Where the in-flight files start (`index`, if this pass is the first to
   /// reach the listing's end), and which they are.
-  func inFlight(fromEndAt index: Int) -> (end: Int, files: [StagedInodes.InFlight]) {
+  func inFlight(fromEndAt index: Int) -> (end: Int, files: [FileInFlight]) {
     pass.withLock { pass in
       if pass.end == nil { pass.end = index }
       return (pass.end ?? index, pass.inFlight)
@@ -43,7 +85,6 @@ final class Directories: MountComponent, Sendable {
   let context: MountContext
   let nodes: NodeTable
   let entries: AttributeBuilder
-  let stagedInodes: StagedInodes
   let handles: HandleTable
   /// Tree walks and the listings they fetch ahead (SubtreeWalk.swift).
   let walks: SubtreeWalks
@@ -51,13 +92,12 @@ final class Directories: MountComponent, Sendable {
   let kernelListings: KernelListings
 
   init(
-    context: MountContext, nodes: NodeTable, entries: AttributeBuilder, stagedInodes: StagedInodes,
-    handles: HandleTable, walks: SubtreeWalks, cache: DirectoryCache, kernelListings: KernelListings
+    context: MountContext, nodes: NodeTable, entries: AttributeBuilder, handles: HandleTable,
+    walks: SubtreeWalks, cache: DirectoryCache, kernelListings: KernelListings
   ) {
     self.context = context
     self.nodes = nodes
     self.entries = entries
-    self.stagedInodes = stagedInodes
     self.handles = handles
     self.walks = walks
     self.cache = cache
@@ -75,7 +115,7 @@ final class Directories: MountComponent, Sendable {
     let stream = DirectoryStream(
       prefix: key, context: context, pageSize: configuration.pageSize, listed: listed,
       placeholders: configuration.posixAttributes)
-    let inFlight = stagedInodes.inFlight(in: key)
+    let inFlight = cache.filesInFlight(in: key)
     let handle = handles.put(.directory(OpenDirectory(stream: stream, inFlight: inFlight, walked: walked)))
     return OpenResult(handle: handle, keepCache: opening == .keep, cacheDirectory: opening != nil)
   }
@@ -86,11 +126,10 @@ final class Directories: MountComponent, Sendable {
     diagnostics.logger.trace("readdir \(stream.prefix) handle \(handle) offset \(offset)")
     if offset == 0 {
       await stream.rewind()
-      directory.restart(inFlight: stagedInodes.inFlight(in: stream.prefix))
-      cache.pass(handle: handle, .started(directory: stream.prefix))
+      directory.restart(inFlight: cache.filesInFlight(in: stream.prefix), at: clock())
     }
     var listedNames: [(String, Double)] = []
-    defer { cache.pass(handle: handle, .listed(listedNames, complete: false)) }
+    defer { _ = directory.noteListed(listedNames, complete: false) }
     let own = entries.attributes(inode: inode, kind: .directory, facts: nil)
     let dot = Entry(attributes: own, entryTimeout: 0, attributeTimeout: 0)
     if offset == 0, !buffer.add(name: ".", entry: dot, nextOffset: 1) { return }
@@ -102,8 +141,8 @@ final class Directories: MountComponent, Sendable {
     var subdirectories: [String] = []
     var files: [SiblingPrefetch.File] = []
     defer {
-      walks.read(stream.prefix, subdirectories: subdirectories)
-      cache.readdirGave(stream.prefix, files: files)
+      walks.read(stream.prefix)
+      cache.readdirGave(stream.prefix, files: files, subdirectories: subdirectories)
     }
     while true {
       let batch: ArraySlice<ListedEntry>
@@ -120,7 +159,9 @@ final class Directories: MountComponent, Sendable {
         throw failure
       }
       if batch.isEmpty {
-        cache.pass(handle: handle, .listed(listedNames, complete: true))
+        if let whole = directory.noteListed(listedNames, complete: true) {
+          cache.listedWhole(stream.prefix, names: whole.names, at: whole.at)
+        }
         listedNames = []
         addInFlight(directory, from: index, into: buffer)
         return
@@ -160,7 +201,7 @@ final class Directories: MountComponent, Sendable {
     let (end, inFlight) = directory.inFlight(fromEndAt: index)
     guard index >= end else { return }
     for (position, file) in inFlight.enumerated().dropFirst(index - end)
-    where stagedInodes.isInFlight(file.inode) {
+    where cache.isInFlight(directory.stream.prefix + file.name, inode: file.inode) {
       if buffer.isPlus { nodes.retain(file.inode) }
       let nextOffset = UInt64(end + position) + 3
       guard buffer.add(name: file.name, entry: entries.staged(file.inode), nextOffset: nextOffset) else {
@@ -173,6 +214,5 @@ final class Directories: MountComponent, Sendable {
   /// Handle `handle`, taken from the table by its release, closed.
   func released(_ directory: OpenDirectory, handle: UInt64) {
     if directory.walked { walks.released(directory.stream.prefix) }
-    cache.pass(handle: handle, .ended)
   }
 }

@@ -1,8 +1,8 @@
 import ObjectStore
 import Synchronization
 
-/// What this mount knows of each directory's contents, in one place, under
-/// one private lock:
+/// What this mount knows of each directory's contents: one
+/// ``DirectoryRecord`` per directory, under one private lock.
 ///
 /// - **Complete name sets**: a directory seen listed fresh and complete (a
 ///   readdir pass from the first entry to the last, or a directory this
@@ -17,26 +17,35 @@ import Synchronization
 ///   kept for the directory's next `opendir`, which takes them (they are
 ///   given once), and for lookups of names in them, while younger than
 ///   ``freshness``. Bounded by ``capacity`` entries, oldest dropped first.
-/// - **Files in reading order**: the files readdir gave of the few
-///   directories read last, with their inode, size and generation, for
-///   ``SiblingPrefetch``.
-/// - **Subtree sizes**: subtrees a lookup found over a page (looked up by
-///   delimiter for ``largeMemory`` seconds), and the directories whose
-///   listing a lookup just kept (their own `opendir` takes it within
-///   ``followWindow``).
+/// - **What readdir gave**: the files of the few directories read last,
+///   with their inode, size and generation, for ``SiblingPrefetch``; and
+///   the subdirectories of the directories read last, for a walk's
+///   look-ahead (``SubtreeWalks``), at most ``subdirectoryLists`` lists and
+///   8 pages of names.
+/// - **Sizes**: subtrees a lookup found over a page (looked up by
+///   delimiter) and names whose list call other names filled (asked apart),
+///   both for ``largeMemory`` seconds; the directories whose listing a
+///   lookup just kept (their own `opendir` takes it within ``followWindow``).
+/// - **Lookup bursts**: lookups under way in a directory, and the one list
+///   call a burst of them shares (``Lookups``).
+/// - **Files in flight**: files created through the mount and not stored
+///   yet, which are in their directory (listed after the stored entries)
+///   and keep every directory above them non-empty. A record holding one
+///   is never dropped.
 ///
 /// Walks, lookups and readdir passes *fill* it; ``invalidate(_:)`` is the
 /// one way a change reaches it: ``ListingAwareStore`` reports every write
 /// (whatever its outcome), the write layer a file created and not stored
-/// yet, and the namespace what it found asking the bucket about a name.
-/// Each change also ends the kernel's cached listings it could make wrong
-/// (``KernelListings``), outside the lock.
+/// yet and its end, and the namespace what it found asking the bucket about
+/// a name. Each change also ends the kernel's cached listings it could make
+/// wrong (``KernelListings``), outside the lock.
 final class DirectoryCache: Sendable {
   /// A change that can make what is kept wrong.
   enum Change {
     /// This mount stored `key` (a file, or a `dir/` placeholder): it joins its
     /// directory's complete set, and each directory on its path joins its
-    /// parent's; kept listings it could make wrong are dropped.
+    /// parent's; kept listings it could make wrong are dropped. A file in
+    /// flight at `key` is in flight no more.
     case stored(String)
     /// This mount created the placeholder `dir/` where nothing was, having
     /// asked at `since`: it is also a complete, empty listing.
@@ -49,9 +58,12 @@ final class DirectoryCache: Sendable {
     /// the kept listings that show it may be older than what the service
     /// holds (another client's change) and are dropped; nothing else changes.
     case touched(String)
-    /// A file created here and not stored yet: its name joins its directory's
-    /// complete set (a lookup finds it among the files in flight first).
-    case createdInFlight(String)
+    /// File `inode` was created here at `key` and is not stored yet: it is
+    /// in flight, and its name joins its directory's complete set.
+    case createdInFlight(String, inode: UInt64)
+    /// File `inode` at `key` is in flight no more without being stored
+    /// (unlinked, or its last writer closed).
+    case endedInFlight(String, inode: UInt64)
   }
 
   /// A file a readdir gave, with what sibling prefetch orders and fetches by.
@@ -78,9 +90,16 @@ final class DirectoryCache: Sendable {
   static let completeCapacity = 256
   /// Larger directories get no complete set (their names would cost memory).
   static let maxNames = 10_000
+  static let readOrderCapacity = 8
+  static let readOrderFiles = 4096
+  static let subdirectoryLists = 64
+  /// Directories marked large (or crowded, or looked up) at most, each kind.
+  static let markCapacity = 1024
   /// How soon after a lookup's answer the directory's own `opendir` takes
   /// the listing it gave: the moment between a walk's lookup and its opendir.
   let followWindow: Double = 1
+  /// How long a subtree found over a page (or a crowded name) is listed
+  /// by delimiter (asked apart).
   let largeMemory: Double = 60
   /// Entries held in kept listings, at most.
   let capacity: Int
@@ -91,35 +110,24 @@ final class DirectoryCache: Sendable {
   private let onConflict: @Sendable (String) -> Void
   private let kernelListings: KernelListings
 
-  private struct NameSet {
-    var names: Set<ObjectKey>
-    var at: Double
-  }
-  private struct Pass {
-    let directory: String
-    var names: Set<ObjectKey> = []
-    var at: Double
-  }
-  private struct Kept {
-    let entries: [ListedEntry]
-    let at: Double
-  }
   private struct State {
-    var complete: [ObjectKey: NameSet] = [:]
+    var records: [ObjectKey: DirectoryRecord] = [:]
+    /// Records with a complete set, oldest first.
     var completeOrder: [ObjectKey] = []
-    /// readdir passes under way, by directory handle.
-    var passes: [UInt64: Pass] = [:]
-    var kept: [ObjectKey: Kept] = [:]
-    /// Keys in `kept` in the order they came, for dropping the oldest.
+    /// Records with a kept listing, in the order they came, for dropping the oldest.
     var keptOrder: [ObjectKey] = []
     var held = 0
     /// Bumped by every change: a fill started before keeps nothing.
     var epoch = 0
-    var large: [ObjectKey: Double] = [:]
-    var lookedUp: [ObjectKey: Double] = [:]
-    /// The files of the directories read last (a few), in listing order.
-    var readOrder: [ObjectKey: [ListedFile]] = [:]
+    /// Records with files read, the latest last.
     var readRecent: [ObjectKey] = []
+    /// Records with subdirectories read, least recently used first, and the names in them.
+    var subdirectoryOrder: [ObjectKey] = []
+    var subdirectoryKeys = 0
+    /// How many records carry each kind of mark.
+    var large = 0
+    var crowded = 0
+    var lookedUp = 0
   }
   private let state = Mutex(State())
 
@@ -143,6 +151,8 @@ final class DirectoryCache: Sendable {
       state.withLock { state in
         dropKept(around: key, &state)
         add(key: key, &state)
+        // A `dir/` placeholder is no file: a file of that name stays in flight.
+        if !key.hasSuffix("/") { endInFlight(key, inode: nil, &state) }
       }
       kernelListings.changed(key)
     case .createdDirectory(let key, let since):
@@ -161,8 +171,13 @@ final class DirectoryCache: Sendable {
     case .touched(let key):
       // Nothing changed here: the kernel's listings stand.
       state.withLock { dropKept(around: key, &$0) }
-    case .createdInFlight(let key):
-      state.withLock { add(key: key, &$0) }
+    case .createdInFlight(let key, let inode):
+      state.withLock { state in
+        add(key: key, &state)
+        beginInFlight(key, inode: inode, &state)
+      }
+    case .endedInFlight(let key, let inode):
+      state.withLock { endInFlight(key, inode: inode, &$0) }
     }
   }
 
@@ -170,10 +185,7 @@ final class DirectoryCache: Sendable {
 
   /// Whether `name` is absent from a complete set of `directory` younger than `ttl`.
   func knownAbsent(directory: String, name: String, now: Double, ttl: Double) -> Bool {
-    state.withLock { state in
-      guard let set = state.complete[ObjectKey(directory)], now - set.at < ttl else { return false }
-      return !set.names.contains(ObjectKey(name))
-    }
+    state.withLock { $0.records[ObjectKey(directory)]?.lacks(name, now: now, ttl: ttl) ?? false }
   }
 
   /// What a kept listing of `directory` says of `name`, if one is held and
@@ -181,7 +193,9 @@ final class DirectoryCache: Sendable {
   func known(_ name: String, in directory: String) -> Known? {
     let now = clock()
     return state.withLock { state in
-      guard let kept = state.kept[ObjectKey(directory)], now - kept.at < freshness else { return nil }
+      guard let kept = state.records[ObjectKey(directory)]?.kept, now - kept.at < freshness else {
+        return nil
+      }
       if let entry = kept.entries.first(where: { Names.same($0.name, name) }) { return .listed(entry) }
       return .absent(since: kept.at)
     }
@@ -192,7 +206,7 @@ final class DirectoryCache: Sendable {
   func flatLookup(of key: String) -> FlatLookup? {
     let now = clock()
     return state.withLock { state in
-      if let at = state.large[ObjectKey(key)], now - at < largeMemory { return nil }
+      if let at = state.records[ObjectKey(key)]?.foundLargeAt, now - at < largeMemory { return nil }
       return FlatLookup(size: pageSize, epoch: state.epoch)
     }
   }
@@ -206,18 +220,45 @@ final class DirectoryCache: Sendable {
     for item in page.items { done += tree.add(item, answeredAt: answeredAt) }
     guard page.nextPageToken == nil else {
       keep(done, epoch: flat.epoch)
-      state.withLock { state in
-        if state.large.count >= 1024 { state.large.removeAll() }
-        state.large[ObjectKey(key)] = answeredAt
-      }
+      state.withLock { mark(\.foundLargeAt, count: \.large, of: ObjectKey(key), at: answeredAt, &$0) }
       return
     }
     keep(done + tree.finish(), epoch: flat.epoch)
     state.withLock { state in
-      guard state.epoch == flat.epoch, state.kept[ObjectKey(key)] != nil else { return }
-      if state.lookedUp.count >= 1024 { state.lookedUp.removeAll() }
-      state.lookedUp[ObjectKey(key)] = answeredAt
+      guard state.epoch == flat.epoch, state.records[ObjectKey(key)]?.kept != nil else { return }
+      mark(\.lookedUpAt, count: \.lookedUp, of: ObjectKey(key), at: answeredAt, &state)
     }
+  }
+
+  /// The list call of file `fileKey`'s name was filled by other names
+  /// before it showed whether `directoryKey` exists: asked apart from now on.
+  func noteCrowded(_ directoryKey: String, at time: Double) {
+    state.withLock { mark(\.crowdedAt, count: \.crowded, of: ObjectKey(directoryKey), at: time, &$0) }
+  }
+
+  /// Whether a lookup of the name of `directoryKey` asks for the object and
+  /// the subtree apart (``noteCrowded(_:at:)`` lately).
+  func isCrowded(_ directoryKey: String, now: Double) -> Bool {
+    state.withLock { state in
+      guard let at = state.records[ObjectKey(directoryKey)]?.crowdedAt else { return false }
+      return now - at < largeMemory
+    }
+  }
+
+  /// A lookup in `directory` joins its burst: the shared page, once
+  /// `size` lookups are under way (`start` asks for it; a page older than
+  /// `maxAge` is asked again). ``leaveBurst(_:)`` ends it.
+  func joinBurst(
+    _ directory: String, now: Double, maxAge: Double, size: Int, start: () -> Task<DatedPage, any Error>
+  ) -> Task<DatedPage, any Error>? {
+    state.withLock { state in
+      state.records[ObjectKey(directory), default: DirectoryRecord()].joinBurst(
+        now: now, maxAge: maxAge, size: size, start: start)
+    }
+  }
+
+  func leaveBurst(_ directory: String) {
+    state.withLock { state in change(ObjectKey(directory), &state) { $0.leaveBurst() } }
   }
 
   // MARK: - What walks fill and take
@@ -228,9 +269,12 @@ final class DirectoryCache: Sendable {
   /// Entries held in kept listings.
   var heldEntries: Int { state.withLock { $0.held } }
 
+  /// Directories with a record.
+  var records: Int { state.withLock { $0.records.count } }
+
   /// Whether a fill of `key` would find room and nothing kept already.
   func wantsFill(of key: String) -> Bool {
-    state.withLock { $0.kept[ObjectKey(key)] == nil && $0.held < capacity / 2 }
+    state.withLock { $0.records[ObjectKey(key)]?.kept == nil && $0.held < capacity / 2 }
   }
 
   /// Keeps completed listings while they fit; a walk takes them in the
@@ -243,7 +287,7 @@ final class DirectoryCache: Sendable {
       // Listings a walk passed by (find -prune, a walk that stopped) expire.
       var current: [ObjectKey] = []
       for key in state.keptOrder {
-        guard let kept = state.kept[key] else { continue }
+        guard let kept = state.records[key]?.kept else { continue }
         if now - kept.at < freshness { current.append(key) } else { drop(key, &state) }
       }
       state.keptOrder = current
@@ -251,7 +295,7 @@ final class DirectoryCache: Sendable {
         let key = ObjectKey(name)
         drop(key, &state)
         guard state.held + entries.count <= capacity else { continue }
-        state.kept[key] = Kept(entries: entries, at: now)
+        state.records[key, default: DirectoryRecord()].kept = DirectoryRecord.Kept(entries: entries, at: now)
         state.keptOrder.append(key)
         state.held += entries.count
       }
@@ -264,101 +308,163 @@ final class DirectoryCache: Sendable {
   /// lookup's answer).
   func take(_ key: String, lookedUpOnly: Bool = false) -> [ListedEntry]? {
     let now = clock()
+    let key = ObjectKey(key)
     return state.withLock { state in
-      let lookedUp = state.lookedUp.removeValue(forKey: ObjectKey(key))
+      let lookedUp = state.records[key]?.lookedUpAt
+      if lookedUp != nil {
+        state.lookedUp -= 1
+        change(key, &state) { $0.lookedUpAt = nil }
+      }
       if lookedUpOnly {
         guard let at = lookedUp, now - at < followWindow else { return nil }
       }
-      return take(key, now: now, &state)
+      guard let kept = state.records[key]?.kept else { return nil }
+      drop(key, &state)
+      return now - kept.at < freshness ? kept.entries : nil
     }
   }
 
   // MARK: - What readdir passes fill
 
-  /// A step of a readdir pass, by directory handle.
-  enum PassStep {
-    /// The pass began at the first entry of `directory`.
-    case started(directory: String)
-    /// Names the pass handed the kernel, each from a page answered at its
-    /// time (the listing is as fresh as its oldest page); `complete` at its end.
-    case listed([(String, Double)], complete: Bool)
-    /// The handle was released.
-    case ended
+  /// A readdir pass listed `directory` from its first entry to its last,
+  /// as fresh as `at` (its oldest page): these are its names.
+  func listedWhole(_ directory: String, names: Set<ObjectKey>, at time: Double) {
+    state.withLock { record(directory: directory, names: names, at: time, &$0) }
   }
 
-  func pass(handle: UInt64, _ step: PassStep) {
-    switch step {
-    case .started(let directory):
-      let now = clock()
-      state.withLock { $0.passes[handle] = Pass(directory: directory, at: now) }
-    case .listed(let names, let complete):
-      guard !names.isEmpty || complete else { return }
-      state.withLock { state in
-        if var pass = state.passes[handle] {
-          for (name, answeredAt) in names {
-            pass.names.insert(ObjectKey(name))
-            pass.at = min(pass.at, answeredAt)
-          }
-          state.passes[handle] = pass.names.count > Self.maxNames ? nil : pass
-        }
-        guard complete, let pass = state.passes.removeValue(forKey: handle) else { return }
-        record(directory: pass.directory, names: pass.names, at: pass.at, &state)
-      }
-    case .ended:
-      state.withLock { _ = $0.passes.removeValue(forKey: handle) }
-    }
-  }
-
-  /// A readdir of `directory` gave these files (in listing order).
-  func readdirGave(_ directory: String, files: [ListedFile]) {
-    guard !files.isEmpty else { return }
+  /// A readdir of `directory` gave these files and subdirectories (in listing order).
+  func readdirGave(_ directory: String, files: [ListedFile], subdirectories: [String]) {
     let directory = ObjectKey(directory)
+    if !subdirectories.isEmpty {
+      state.withLock { state in
+        var list = state.records[directory]?.subdirectories ?? []
+        let before = list.count
+        list += subdirectories
+        if list.count > 2 * pageSize { list.removeFirst(list.count - pageSize) }
+        state.subdirectoryKeys += list.count - before
+        state.records[directory, default: DirectoryRecord()].subdirectories = list
+        touchSubdirectories(of: directory, &state)
+      }
+    }
+    guard !files.isEmpty else { return }
     state.withLock { state in
-      if state.readOrder[directory] == nil {
+      if state.records[directory]?.filesRead == nil {
         state.readRecent.append(directory)
         if state.readRecent.count > Self.readOrderCapacity {
-          state.readOrder[state.readRecent.removeFirst()] = nil
+          change(state.readRecent.removeFirst(), &state) { $0.filesRead = nil }
         }
       }
-      var known = state.readOrder[directory, default: []]
-      // A directory listed again (`ls`, then the shell's glob) gives the same names again.
-      var seen = Set(known.lazy.map { ObjectKey($0.key) })
-      for file in files where seen.insert(ObjectKey(file.key)).inserted { known.append(file) }
-      if known.count > Self.readOrderFiles { known.removeFirst(known.count - Self.readOrderFiles) }
-      state.readOrder[directory] = known
+      state.records[directory, default: DirectoryRecord()].noteRead(files, limit: Self.readOrderFiles)
     }
   }
+
+  /// The subdirectories readdir gave of `directory` (nil: none held), now
+  /// the list used last.
+  func subdirectories(of directory: String) -> [String]? {
+    let directory = ObjectKey(directory)
+    return state.withLock { state in
+      guard let list = state.records[directory]?.subdirectories else { return nil }
+      touchSubdirectories(of: directory, &state)
+      return list
+    }
+  }
+
+  /// Subdirectory names held for look-ahead (for the tests of the bounds).
+  var subdirectoryKeysHeld: Int { state.withLock { $0.subdirectoryKeys } }
 
   /// The files readdir gave of `directory`, in listing order, if it was read lately.
   func filesRead(in directory: String) -> [ListedFile]? {
-    state.withLock { $0.readOrder[ObjectKey(directory)] }
+    state.withLock { $0.records[ObjectKey(directory)]?.filesRead }
   }
 
-  static let readOrderCapacity = 8
-  static let readOrderFiles = 4096
+  // MARK: - Files in flight
+
+  /// The files in flight directly in `directory`, in the order the service lists names.
+  func filesInFlight(in directory: String) -> [FileInFlight] {
+    state.withLock { $0.records[ObjectKey(directory)]?.filesInFlight ?? [] }
+  }
+
+  /// Whether file `inode` is still in flight at `key` (any inode: nil).
+  func isInFlight(_ key: String, inode: UInt64? = nil) -> Bool {
+    let (directory, name) = Self.split(key)
+    return state.withLock { state in
+      guard let found = state.records[ObjectKey(directory)]?.writing[ObjectKey(name)] else { return false }
+      return inode.map { $0 == found } ?? true
+    }
+  }
+
+  /// Whether a file in flight is anywhere under `directory`.
+  func holdsInFlight(under directory: String) -> Bool {
+    state.withLock { ($0.records[ObjectKey(directory)]?.writingBelow ?? 0) > 0 }
+  }
 
   // MARK: - Under the lock
 
+  /// The directory (up to its last `/`) and the name of `key`; a `dir/`
+  /// placeholder's name keeps no slash.
+  private static func split(_ key: String) -> (directory: Substring, name: Substring) {
+    var rest = Substring(key)
+    if rest.hasSuffix("/") { rest = rest.dropLast() }
+    let cut = rest.lastIndex(of: "/").map { rest.index(after: $0) } ?? rest.startIndex
+    return (rest[..<cut], rest[cut...])
+  }
+
+  /// Marks `directory`'s subdirectory list used; drops the least recently
+  /// used lists beyond ``subdirectoryLists`` or beyond 8 pages of names.
+  private func touchSubdirectories(of directory: ObjectKey, _ state: inout State) {
+    if let index = state.subdirectoryOrder.lastIndex(of: directory) { state.subdirectoryOrder.remove(at: index) }
+    state.subdirectoryOrder.append(directory)
+    while state.subdirectoryOrder.count > Self.subdirectoryLists || state.subdirectoryKeys > 8 * pageSize,
+      state.subdirectoryOrder.count > 1
+    {
+      let oldest = state.subdirectoryOrder.removeFirst()
+      state.subdirectoryKeys -= state.records[oldest]?.subdirectories?.count ?? 0
+      change(oldest, &state) { $0.subdirectories = nil }
+    }
+  }
+
+  /// Applies `body` to the record of `key` (made if absent), then drops it if it holds nothing.
+  private func change(_ key: ObjectKey, _ state: inout State, _ body: (inout DirectoryRecord) -> Void) {
+    var record = state.records[key] ?? DirectoryRecord()
+    body(&record)
+    state.records[key] = record.isEmpty ? nil : record
+  }
+
+  /// Sets a time mark on `key`'s record; past ``markCapacity`` marks of that
+  /// kind, every one of them is forgotten first.
+  private func mark(
+    _ field: WritableKeyPath<DirectoryRecord, Double?>, count: WritableKeyPath<State, Int>, of key: ObjectKey,
+    at time: Double, _ state: inout State
+  ) {
+    if state[keyPath: count] >= Self.markCapacity {
+      for marked in state.records.keys where state.records[marked]?[keyPath: field] != nil {
+        change(marked, &state) { $0[keyPath: field] = nil }
+      }
+      state[keyPath: count] = 0
+    }
+    if state.records[key]?[keyPath: field] == nil { state[keyPath: count] += 1 }
+    state.records[key, default: DirectoryRecord()][keyPath: field] = time
+  }
+
   private func record(directory: String, names: Set<ObjectKey>, at time: Double, _ state: inout State) {
     guard names.count <= Self.maxNames else { return }
-    if state.complete.updateValue(NameSet(names: names, at: time), forKey: ObjectKey(directory)) == nil {
-      state.completeOrder.append(ObjectKey(directory))
-    }
+    let key = ObjectKey(directory)
+    if state.records[key]?.complete == nil { state.completeOrder.append(key) }
+    state.records[key, default: DirectoryRecord()].complete = DirectoryRecord.NameSet(names: names, at: time)
     if state.completeOrder.count > Self.completeCapacity {
-      let old = state.completeOrder.removeFirst()
-      state.complete[old] = nil
+      change(state.completeOrder.removeFirst(), &state) { $0.complete = nil }
     }
   }
 
   /// `key`'s name joins its directory's complete set, and each directory on
   /// its path joins its parent's (a directory renamed here has no placeholder).
   private func add(key: String, _ state: inout State) {
-    guard !state.complete.isEmpty else { return }
+    guard !state.completeOrder.isEmpty else { return }
     var rest = Substring(key)
     if rest.hasSuffix("/") { rest = rest.dropLast() }
     while !rest.isEmpty {
       let cut = rest.lastIndex(of: "/").map { rest.index(after: $0) } ?? rest.startIndex
-      state.complete[ObjectKey(rest[..<cut])]?.names.insert(ObjectKey(rest[cut...]))
+      state.records[ObjectKey(rest[..<cut])]?.complete?.names.insert(ObjectKey(rest[cut...]))
       rest = cut == rest.startIndex ? "" : rest[..<rest.index(before: cut)]
     }
   }
@@ -366,9 +472,39 @@ final class DirectoryCache: Sendable {
   /// The callers made sure no directory of that name exists (unlink and
   /// rename answer EISDIR first); a name kept by mistake only costs a lookup its request.
   private func remove(key: String, _ state: inout State) {
-    guard !state.complete.isEmpty, !key.hasSuffix("/") else { return }
-    let cut = key.lastIndex(of: "/").map { key.index(after: $0) } ?? key.startIndex
-    state.complete[ObjectKey(key[..<cut])]?.names.remove(ObjectKey(key[cut...]))
+    guard !state.completeOrder.isEmpty, !key.hasSuffix("/") else { return }
+    let (directory, name) = Self.split(key)
+    state.records[ObjectKey(directory)]?.complete?.names.remove(ObjectKey(name))
+  }
+
+  /// File `inode` is in flight at `key`: in its directory, and under every
+  /// directory above it.
+  private func beginInFlight(_ key: String, inode: UInt64, _ state: inout State) {
+    let (directory, name) = Self.split(key)
+    let previous = state.records[ObjectKey(directory), default: DirectoryRecord()].writing.updateValue(
+      inode, forKey: ObjectKey(name))
+    if previous == nil { countInFlight(under: directory, by: 1, &state) }
+  }
+
+  /// The file in flight at `key` (if `inode`, only that one) is in flight no more.
+  private func endInFlight(_ key: String, inode: UInt64?, _ state: inout State) {
+    let (directory, name) = Self.split(key)
+    guard let found = state.records[ObjectKey(directory)]?.writing[ObjectKey(name)],
+      inode.map({ $0 == found }) ?? true
+    else { return }
+    state.records[ObjectKey(directory)]?.writing[ObjectKey(name)] = nil
+    countInFlight(under: directory, by: -1, &state)
+  }
+
+  /// Counts a file in flight in `directory` and each directory above it, up to the root.
+  private func countInFlight(under directory: Substring, by delta: Int, _ state: inout State) {
+    var rest = directory
+    while true {
+      change(ObjectKey(rest), &state) { $0.writingBelow += delta }
+      guard !rest.isEmpty else { return }
+      let inner = rest.dropLast()
+      rest = inner.lastIndex(of: "/").map { inner[...$0] } ?? ""
+    }
   }
 
   /// Drops every kept listing a change of `key` (an object name or a
@@ -376,21 +512,15 @@ final class DirectoryCache: Sendable {
   /// everything under it; fills under way keep nothing.
   private func dropKept(around key: String, _ state: inout State) {
     state.epoch += 1
-    for listed in state.kept.keys
+    for listed in state.keptOrder
     where key.utf8.starts(with: listed.name.utf8) || listed.name.utf8.starts(with: key.utf8) {
       drop(listed, &state)
     }
   }
 
-  private func take(_ key: String, now: Double, _ state: inout State) -> [ListedEntry]? {
-    let key = ObjectKey(key)
-    guard let kept = state.kept[key] else { return nil }
-    drop(key, &state)
-    return now - kept.at < freshness ? kept.entries : nil
-  }
-
   private func drop(_ key: ObjectKey, _ state: inout State) {
-    guard let kept = state.kept.removeValue(forKey: key) else { return }
+    guard let kept = state.records[key]?.kept else { return }
     state.held -= kept.entries.count
+    change(key, &state) { $0.kept = nil }
   }
 }

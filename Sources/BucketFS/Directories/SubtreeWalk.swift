@@ -44,10 +44,9 @@ final class SubtreeWalks: MountComponent, Sendable {
     var handles = 0
     var descents = 0
     var isDescent = false
-    /// Subdirectories the directory's readdir gave, in order (the latest ones),
-    /// and those a walk already opened (a walk in another order, `cp` by
-    /// inode number, must not have them fetched again).
-    var subdirectories: [String] = []
+    /// The subdirectories a walk already opened (a walk in another order,
+    /// `cp` by inode number, must not have them fetched again); those
+    /// readdir gave are the directory's (``DirectoryCache``).
     var visited: Set<ObjectKey> = []
   }
   struct Fetch {
@@ -65,10 +64,6 @@ final class SubtreeWalks: MountComponent, Sendable {
     /// The cache's epoch `fetches` and `unfinished` belong to: a change
     /// since (the cache's epoch moved on) leaves them nothing to stand on.
     var epoch = 0
-    /// Directories holding subdirectory lists, least recently used first, and
-    /// the keys in those lists: look-ahead needs only the few a walk is in.
-    var siblingLists: [ObjectKey] = []
-    var siblingKeys = 0
   }
   private let state = Mutex(State())
 
@@ -83,11 +78,6 @@ final class SubtreeWalks: MountComponent, Sendable {
   /// now if this open is a descent), else nil (list it by delimiter).
   func opened(_ key: String, parent: String?) async -> [ListedEntry]? {
     let now = clock()
-    enum Plan {
-      case none
-      case ready([ListedEntry])
-      case wait(Task<Void, Never>)
-    }
     var strong = false
     // Lock order: this lock, then the cache's.
     let (plan, siblings): (Plan, [String]) = state.withLock { state in
@@ -107,14 +97,13 @@ final class SubtreeWalks: MountComponent, Sendable {
       activity.lastRead = now
       state.activity[ObjectKey(parent)] = activity
       state.activity[ObjectKey(key)]?.isDescent = true
-      touchSiblings(parent, &state)
-      let siblings = Self.following(key, in: activity.subdirectories, count: ahead, except: activity.visited)
-      if let listing = cache.take(key) { return (.ready(listing), siblings) }
-      if let fetch = state.fetches.first(where: { key.utf8.starts(with: $0.key.name.utf8) })?.value {
-        return (.wait(fetch.task), siblings)
+      // A list the cache let go takes what the walk visited with it.
+      guard let subdirectories = cache.subdirectories(of: parent) else {
+        state.activity[ObjectKey(parent)]?.visited = [ObjectKey(key)]
+        return (listingPlan(key, strong: strong, &state), [])
       }
-      if state.unfinished.contains(ObjectKey(key)) { return (.none, siblings) }
-      return (.wait(start(key, pages: strong ? maxPages : 1, &state)), siblings)
+      let siblings = Self.following(key, in: subdirectories, count: ahead, except: activity.visited)
+      return (listingPlan(key, strong: strong, &state), siblings)
     }
     if strong { lookAhead(siblings) }
     switch plan {
@@ -127,20 +116,28 @@ final class SubtreeWalks: MountComponent, Sendable {
     }
   }
 
-  /// A readdir of `key` gave these subdirectories.
-  func read(_ key: String, subdirectories: [String]) {
+  private enum Plan {
+    case none
+    case ready([ListedEntry])
+    case wait(Task<Void, Never>)
+  }
+
+  /// How a descent's `opendir` of `key` gets its listing: kept, fetched
+  /// under way, fetched now, or (a subtree found unfinished) its own.
+  private func listingPlan(_ key: String, strong: Bool, _ state: inout State) -> Plan {
+    if let listing = cache.take(key) { return .ready(listing) }
+    if let fetch = state.fetches.first(where: { key.utf8.starts(with: $0.key.name.utf8) })?.value {
+      return .wait(fetch.task)
+    }
+    if state.unfinished.contains(ObjectKey(key)) { return .none }
+    return .wait(start(key, pages: strong ? maxPages : 1, &state))
+  }
+
+  /// A readdir of `key` ran (what it gave is the directory's: ``DirectoryCache``).
+  func read(_ key: String) {
     let now = clock()
     state.withLock { state in
-      var activity = state.activity[ObjectKey(key), default: Activity(lastRead: now)]
-      activity.lastRead = now
-      let before = activity.subdirectories.count
-      activity.subdirectories += subdirectories
-      if activity.subdirectories.count > 2 * pageSize {
-        activity.subdirectories.removeFirst(activity.subdirectories.count - pageSize)
-      }
-      state.siblingKeys += activity.subdirectories.count - before
-      state.activity[ObjectKey(key)] = activity
-      if !subdirectories.isEmpty { touchSiblings(key, &state) }
+      state.activity[ObjectKey(key), default: Activity(lastRead: now)].lastRead = now
       if state.activity.count > 512 { prune(now: now, &state) }
     }
   }
@@ -155,11 +152,6 @@ final class SubtreeWalks: MountComponent, Sendable {
 
   /// Flat listings under way (for the tests of the bounds).
   var fetchesUnderWay: Int { state.withLock { $0.fetches.count } }
-
-  /// Subdirectory keys held for look-ahead (for the tests of the bounds).
-  var siblingKeysHeld: Int {
-    state.withLock { state in state.activity.values.reduce(0) { $0 + $1.subdirectories.count } }
-  }
 
   // MARK: - Fetching
 
@@ -234,23 +226,6 @@ final class SubtreeWalks: MountComponent, Sendable {
 
   private func prune(now: Double, _ state: inout State) {
     state.activity = state.activity.filter { $0.value.handles > 0 || now - $0.value.lastRead < window }
-    let activity = state.activity
-    state.siblingLists.removeAll { activity[$0] == nil }
-    state.siblingKeys = state.siblingLists.reduce(0) { $0 + (activity[$1]?.subdirectories.count ?? 0) }
-  }
-
-  /// Marks `key`'s subdirectory list used; drops the least recently used
-  /// lists beyond 64 or beyond 8 pages of keys.
-  private func touchSiblings(_ key: String, _ state: inout State) {
-    let key = ObjectKey(key)
-    if let index = state.siblingLists.lastIndex(of: key) { state.siblingLists.remove(at: index) }
-    state.siblingLists.append(key)
-    while state.siblingLists.count > 64 || state.siblingKeys > 8 * pageSize, state.siblingLists.count > 1 {
-      let oldest = state.siblingLists.removeFirst()
-      state.siblingKeys -= state.activity[oldest]?.subdirectories.count ?? 0
-      state.activity[oldest]?.subdirectories = []
-      state.activity[oldest]?.visited = []
-    }
   }
 
   /// Up to `count` keys after `key` in `keys`, but those in `visited`.

@@ -8,23 +8,10 @@ import Synchronization
 /// directory shares, or from one list call that shows the object and its
 /// subtree (flat, one page, which fills the cache).
 final class Lookups: MountComponent, Sendable {
-  struct Burst {
-    var inFlight = 0
-    var page: Task<DatedPage, any Error>?
-    /// When `page` was asked for: lookups that keep a burst alive must not
-    /// answer from one page forever.
-    var pageAskedAt: Double = 0
-  }
   /// A lookup that finds this many others under way in its directory joins
   /// one shared list call instead of making two requests of its own: fifty
   /// parallel `stat`s of cold files then cost about one request's time.
   static let burstSize = 3
-  /// Lookups under way per directory key, and the listing a burst of them shares.
-  private let bursts = Mutex<[ObjectKey: Burst]>([:])
-  /// Names whose list call was filled by other names before it showed their
-  /// subtree, and when: for ``crowdMemory`` seconds they are asked apart.
-  private let crowded = Mutex<[ObjectKey: Double]>([:])
-  static let crowdMemory: Double = 60
 
   let context: MountContext
   let nodes: NodeTable
@@ -68,24 +55,10 @@ final class Lookups: MountComponent, Sendable {
       return entry
     }
 
-    if isCrowded(fileKey, now: now) {
+    if cache.isCrowded(directoryKey, now: now) {
       return try await askApart(fileKey: fileKey, directoryKey: directoryKey)
     }
     return try await ask(fileKey: fileKey, directoryKey: directoryKey)
-  }
-
-  private func crowd(_ fileKey: String, at time: Double) {
-    crowded.withLock { crowded in
-      if crowded.count >= 1024 { crowded.removeAll() }
-      crowded[ObjectKey(fileKey)] = time
-    }
-  }
-
-  private func isCrowded(_ fileKey: String, now: Double) -> Bool {
-    crowded.withLock { crowded in
-      guard let at = crowded[ObjectKey(fileKey)] else { return false }
-      return now - at < Self.crowdMemory
-    }
   }
 
   /// One list call from `name` up to `name0` (`0` follows `/`): the object
@@ -110,7 +83,7 @@ final class Lookups: MountComponent, Sendable {
     let under = page.items.filter { $0.name.utf8.starts(with: directoryKey.utf8) }
     let isDirectory = !under.isEmpty || page.prefixes.contains { Names.same($0, directoryKey) }
     guard isDirectory || page.nextPageToken == nil else {
-      crowd(fileKey, at: answeredAt)
+      cache.noteCrowded(directoryKey, at: answeredAt)
       return try await askApart(fileKey: fileKey, directoryKey: directoryKey)
     }
     if let flat, isDirectory {
@@ -212,31 +185,19 @@ final class Lookups: MountComponent, Sendable {
     let maxAge = min(configuration.metadataTTL, configuration.negativeTTL)
     let (store, pageSize, clock) = (self.store, configuration.pageSize, self.clock)
     let trailing = configuration.posixAttributes
-    return bursts.withLock { bursts in
-      var burst = bursts[ObjectKey(parentKey), default: Burst()]
-      burst.inFlight += 1
-      if burst.page != nil, now - burst.pageAskedAt > maxAge { burst.page = nil }
-      if burst.page == nil, burst.inFlight >= Self.burstSize {
-        burst.pageAskedAt = now
-        burst.page = tasks.start(.cancel) {
-          // With the subdirectories' placeholders: their stored modes come free.
-          let page = try await store.list(
-            ListRequest(
-              prefix: parentKey, delimiter: "/", includeTrailingDelimiter: trailing, pageSize: pageSize))
-          return DatedPage(page: page, answeredAt: clock())
-        }
+    return cache.joinBurst(parentKey, now: now, maxAge: maxAge, size: Self.burstSize) {
+      tasks.start(.cancel) {
+        // With the subdirectories' placeholders: their stored modes come free.
+        let page = try await store.list(
+          ListRequest(
+            prefix: parentKey, delimiter: "/", includeTrailingDelimiter: trailing, pageSize: pageSize))
+        return DatedPage(page: page, answeredAt: clock())
       }
-      bursts[ObjectKey(parentKey)] = burst
-      return burst.page
     }
   }
 
   private func leave(_ parentKey: String) {
-    bursts.withLock { bursts in
-      guard var burst = bursts[ObjectKey(parentKey)] else { return }
-      burst.inFlight -= 1
-      bursts[ObjectKey(parentKey)] = burst.inFlight > 0 ? burst : nil
-    }
+    cache.leaveBurst(parentKey)
   }
 
   /// The directory's placeholder as the page (asked with

@@ -15,7 +15,7 @@ struct Namespace: MountComponent, Sendable {
   /// Full metadata: kept while fresh, else fetched.
   let known: KnownMetadata
   let entries: AttributeBuilder
-  /// Staged files: told of unlinks and renames; files in flight count as names.
+  /// Staged files: told of unlinks; one is stored before its rename.
   let stagedInodes: StagedInodes
   /// A staged file is stored before a rename.
   let uploads: Uploads
@@ -23,7 +23,8 @@ struct Namespace: MountComponent, Sendable {
   let provenance: Provenance
   /// Told of every rename: open readers, staged files, provenance.
   let changes: NameChanges
-  /// Told what a fresh look at the bucket found (the store tells it every write).
+  /// Told what a fresh look at the bucket found, and of a file in flight
+  /// unlinked (the store tells it every write); asked which files are in flight.
   let cache: DirectoryCache
 
   func unlink(parent: UInt64, name: String) async throws {
@@ -33,6 +34,7 @@ struct Namespace: MountComponent, Sendable {
     // A file this mount created and never stored has no object to delete.
     if let inode = nodes.held(key), stagedInodes.file(inode: inode)?.unlinkIfNeverStored() == true {
       nodes.deleted(key, inode: inode)
+      cache.invalidate(.endedInFlight(key, inode: inode))
       return
     }
     let (inode, metadata) = try await existingFile(key)
@@ -94,8 +96,7 @@ struct Namespace: MountComponent, Sendable {
     let parentKey = try nodes.node(parent, kind: .directory).key
     let key = try Names.key(name, under: parentKey, for: .newFile)
     let found = try await lookInBucket(fileKey: key, directoryKey: key + "/")
-    let inFlight = nodes.held(key).map(stagedInodes.isInFlight) ?? false
-    if found.file != nil || found.directory != nil || inFlight { throw Errno.exists }
+    if found.file != nil || found.directory != nil || cache.isInFlight(key) { throw Errno.exists }
     let (fileAttributes, inferred) = provenance.newFile(name: name, mode: mode & 0o7777)
     var attributes = fileAttributes
     if special != nil {
@@ -125,7 +126,7 @@ struct Namespace: MountComponent, Sendable {
     let held = nodes.held(fileKey: fileKey, directoryKey: directoryKey)
     if let kind = held.kind, kind != .directory { throw Errno.notDirectory }
     // A file created in it and not stored yet is in it (docs/SEMANTICS.md#writes-in-flight).
-    if !stagedInodes.inFlight(in: directoryKey, deep: true).isEmpty { throw Errno(ENOTEMPTY) }
+    if cache.holdsInFlight(under: directoryKey) { throw Errno(ENOTEMPTY) }
     for _ in 0..<3 {
       switch try await contents(of: directoryKey) {
       case .nonEmpty:

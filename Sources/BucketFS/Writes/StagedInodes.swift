@@ -3,9 +3,9 @@ import Synchronization
 /// The staged file of each inode that new opens share. Each file counts
 /// its own writers and refuses one once its last closed (``StagedFile``);
 /// this only maps inodes to files, and never holds its lock while it asks
-/// a file anything. What stat, lookups, listings and the namespace ask of
-/// staged files: which inode has one, and which files are in flight
-/// (created through the mount, not stored yet).
+/// a file anything. What stat, lookups and the namespace ask of staged
+/// files: which inode has one (the files in flight are their directories',
+/// ``DirectoryCache``).
 final class StagedInodes: Sendable {
   /// The staged file of each inode that new opens share.
   private let byInode = Mutex<[UInt64: StagedFile]>([:])
@@ -27,12 +27,6 @@ final class StagedInodes: Sendable {
   func shared(inode: UInt64) -> StagedFile? {
     guard let staged = file(inode: inode), staged.isShareable else { return nil }
     return staged
-  }
-
-  /// Every staged file new opens share.
-  private func files() -> [StagedFile] {
-    guard !isEmpty else { return [] }
-    return byInode.withLock { Array($0.values) }
   }
 
   /// `staged`, with its one writer, becomes its inode's staged file.
@@ -67,38 +61,6 @@ final class StagedInodes: Sendable {
       if byInode[staged.inode] === staged { byInode[staged.inode] = nil }
     }
     live.subtract(1, ordering: .relaxed)
-  }
-
-  // MARK: - Files in flight
-
-  /// A file created through the mount and not stored yet.
-  struct InFlight: Sendable, Equatable {
-    let name: String
-    let inode: UInt64
-  }
-
-  /// The files in flight directly in directory `directoryKey` (or anywhere
-  /// under it, `deep`), in the order the service lists names: a file being
-  /// written is a file, listed with its directory and keeping it non-empty.
-  func inFlight(in directoryKey: String, deep: Bool = false) -> [InFlight] {
-    var found: [InFlight] = []
-    for staged in files() {
-      guard let key = staged.inFlightKey, key.utf8.count > directoryKey.utf8.count,
-        key.utf8.starts(with: directoryKey.utf8)
-      else {
-        continue
-      }
-      let name = String(decoding: key.utf8.dropFirst(directoryKey.utf8.count), as: UTF8.self)
-      if deep || !name.utf8.contains(UInt8(ascii: "/")) {
-        found.append(InFlight(name: name, inode: staged.inode))
-      }
-    }
-    return found.sorted { Names.precedes($0.name, $1.name) }
-  }
-
-  /// Whether `inode` is still a file in flight (not stored, not unlinked).
-  func isInFlight(_ inode: UInt64) -> Bool {
-    file(inode: inode)?.inFlightKey != nil
   }
 }
 

@@ -77,7 +77,7 @@ final class WriteHandles: MountComponent, Sendable {
       throw diagnostics.localFailure(failure, key: key)
     }
     inodes.add(staged)
-    listings.invalidate(.createdInFlight(key))
+    listings.invalidate(.createdInFlight(key, inode: inode))
     return staged
   }
 
@@ -186,6 +186,8 @@ final class WriteHandles: MountComponent, Sendable {
     let (last, settlement) = closed.dismissWriter()
     guard last else { return }
     inodes.remove(closed)
+    // Never stored, it is no longer in its directory: the bucket has no such name.
+    if let key = closed.inFlightKey { listings.invalidate(.endedInFlight(key, inode: closed.inode)) }
     if let settlement { uploads.settle(closed, settlement) }
   }
 
