@@ -412,7 +412,9 @@ final class DirectoryCache: Sendable {
   /// Marks `directory`'s subdirectory list used; drops the least recently
   /// used lists beyond ``subdirectoryLists`` or beyond 8 pages of names.
   private func touchSubdirectories(of directory: ObjectKey, _ state: inout State) {
-    if let index = state.subdirectoryOrder.lastIndex(of: directory) { state.subdirectoryOrder.remove(at: index) }
+    if let index = state.subdirectoryOrder.lastIndex(of: directory) {
+      state.subdirectoryOrder.remove(at: index)
+    }
     state.subdirectoryOrder.append(directory)
     while state.subdirectoryOrder.count > Self.subdirectoryLists || state.subdirectoryKeys > 8 * pageSize,
       state.subdirectoryOrder.count > 1
