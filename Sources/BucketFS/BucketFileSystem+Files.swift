@@ -7,14 +7,14 @@ import NIOCore
 
 /// The FUSE operations on open files. Open puts a ``Handle`` in the
 /// ``HandleTable``; read, write and release look it up once and switch on
-/// it: an object's bytes through ``Reads``, a stage's through ``StageStore``
+/// it: an object's bytes through ``ReadService``, a stage's through ``StageStore``
 /// (opens and closes of staged files through ``WriteHandles``).
 /// What needs the disk or the network runs in the request's task, never
 /// inline on the FUSE loop thread.
 extension BucketFileSystem {
   public func open(inode: UInt64, flags: Int32) async throws -> OpenResult {
     try await boundary("open") {
-      await reads.staleReads.settle(inode)
+      await readService.staleReads.settle(inode)
       let node = try nodes.node(inode)
       switch node.kind {
       case .file: break
@@ -31,9 +31,9 @@ extension BucketFileSystem {
       case .stage(let staged):
         return OpenResult(handle: handles.put(.stageReader(staged)), keepCache: false)
       case .base(let base):
-        return OpenResult(handle: handles.put(.object(reads.reader(of: base))), keepCache: false)
+        return OpenResult(handle: handles.put(.object(readService.reader(of: base))), keepCache: false)
       case nil:
-        let (reader, keepCache) = try await reads.open(inode: inode, node: node)
+        let (reader, keepCache) = try await readService.open(inode: inode, node: node)
         return OpenResult(handle: handles.put(.object(reader)), keepCache: keepCache)
       }
     }
@@ -54,7 +54,7 @@ extension BucketFileSystem {
   /// A write handle on a staged file it was just opened on; until the
   /// stage holds the bytes, its reads come from the generation opened.
   private func putWriter(_ staged: StagedFile) -> UInt64 {
-    handles.put(.write(staged, base: staged.unloadedBase.map { reads.reader(of: $0) }))
+    handles.put(.write(staged, base: staged.unloadedBase.map { readService.reader(of: $0) }))
   }
 
   /// Where reads of a handle come from: a stage that holds the file's bytes
@@ -82,14 +82,14 @@ extension BucketFileSystem {
   public func readInline(inode: UInt64, handle: UInt64, offset: UInt64, size: Int) -> [ByteBuffer]? {
     // A stage's bytes are file I/O: never at hand.
     guard case .object(let reader) = readSource(inode: inode, handle: handle) else { return nil }
-    return reads.readInline(reader, offset: offset, size: size)
+    return readService.readInline(reader, offset: offset, size: size)
   }
 
   public func read(inode: UInt64, handle: UInt64, offset: UInt64, size: Int) async throws -> [ByteBuffer] {
     try await boundary("read") {
       switch readSource(inode: inode, handle: handle) {
-      case .stage(let staged): try await stages.read(staged, offset: offset, size: size)
-      case .object(let reader): try await reads.read(inode: inode, reader, offset: offset, size: size)
+      case .stage(let staged): try await stageStore.read(staged, offset: offset, size: size)
+      case .object(let reader): try await readService.read(inode: inode, reader, offset: offset, size: size)
       case nil: throw Errno.badHandle
       }
     }
@@ -105,25 +105,25 @@ extension BucketFileSystem {
     -> Result<Int, Errno>?
   {
     guard let staged = writer(handle) else { return .failure(.badHandle) }
-    return stages.answerWithoutStage(staged, offset: offset, count: data.count)
+    return stageStore.answerWithoutStage(staged, offset: offset, count: data.count)
   }
 
   public func write(inode: UInt64, handle: UInt64, offset: UInt64, data: [UInt8]) async throws -> Int {
     try await boundary("write") {
       guard let staged = writer(handle) else { throw Errno.badHandle }
-      return try await stages.write(staged, offset: offset, data: data)
+      return try await stageStore.write(staged, offset: offset, data: data)
     }
   }
 
   public func flush(inode: UInt64, handle: UInt64) async throws {
     try await boundary("flush") {
-      if let staged = writer(handle) { try await uploads.commit(staged) }
+      if let staged = writer(handle) { try await uploader.commit(staged) }
     }
   }
 
   public func fsync(inode: UInt64, handle: UInt64, dataOnly: Bool) async throws {
     try await boundary("fsync") {
-      if let staged = writer(handle) { try await uploads.commit(staged) }
+      if let staged = writer(handle) { try await uploader.commit(staged) }
     }
   }
 

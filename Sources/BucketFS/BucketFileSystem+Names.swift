@@ -4,7 +4,7 @@ import FUSE
 extension BucketFileSystem {
   public func lookup(parent: UInt64, name: String) async throws -> Entry {
     try await boundary("lookup") {
-      try await lookups.lookup(parent: parent, name: name)
+      try await nameLookup.lookup(parent: parent, name: name)
     }
   }
 
@@ -39,7 +39,7 @@ extension BucketFileSystem {
   }
 
   public func readlink(inode: UInt64) async throws -> [UInt8] {
-    try await boundary("readlink") { try await links.readlink(inode: inode) }
+    try await boundary("readlink") { try await symlinks.readlink(inode: inode) }
   }
 
   public func opendir(inode: UInt64) async throws -> OpenResult {
@@ -73,7 +73,7 @@ extension BucketFileSystem {
   }
 
   public func symlink(parent: UInt64, name: String, target: [UInt8]) async throws -> Entry {
-    try await boundary("symlink") { try await links.create(parent: parent, name: name, target: target) }
+    try await boundary("symlink") { try await symlinks.create(parent: parent, name: name, target: target) }
   }
 
   public func unlink(parent: UInt64, name: String) async throws {

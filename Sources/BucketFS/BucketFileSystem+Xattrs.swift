@@ -1,36 +1,36 @@
 import FUSE
 
-/// The FUSE operations on extended attributes, answered by ``Xattrs``.
+/// The FUSE operations on extended attributes, answered by ``ExtendedAttributes``.
 extension BucketFileSystem {
   public func getxattr(inode: UInt64, name: String) async throws -> [UInt8] {
     try await boundary("getxattr") {
-      try await xattrs.getxattr(inode: inode, name: name)
+      try await extendedAttributes.getxattr(inode: inode, name: name)
     }
   }
 
   public func listxattr(inode: UInt64) async throws -> [String] {
     try await boundary("listxattr") {
-      try await xattrs.listxattr(inode: inode)
+      try await extendedAttributes.listxattr(inode: inode)
     }
   }
 
   public func getxattrInline(inode: UInt64, name: String) -> Result<[UInt8], Errno>? {
-    xattrs.getxattrInline(inode: inode, name: name)
+    extendedAttributes.getxattrInline(inode: inode, name: name)
   }
 
   public func listxattrInline(inode: UInt64) -> Result<[String], Errno>? {
-    xattrs.listxattrInline(inode: inode)
+    extendedAttributes.listxattrInline(inode: inode)
   }
 
   public func setxattr(inode: UInt64, name: String, value: [UInt8], flags: XattrFlags) async throws {
     try await boundary("setxattr") {
-      try await xattrs.setxattr(inode: inode, name: name, value: value, flags: flags)
+      try await extendedAttributes.setxattr(inode: inode, name: name, value: value, flags: flags)
     }
   }
 
   public func removexattr(inode: UInt64, name: String) async throws {
     try await boundary("removexattr") {
-      try await xattrs.removexattr(inode: inode, name: name)
+      try await extendedAttributes.removexattr(inode: inode, name: name)
     }
   }
 }

@@ -20,29 +20,29 @@ public final class BucketFileSystem: FileSystem, MountComponent, Sendable {
   /// Inodes, their facts and metadata.
   let nodes: NodeTable
   let known: KnownMetadata
-  /// Every open handle: files, stages and directories (Handles.swift).
+  /// Every open handle: files, stages and directories (HandleTable.swift).
   let handles = HandleTable()
   /// What is known of each directory's contents (DirectoryCache.swift).
-  let cache: DirectoryCache
-  let reads: Reads
+  let directoryCache: DirectoryCache
+  let readService: ReadService
   /// What bucketfs chose of the files it stored, and which it created lately.
   let provenance: Provenance
-  /// Which inodes are staged, and the files in flight (StagedInodes.swift).
+  /// Which inodes are staged (StagedInodes.swift).
   let stagedInodes = StagedInodes()
   /// The stages' bytes on local disk (StageStore.swift).
-  let stages: StageStore
-  /// Uploads of staged files at close and fsync (Uploads.swift).
-  let uploads: Uploads
+  let stageStore: StageStore
+  /// Uploads of staged files at close and fsync (Uploader.swift).
+  let uploader: Uploader
   /// Opens, setattr's size change and closes of staged files (WriteHandles.swift).
   let writers: WriteHandles
   let entries: AttributeBuilder
-  let lookups: Lookups
+  let nameLookup: NameLookup
   let directories: Directories
   /// When the kernel may keep directories' listings (KernelListings.swift).
   let kernelListings: KernelListings
   let namespace: Namespace
-  let links: Symlinks
-  let xattrs: Xattrs
+  let symlinks: Symlinks
+  let extendedAttributes: ExtendedAttributes
 
   public convenience init(
     store: any ObjectStore, configuration: Configuration, logger: Logger,
@@ -64,53 +64,59 @@ public final class BucketFileSystem: FileSystem, MountComponent, Sendable {
     let diagnostics = Diagnostics(logger: logger)
     let tasks = BackgroundTasks()
     let kernelListings = KernelListings(ttl: configuration.listCacheTTL, clock: clock)
-    let cache = DirectoryCache(
+    let directoryCache = DirectoryCache(
       pageSize: configuration.pageSize, freshness: configuration.metadataTTL, kernelListings: kernelListings,
       clock: clock, onConflict: { diagnostics.warnConflict($0) })
     let context = MountContext(
-      store: ListingAwareStore(inner: inner, cache: cache, clock: clock), configuration: configuration,
+      store: ListingAwareStore(inner: inner, directoryCache: directoryCache, clock: clock),
+      configuration: configuration,
       diagnostics: diagnostics, clock: clock, tasks: tasks)
-    let walks = SubtreeWalks(context: context, cache: cache)
+    let walks = SubtreeWalks(context: context, directoryCache: directoryCache)
     let metadataCache = MetadataCache(capacity: configuration.metadataCacheEntries)
     let nodes = NodeTable(context: context, metadata: metadataCache)
-    let known = KnownMetadata(context: context, nodes: nodes, cache: metadataCache)
+    let known = KnownMetadata(context: context, nodes: nodes, metadataCache: metadataCache)
     kernelListings.attach(nodes)
     let readAhead = ReadAheadBudget(capacity: configuration.readAheadBudget, metrics: metrics)
-    let prefetch = SiblingPrefetch(context: context, budget: readAhead, cache: cache)
-    let reads = Reads(
+    let prefetch = SiblingPrefetch(context: context, budget: readAhead, directoryCache: directoryCache)
+    let readService = ReadService(
       context: context, nodes: nodes, known: known, handles: handles, budget: readAhead, prefetch: prefetch)
     let provenance = Provenance(configuration: configuration, clock: clock)
     let streams = WriteStreams(context: context)
-    let stages = StageStore(
+    let stageStore = StageStore(
       context: context, stageFiles: stageFiles, diskWork: diskWork, metrics: metrics, streams: streams)
-    let uploads = Uploads(context: context, streams: streams, nodes: nodes, provenance: provenance)
+    let uploader = Uploader(context: context, streams: streams, nodes: nodes, provenance: provenance)
     let entries = AttributeBuilder(
-      context: context, nodes: nodes, known: known, stagedInodes: stagedInodes, cache: cache,
+      context: context, nodes: nodes, known: known, stagedInodes: stagedInodes,
+      directoryCache: directoryCache,
       mountTime: Timestamp.now())
     self.context = context
     self.onMounted = onMounted
     self.nodes = nodes
     self.known = known
-    self.cache = cache
-    self.reads = reads
+    self.directoryCache = directoryCache
+    self.readService = readService
     self.provenance = provenance
-    self.stages = stages
-    self.uploads = uploads
+    self.stageStore = stageStore
+    self.uploader = uploader
     self.writers = WriteHandles(
-      context: context, inodes: stagedInodes, stages: stages, uploads: uploads, nodes: nodes, known: known,
-      provenance: provenance, listings: cache)
+      context: context, stagedInodes: stagedInodes, stageStore: stageStore, uploader: uploader, nodes: nodes,
+      known: known,
+      provenance: provenance, directoryCache: directoryCache)
     self.entries = entries
-    self.lookups = Lookups(context: context, nodes: nodes, known: known, entries: entries, cache: cache)
+    self.nameLookup = NameLookup(
+      context: context, nodes: nodes, known: known, entries: entries, directoryCache: directoryCache)
     self.kernelListings = kernelListings
     self.directories = Directories(
-      context: context, nodes: nodes, entries: entries, handles: handles, walks: walks, cache: cache,
+      context: context, nodes: nodes, entries: entries, handles: handles, walks: walks,
+      directoryCache: directoryCache,
       kernelListings: kernelListings)
     self.namespace = Namespace(
       context: context, nodes: nodes, known: known, entries: entries, stagedInodes: stagedInodes,
-      uploads: uploads, provenance: provenance,
-      changes: NameChanges(observers: [stagedInodes, reads, provenance]), cache: cache)
-    self.links = Symlinks(context: context, nodes: nodes, known: known, entries: entries)
-    self.xattrs = Xattrs(
+      uploader: uploader, provenance: provenance,
+      changes: NameChanges(observers: [stagedInodes, readService, provenance]), directoryCache: directoryCache
+    )
+    self.symlinks = Symlinks(context: context, nodes: nodes, known: known, entries: entries)
+    self.extendedAttributes = ExtendedAttributes(
       context: context, nodes: nodes, known: known, stagedInodes: stagedInodes, provenance: provenance)
   }
 
@@ -121,7 +127,7 @@ public final class BucketFileSystem: FileSystem, MountComponent, Sendable {
   }
 
   public func mounted(kernel: KernelCache) {
-    reads.staleReads.mounted(kernel: kernel)
+    readService.staleReads.mounted(kernel: kernel)
     kernelListings.mounted(kernel: kernel)
     onMounted()
   }
@@ -167,7 +173,7 @@ public final class BucketFileSystem: FileSystem, MountComponent, Sendable {
     }
     if done.wait(timeout: .now() + seconds) == .timedOut {
       diagnostics.logger.warning(
-        "unmounting with uploads or part deletes still under way after \(Int(seconds)) s; `bucketfs clean-parts` removes the parts they leave"
+        "unmounting with uploader or part deletes still under way after \(Int(seconds)) s; `bucketfs clean-parts` removes the parts they leave"
       )
     }
   }

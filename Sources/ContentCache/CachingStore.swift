@@ -27,7 +27,7 @@ import Synchronization
 /// tenth of the read's CPU at 64 MiB held).
 public final class CachingStore: ForwardingObjectStore {
   public let inner: any ObjectStore
-  let cache: ReadCache
+  let readCache: ReadCache
   private let pool: IOPool
   private let facts = ObjectFacts()
   private let metrics: CacheMetrics
@@ -67,23 +67,25 @@ public final class CachingStore: ForwardingObjectStore {
     do {
       directory = try CacheDirectory(cacheDirectory: cacheDirectory, bucket: inner.bucket, patience: patience)
     } catch {
-      logger.warning("read cache off: \(error)")
+      logger.warning("read readCache off: \(error)")
       return nil
     }
     let limit = limit ?? defaultLimit(freeBytes: directory.freeBytes)
     guard limit > 0 else {
-      logger.warning("read cache off: no free space in \(directory.path)")
+      logger.warning("read readCache off: no free space in \(directory.path)")
       return nil
     }
     let metrics = CacheMetrics(factory: factory)
-    let cache = ReadCache(directory: directory, limit: limit, disk: disk, logger: logger, metrics: metrics)
-    cache.load()
-    cache.trimOtherBuckets()
+    let readCache = ReadCache(
+      directory: directory, limit: limit, disk: disk, logger: logger, metrics: metrics)
+    readCache.load()
+    readCache.trimOtherBuckets()
     logger.info(
-      "read cache: \(directory.path), \(cache.index.count) entries, \(cache.index.used >> 20) of \(limit >> 20) MiB in use"
+      "read readCache: \(directory.path), \(readCache.index.count) entries, \(readCache.index.used >> 20) of \(limit >> 20) MiB in use"
     )
     return CachingStore(
-      inner: inner, cache: cache, pool: pool, objectHoldLimit: objectHoldLimit, fastReader: fastReader,
+      inner: inner, readCache: readCache, pool: pool, objectHoldLimit: objectHoldLimit,
+      fastReader: fastReader,
       metrics: metrics)
   }
 
@@ -104,11 +106,11 @@ public final class CachingStore: ForwardingObjectStore {
   }
 
   private init(
-    inner: any ObjectStore, cache: ReadCache, pool: IOPool, objectHoldLimit: Int, fastReader: Double,
+    inner: any ObjectStore, readCache: ReadCache, pool: IOPool, objectHoldLimit: Int, fastReader: Double,
     metrics: CacheMetrics
   ) {
     self.inner = inner
-    self.cache = cache
+    self.readCache = readCache
     self.pool = pool
     self.objectHoldLimit = max(objectHoldLimit, 0)
     self.fastReader = fastReader
@@ -116,7 +118,7 @@ public final class CachingStore: ForwardingObjectStore {
   }
 
   /// Disk in use by the entries, in bytes.
-  public var bytesInUse: Int64 { cache.index.used }
+  public var bytesInUse: Int64 { readCache.index.used }
 
   // MARK: Reads
 
@@ -127,10 +129,10 @@ public final class CachingStore: ForwardingObjectStore {
     pool.busy()
     defer { pool.busy() }
     let key = EntryKey(name: name, generation: generation)
-    if cache.lists(key, range) {
-      let cache = self.cache
+    if readCache.lists(key, range) {
+      let readCache = self.readCache
       do {
-        if let bytes = try await pool.run({ cache.cached(key, range, spare: spare) }) {
+        if let bytes = try await pool.run({ readCache.cached(key, range, spare: spare) }) {
           metrics.hit()
           return bytes
         }
@@ -152,7 +154,7 @@ public final class CachingStore: ForwardingObjectStore {
     let fact = facts.fact(key.name, generation: key.generation)
     let accepted = pool.submit(holding: count) { [self] in
       defer { release(key, count) }
-      if let complete = cache.keep(key, range, bytes, size: fact?.size, crc: fact?.crc) {
+      if let complete = readCache.keep(key, range, bytes, size: fact?.size, crc: fact?.crc) {
         check(complete)
       }
     }
@@ -195,7 +197,7 @@ public final class CachingStore: ForwardingObjectStore {
     if let crc = entry.objectCRC
       ?? facts.fact(key.name, generation: key.generation)?.crc
     {
-      cache.verify(entry, crc: crc)
+      readCache.verify(entry, crc: crc)
       return
     }
     lookups.withLock { state in
@@ -210,8 +212,8 @@ public final class CachingStore: ForwardingObjectStore {
         else { return }
         // Ended only once the check has run (or was refused), so `settled()` covers it.
         await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
-          let queued = pool.submit(holding: 0) { [cache] in
-            cache.verify(entry, crc: crc)
+          let queued = pool.submit(holding: 0) { [readCache] in
+            readCache.verify(entry, crc: crc)
             done.resume()
           }
           if !queued { done.resume() }
@@ -283,12 +285,12 @@ public final class CachingStore: ForwardingObjectStore {
   /// where no link can be made, the bytes are copied there instead. Either
   /// way the caller (a close) does not wait for the disk.
   private func keep(upload object: ObjectMetadata, from source: any UploadSource) {
-    guard let adopted = cache.adopt(upload: object, from: source) else { return }
-    let accepted = pool.submit(holding: ReadCache.copyChunk) { [cache] in
-      cache.finish(upload: adopted.entry, from: source, linked: adopted.linked, crc: adopted.crc)
+    guard let adopted = readCache.adopt(upload: object, from: source) else { return }
+    let accepted = pool.submit(holding: ReadCache.copyChunk) { [readCache] in
+      readCache.finish(upload: adopted.entry, from: source, linked: adopted.linked, crc: adopted.crc)
     }
     if !accepted {
-      cache.forget(adopted.entry)
+      readCache.forget(adopted.entry)
       metrics.dropped()
     }
   }

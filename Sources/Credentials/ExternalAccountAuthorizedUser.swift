@@ -37,7 +37,7 @@ public struct ExternalAccountAuthorizedUser: Sendable, CustomStringConvertible {
 public final class ExternalAccountAuthorizedUserCredentials: AccessTokenProvider, CustomStringConvertible {
   public let user: ExternalAccountAuthorizedUser
   public let quotaProject: String?
-  private let cache: TokenCache
+  private let tokenCache: TokenCache
 
   public init(
     user: ExternalAccountAuthorizedUser, quotaProject: String?, http: HTTPClient = .shared,
@@ -46,7 +46,7 @@ public final class ExternalAccountAuthorizedUserCredentials: AccessTokenProvider
     self.user = user
     self.quotaProject = quotaProject
     let endpoint = TokenEndpoint(url: user.tokenURL, http: http, logger: logger)
-    cache = TokenCache(refreshMargin: refreshMargin) {
+    tokenCache = TokenCache(refreshMargin: refreshMargin) {
       try await endpoint.post(
         form: [("grant_type", "refresh_token"), ("refresh_token", user.refreshToken)],
         headers: [ClientAuthentication.header(id: user.clientID, secret: user.clientSecret)],
@@ -55,7 +55,7 @@ public final class ExternalAccountAuthorizedUserCredentials: AccessTokenProvider
   }
 
   public func token(refresh: Bool) async throws -> String {
-    try await cache.token(refresh: refresh)
+    try await tokenCache.token(refresh: refresh)
   }
 
   public var description: String { "\(user) (token endpoint \(user.tokenURL))" }

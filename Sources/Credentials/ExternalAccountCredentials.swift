@@ -14,7 +14,7 @@ import ServiceAccess
 public final class ExternalAccountCredentials: AccessTokenProvider, CustomStringConvertible {
   public let account: ExternalAccount
   public let quotaProject: String?
-  private let cache: TokenCache
+  private let tokenCache: TokenCache
 
   static let tokenExchangeGrant = "urn:ietf:params:oauth:grant-type:token-exchange"
   static let accessTokenType = "urn:ietf:params:oauth:token-type:access_token"
@@ -38,7 +38,7 @@ public final class ExternalAccountCredentials: AccessTokenProvider, CustomString
       audience: account.audience, subjectTokenType: account.subjectTokenType,
       impersonatedEmail: account.impersonationURL.flatMap(ImpersonationURL.serviceAccount),
       environment: environment, http: http, logger: logger)
-    cache = TokenCache(refreshMargin: refreshMargin) {
+    tokenCache = TokenCache(refreshMargin: refreshMargin) {
       let subjectToken = try await account.source.subjectToken(context)
       // A token that only impersonates asks for cloud-platform, as Google's libraries do;
       // one that Cloud Storage sees asks for Cloud Storage's scope.
@@ -51,7 +51,7 @@ public final class ExternalAccountCredentials: AccessTokenProvider, CustomString
   }
 
   public func token(refresh: Bool) async throws -> String {
-    try await cache.token(refresh: refresh)
+    try await tokenCache.token(refresh: refresh)
   }
 
   public var description: String { "\(account) (token endpoint \(account.tokenURL))" }

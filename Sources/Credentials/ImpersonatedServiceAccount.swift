@@ -42,7 +42,7 @@ public final class ImpersonatedCredentials: AccessTokenProvider, CustomStringCon
   public let account: ImpersonatedServiceAccount
   public let source: any AccessTokenProvider
   public let quotaProject: String?
-  private let cache: TokenCache
+  private let tokenCache: TokenCache
 
   public init(
     account: ImpersonatedServiceAccount, scope: String = StorageScope.readWrite, quotaProject: String?,
@@ -58,14 +58,14 @@ public final class ImpersonatedCredentials: AccessTokenProvider, CustomStringCon
     let impersonation = ServiceAccountImpersonation(
       url: account.impersonationURL, scope: scope, lifetimeSeconds: 3600, delegates: account.delegates,
       quotaProject: account.source.quotaProject, http: http, logger: logger)
-    cache = TokenCache(refreshMargin: refreshMargin) {
+    tokenCache = TokenCache(refreshMargin: refreshMargin) {
       let sourceToken = try await source.token(refresh: false)
       return try await impersonation.token(using: sourceToken)
     }
   }
 
   public func token(refresh: Bool) async throws -> String {
-    try await cache.token(refresh: refresh)
+    try await tokenCache.token(refresh: refresh)
   }
 
   public var description: String {

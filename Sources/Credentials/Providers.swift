@@ -38,7 +38,7 @@ public final class ServiceAccountCredentials: AccessTokenProvider, CustomStringC
   public let key: ServiceAccountKey
   public let scope: String
   public let quotaProject: String?
-  private let cache: TokenCache
+  private let tokenCache: TokenCache
 
   public init(
     key: ServiceAccountKey, scope: String = StorageScope.readWrite, quotaProject: String? = nil,
@@ -48,7 +48,7 @@ public final class ServiceAccountCredentials: AccessTokenProvider, CustomStringC
     self.scope = scope
     self.quotaProject = quotaProject
     let endpoint = TokenEndpoint(url: key.tokenURI, http: http, logger: logger)
-    cache = TokenCache(refreshMargin: refreshMargin) {
+    tokenCache = TokenCache(refreshMargin: refreshMargin) {
       let assertion = try Self.assertion(key: key, scope: scope, now: Date().timeIntervalSince1970)
       return try await endpoint.post(
         form: [("grant_type", "urn:ietf:params:oauth:grant-type:jwt-bearer"), ("assertion", assertion)],
@@ -57,7 +57,7 @@ public final class ServiceAccountCredentials: AccessTokenProvider, CustomStringC
   }
 
   public func token(refresh: Bool) async throws -> String {
-    try await cache.token(refresh: refresh)
+    try await tokenCache.token(refresh: refresh)
   }
 
   public var description: String { "\(key) (token endpoint \(key.tokenURI))" }
@@ -77,7 +77,7 @@ public final class ServiceAccountCredentials: AccessTokenProvider, CustomStringC
 public final class AuthorizedUserCredentials: AccessTokenProvider, CustomStringConvertible {
   public let user: AuthorizedUser
   public let quotaProject: String?
-  private let cache: TokenCache
+  private let tokenCache: TokenCache
 
   public init(
     user: AuthorizedUser, quotaProject: String? = nil, http: HTTPClient = .shared,
@@ -86,7 +86,7 @@ public final class AuthorizedUserCredentials: AccessTokenProvider, CustomStringC
     self.user = user
     self.quotaProject = quotaProject
     let endpoint = TokenEndpoint(url: user.tokenURI, http: http, logger: logger)
-    cache = TokenCache(refreshMargin: refreshMargin) {
+    tokenCache = TokenCache(refreshMargin: refreshMargin) {
       try await endpoint.post(
         form: [
           ("grant_type", "refresh_token"), ("client_id", user.clientID), ("client_secret", user.clientSecret),
@@ -97,7 +97,7 @@ public final class AuthorizedUserCredentials: AccessTokenProvider, CustomStringC
   }
 
   public func token(refresh: Bool) async throws -> String {
-    try await cache.token(refresh: refresh)
+    try await tokenCache.token(refresh: refresh)
   }
 
   public var description: String { "\(user) (token endpoint \(user.tokenURI))" }
@@ -112,7 +112,7 @@ public final class MetadataServerCredentials: AccessTokenProvider, CustomStringC
 
   /// `host` or `host:port`, as GCE_METADATA_HOST gives it.
   public let host: String
-  private let cache: TokenCache
+  private let tokenCache: TokenCache
 
   public init(
     host: String = MetadataServerCredentials.defaultHost, http: HTTPClient = .shared,
@@ -127,13 +127,13 @@ public final class MetadataServerCredentials: AccessTokenProvider, CustomStringC
       logger: logger, timeout: .seconds(10))
     // Only a metadata server says so: another server at that address gets no trust.
     endpoint.requiredHeader = ("Metadata-Flavor", "Google")
-    cache = TokenCache(refreshMargin: refreshMargin) { [endpoint] in
+    tokenCache = TokenCache(refreshMargin: refreshMargin) { [endpoint] in
       try await endpoint.get(headers: [("Metadata-Flavor", "Google")])
     }
   }
 
   public func token(refresh: Bool) async throws -> String {
-    try await cache.token(refresh: refresh)
+    try await tokenCache.token(refresh: refresh)
   }
 
   public var description: String { "the metadata server at \(host)" }

@@ -15,7 +15,7 @@ public final class SelfSignedJWTCredentials: AccessTokenProvider, CustomStringCo
   public let key: ServiceAccountKey
   public let scope: String
   public let quotaProject: String?
-  private let cache: TokenCache
+  private let tokenCache: TokenCache
 
   public init(
     key: ServiceAccountKey, scope: String = StorageScope.readWrite, quotaProject: String?,
@@ -24,7 +24,7 @@ public final class SelfSignedJWTCredentials: AccessTokenProvider, CustomStringCo
     self.key = key
     self.scope = scope
     self.quotaProject = quotaProject
-    cache = TokenCache(refreshMargin: refreshMargin) {
+    tokenCache = TokenCache(refreshMargin: refreshMargin) {
       let jwt = try Self.jwt(key: key, scope: scope, now: Date().timeIntervalSince1970)
       logger.debug("signed a self-signed JWT for \(key.clientEmail), valid for 3600 s")
       return AccessToken(value: jwt, expiresIn: 3600)
@@ -32,7 +32,7 @@ public final class SelfSignedJWTCredentials: AccessTokenProvider, CustomStringCo
   }
 
   public func token(refresh: Bool) async throws -> String {
-    try await cache.token(refresh: refresh)
+    try await tokenCache.token(refresh: refresh)
   }
 
   public var description: String { "\(key) (self-signed JWT, universe \(key.universeDomain))" }

@@ -157,7 +157,7 @@ final class DirectoryCacheTests: XCTestCase {
     let base = InMemoryObjectStore(bucket: "b")
     let x = base.put("a/x", data: [1])
     _ = base.put("a/y", data: [2])
-    let store = ListingAwareStore(inner: base, cache: cache, clock: clock.read)
+    let store = ListingAwareStore(inner: base, directoryCache: cache, clock: clock.read)
     pass(cache, "a/", ["x", "y"])
     cache.keep([("a/", [])], epoch: cache.epoch)
     do {

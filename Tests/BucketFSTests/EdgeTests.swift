@@ -79,7 +79,7 @@ final class EdgeTests: XCTestCase {
       fs.forget(inode: inode, count: 1)
     }
     _ = try await fs.inode(at: "g")
-    let (places, entries, capacity) = fs.known.cache.usage
+    let (places, entries, capacity) = fs.known.metadataCache.usage
     XCTAssertEqual(entries, 1)
     XCTAssertLessThanOrEqual(places, 2 * capacity + 1024)
 
@@ -107,9 +107,9 @@ final class EdgeTests: XCTestCase {
       bucket: "b", name: "f", size: 1, generation: 7, metageneration: .max, timeCreated: "", updated: "")
     var current = proposed
     current.metageneration = .min
-    XCTAssertFalse(Xattrs.isResult(current, of: proposed))
+    XCTAssertFalse(ExtendedAttributes.isResult(current, of: proposed))
     current.metageneration = .max
-    XCTAssertFalse(Xattrs.isResult(current, of: proposed))
+    XCTAssertFalse(ExtendedAttributes.isResult(current, of: proposed))
   }
 
   func testAPatchRetriedAfterALostAnswerIsNotAConflict() async throws {

@@ -9,7 +9,7 @@ import XCTest
   import Glibc
 #endif
 
-/// One table holds every open handle (Handles.swift): each kind is found
+/// One table holds every open handle (HandleTable.swift): each kind is found
 /// by the operations meant for it and refused by the others, and release
 /// takes a handle out once.
 final class HandleTableTests: XCTestCase {

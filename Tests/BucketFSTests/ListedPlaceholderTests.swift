@@ -29,7 +29,7 @@ final class ListedPlaceholderTests: XCTestCase {
     let fs = makeFileSystem(store, pageSize: 3, clock: clock)
     let top = try await fs.inode(at: "top")
     // Past the second in which top's opendir would take its lookup's flat page.
-    clock.advance(fs.cache.followWindow)
+    clock.advance(fs.directoryCache.followWindow)
     store.resetCalls()
 
     let listed = try await fs.entries(of: top)
@@ -68,7 +68,7 @@ final class ListedPlaceholderTests: XCTestCase {
     let fs = makeFileSystem(store, pageSize: 1, clock: clock)
     let top = try await fs.inode(at: "top")
     // Past the second in which top's opendir would take its lookup's flat page.
-    clock.advance(fs.cache.followWindow)
+    clock.advance(fs.directoryCache.followWindow)
     store.resetCalls()
 
     let listed = try await fs.entries(of: top)
@@ -126,7 +126,7 @@ final class ListedPlaceholderTests: XCTestCase {
       return try await group.reduce(into: [String: Entry]()) { $0[$1.0] = $1.1 }
     }
     XCTAssertEqual(
-      store.calls(.list).count, Lookups.burstSize, "two lookups on their own, the rest share one")
+      store.calls(.list).count, NameLookup.burstSize, "two lookups on their own, the rest share one")
     let gets = store.calls(.metadata).count
     for (name, permissions) in [("s1", UInt32(0o700)), ("s2", UInt32(0o755))] {
       let entry = try XCTUnwrap(answers[name])

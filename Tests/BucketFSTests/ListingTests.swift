@@ -339,7 +339,7 @@ final class ListingTests: XCTestCase {
     XCTAssertEqual(store.calls(.list).count, Self.burstOwnLookups + 1)
   }
 
-  static let burstOwnLookups = Lookups.burstSize - 1
+  static let burstOwnLookups = NameLookup.burstSize - 1
 
   func testLookupsBeyondTheFirstPageOfABurstAskForThemselves() async throws {
     let store = InMemoryObjectStore(bucket: "demo")

@@ -76,11 +76,11 @@ final class MetricsTests: XCTestCase {
     let handle = try await fs.open(inode: inode, flags: O_RDONLY).handle
     _ = try await fs.read(inode: inode, handle: handle, offset: 0, size: 128 << 10)
     _ = try await fs.read(inode: inode, handle: handle, offset: 128 << 10, size: 128 << 10)
-    XCTAssertGreaterThan(fs.reads.budget.inUse, 0)
-    XCTAssertEqual(gauge.lastValue, Double(fs.reads.budget.inUse))
+    XCTAssertGreaterThan(fs.readService.budget.inUse, 0)
+    XCTAssertEqual(gauge.lastValue, Double(fs.readService.budget.inUse))
     fs.release(inode: inode, handle: handle)
-    let returned = await eventually { gauge.lastValue == 0 && fs.reads.budget.inUse == 0 }
-    XCTAssertTrue(returned, "gauge \(gauge.lastValue ?? -1), in use \(fs.reads.budget.inUse)")
+    let returned = await eventually { gauge.lastValue == 0 && fs.readService.budget.inUse == 0 }
+    XCTAssertTrue(returned, "gauge \(gauge.lastValue ?? -1), in use \(fs.readService.budget.inUse)")
   }
 
   func testTheStagedGaugeIsTheLengthOfLiveStages() async throws {

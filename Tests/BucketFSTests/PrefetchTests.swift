@@ -40,11 +40,11 @@ final class PrefetchTests: XCTestCase {
     _ = try await fs.names(of: try await fs.inode(at: "d"))
     // A listing alone starts nothing; nor does the first file.
     await XCTAssertEqualAsync(try await readWhole(fs, "d/f00"), bytes("d/f00"))
-    XCTAssertEqual(fs.reads.prefetch.held, 0)
+    XCTAssertEqual(fs.readService.prefetch.held, 0)
     XCTAssertEqual(store.calls(.read).count, 1)
     // f00 read to its end, then f01 opened: f02 … f09 and f11, f12 (not the 2 MiB f10) come ahead.
     await XCTAssertEqualAsync(try await readWhole(fs, "d/f01"), bytes("d/f01"))
-    XCTAssertEqual(fs.reads.prefetch.held, 8)
+    XCTAssertEqual(fs.readService.prefetch.held, 8)
     let settled = await eventually { store.calls(.read).count == 2 + 8 }
     XCTAssertTrue(settled, "\(store.calls(.read))")
     XCTAssertEqual(reads(store, of: "d/f10"), 0)
@@ -57,7 +57,7 @@ final class PrefetchTests: XCTestCase {
     XCTAssertEqual(reads(store, of: "d/f10"), 0)
     _ = try await readWhole(fs, "d/f10")
     XCTAssertGreaterThan(reads(store, of: "d/f10"), 0)
-    XCTAssertLessThanOrEqual(fs.reads.prefetch.held, 8)
+    XCTAssertLessThanOrEqual(fs.readService.prefetch.held, 8)
   }
 
   func testADirectoryListedTwiceIsNotFetchedTwice() async throws {
@@ -70,7 +70,7 @@ final class PrefetchTests: XCTestCase {
     for i in 0..<20 {
       _ = try await readWhole(fs, String(format: "d/f%02d", i))
     }
-    let settled = await eventually { fs.reads.prefetch.held == 0 }
+    let settled = await eventually { fs.readService.prefetch.held == 0 }
     XCTAssertTrue(settled)
     // Each small file once; the large one by its own reader only.
     XCTAssertEqual(store.calls(.read).count - reads(store, of: "d/f10"), 19, "\(store.calls(.read))")
@@ -84,10 +84,10 @@ final class PrefetchTests: XCTestCase {
     _ = try await fs.names(of: try await fs.inode(at: "d"))
     _ = try await readWhole(fs, "d/f00")
     _ = try await readWhole(fs, "d/f01")
-    XCTAssertEqual(fs.reads.prefetch.held, 8)
+    XCTAssertEqual(fs.readService.prefetch.held, 8)
     clock.advance(10)
     // No further open: the sweep (6 s later) gives the budget back.
-    let swept = await eventually { fs.reads.prefetch.held == 0 && fs.reads.budget.inUse == 0 }
+    let swept = await eventually { fs.readService.prefetch.held == 0 && fs.readService.budget.inUse == 0 }
     XCTAssertTrue(swept)
   }
 
@@ -126,7 +126,7 @@ final class PrefetchTests: XCTestCase {
     store.resetCalls()
     try await copy(fs, root)
     let settled = await eventually {
-      fs.reads.prefetch.held == 0 && fs.directories.walks.fetchesUnderWay == 0
+      fs.readService.prefetch.held == 0 && fs.directories.walks.fetchesUnderWay == 0
     }
     XCTAssertTrue(settled)
     // The lookup of dir listed its 500 files flat, one page (docs/SEMANTICS.md#walks-small-trees):
@@ -144,7 +144,7 @@ final class PrefetchTests: XCTestCase {
     for i in [3, 17, 5, 12, 0] {
       _ = try await readWhole(fs, String(format: "d/f%02d", i))
     }
-    XCTAssertEqual(fs.reads.prefetch.held, 0)
+    XCTAssertEqual(fs.readService.prefetch.held, 0)
     XCTAssertEqual(store.calls(.read).count, 5)
   }
 
@@ -156,13 +156,13 @@ final class PrefetchTests: XCTestCase {
     _ = try await fs.names(of: try await fs.inode(at: "d"))
     _ = try await readWhole(fs, "d/f00")
     _ = try await readWhole(fs, "d/f01")
-    XCTAssertEqual(fs.reads.prefetch.held, 8)
+    XCTAssertEqual(fs.readService.prefetch.held, 8)
     XCTAssertEqual(
-      fs.reads.budget.inUse, (2...9).reduce(0) { $0 + bytes(String(format: "d/f%02d", $1)).count })
+      fs.readService.budget.inUse, (2...9).reduce(0) { $0 + bytes(String(format: "d/f%02d", $1)).count })
     // The reader went away: the next open drops what waited too long, and its budget.
     clock.advance(10)
     _ = try await readWhole(fs, "d/f19")
-    XCTAssertEqual(fs.reads.prefetch.held, 0)
-    XCTAssertEqual(fs.reads.budget.inUse, 0)
+    XCTAssertEqual(fs.readService.prefetch.held, 0)
+    XCTAssertEqual(fs.readService.budget.inUse, 0)
   }
 }

@@ -88,7 +88,7 @@ final class ReadAheadBudgetTests: XCTestCase {
     XCTAssertGreaterThan(store.peak, 0, "the reads went through the measure")
     // Read-ahead within the budget; beyond it only the kernel-sized reads of refused readers.
     XCTAssertLessThanOrEqual(store.peak, budget + files * (128 << 10), "peak bytes under way")
-    XCTAssertEqual(fs.reads.budget.inUse, 0, "every grant given back")
+    XCTAssertEqual(fs.readService.budget.inUse, 0, "every grant given back")
   }
 
   func testAShortBudgetMeansSmallerSegmentsNotFailures() async throws {
@@ -110,7 +110,7 @@ final class ReadAheadBudgetTests: XCTestCase {
     }
     XCTAssertLessThanOrEqual(sizes.max() ?? 0, 1 << 20)
     XCTAssertLessThan(sizes.count, 5 << 20 / (128 << 10), "still fetched ahead, in smaller segments")
-    XCTAssertEqual(fs.reads.budget.inUse, 0)
+    XCTAssertEqual(fs.readService.budget.inUse, 0)
   }
 
   func testJumpsAndFailuresGiveTheirGrantsBack() async throws {
@@ -121,15 +121,15 @@ final class ReadAheadBudgetTests: XCTestCase {
     let inode = try await fs.inode(at: "big")
     let handle = try await fs.open(inode: inode, flags: O_RDONLY).handle
     _ = try await fs.read(inode: inode, handle: handle, offset: 0, size: 128 << 10)
-    XCTAssertGreaterThan(fs.reads.budget.inUse, 0)
+    XCTAssertGreaterThan(fs.readService.budget.inUse, 0)
     _ = try await fs.read(inode: inode, handle: handle, offset: 6 << 20, size: 128 << 10)  // a jump
     store.injectFaults([.unavailable("503")], for: .read)
     _ = try? await fs.read(inode: inode, handle: handle, offset: 0, size: 128 << 10)
     let chunk = try await fs.read(inode: inode, handle: handle, offset: 0, size: 128 << 10).array
     XCTAssertTrue(chunk == Array(data[0..<(128 << 10)]))
     fs.release(inode: inode, handle: handle)
-    let returned = await eventually { fs.reads.budget.inUse == 0 }
-    XCTAssertTrue(returned, "in use after release: \(fs.reads.budget.inUse)")
+    let returned = await eventually { fs.readService.budget.inUse == 0 }
+    XCTAssertTrue(returned, "in use after release: \(fs.readService.budget.inUse)")
   }
 
   func testGrantsAreWhatIsFreeDownToAMinimum() {

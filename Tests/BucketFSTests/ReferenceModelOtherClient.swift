@@ -336,7 +336,7 @@ struct OtherClientRound {
     // would make its opendir a walk's), a moment later: past the second in
     // which an opendir takes the listing its lookup fetched (the lookups of
     // step 1 came before the change).
-    clock.advance(fs.cache.followWindow)
+    clock.advance(fs.directoryCache.followWindow)
     let parents = Set(
       changes.map { Model.parent($0.key.hasSuffix("/") ? String($0.key.dropLast()) : $0.key) })
     try await expectListing(parents.sorted().randomElement(using: &generator)!)

@@ -76,7 +76,7 @@ final class SmallTreeTests: XCTestCase {
     // any `ls` does (another client's change is never hidden from it).
     store.delete("dir/d2/m0/f0")
     store.put("dir/new", data: [])
-    clock.advance(fs.cache.followWindow)
+    clock.advance(fs.directoryCache.followWindow)
     store.resetCalls()
     await XCTAssertEqualAsync(try await fs.names(of: dir), ["d0", "d1", "d2", "new"])
     XCTAssertEqual(store.calls, [.list(prefix: "dir/", pageToken: nil)])
@@ -89,7 +89,7 @@ final class SmallTreeTests: XCTestCase {
     let clock = ManualClock()
     let fs = makeFileSystem(store, clock: clock)
     let dir = try await fs.inode(at: "dir")
-    clock.advance(fs.cache.followWindow / 2)
+    clock.advance(fs.directoryCache.followWindow / 2)
     store.resetCalls()
     // `find dir`, `ls dir`: the opendir follows the lookup at once and lists nothing.
     await XCTAssertEqualAsync(try await fs.names(of: dir), ["d0", "d1", "d2"])
@@ -185,7 +185,7 @@ final class SmallTreeTests: XCTestCase {
     XCTAssertTrue(held)
     // Through the mount: the listing answered before this change must not be kept.
     base.put("dir/d0/m0/new", data: [])
-    fs.cache.invalidate(.stored("dir/d0/m0/new"))
+    fs.directoryCache.invalidate(.stored("dir/d0/m0/new"))
     store.release(.list)
     let entry = try await lookup.value
     let dir = try XCTUnwrap(entry.attributes?.inode)

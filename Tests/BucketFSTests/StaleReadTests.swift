@@ -38,7 +38,7 @@ final class StaleReadTests: XCTestCase {
     await XCTAssertErrno(.stale) { _ = try await self.read(fs, inode, first) }
     fs.release(inode: inode, handle: first)
     fs.release(inode: inode, handle: second.handle)
-    let settled = await eventually { fs.reads.staleReads.isIdle }
+    let settled = await eventually { fs.readService.staleReads.isIdle }
     XCTAssertTrue(settled, "refreshes end")
   }
 

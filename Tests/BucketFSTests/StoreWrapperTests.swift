@@ -19,7 +19,7 @@ final class StoreWrapperTests: XCTestCase {
     let cache = DirectoryCache(
       pageSize: 1000, freshness: 1, kernelListings: KernelListings(ttl: 0, clock: clock.read),
       clock: clock.read, onConflict: { _ in })
-    let store = ListingAwareStore(inner: recorder, cache: cache, clock: clock.read)
+    let store = ListingAwareStore(inner: recorder, directoryCache: cache, clock: clock.read)
     let seen = try await recorder.callEveryRequirement(of: store)
     XCTAssertEqual(seen, .unchanged)
     XCTAssertEqual(recorder.calls, RecordingStore.Requirement.allCases, "each once, overloads apart")

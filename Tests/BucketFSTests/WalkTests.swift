@@ -117,7 +117,7 @@ final class WalkTests: XCTestCase {
     XCTAssertTrue(settled)
     // The root, one flat page of d0, its own first page, one look-ahead page for d1 and d2.
     XCTAssertLessThanOrEqual(store.calls.count, 5, "\(store.calls)")
-    XCTAssertLessThanOrEqual(fs.cache.heldEntries, fs.cache.capacity)
+    XCTAssertLessThanOrEqual(fs.directoryCache.heldEntries, fs.directoryCache.capacity)
   }
 
   func testHeldListingsStayWithinAFewPagesWhateverTheSubtreeSize() async throws {
@@ -125,11 +125,11 @@ final class WalkTests: XCTestCase {
     Self.seedTree(store, top: 6, middle: 30, files: 20)  // 3,600 files
     let fs = makeFileSystem(store, pageSize: 50)
     var peak = 0
-    let tree = try await fs.walk(onOpen: { peak = max(peak, fs.cache.heldEntries) })
+    let tree = try await fs.walk(onOpen: { peak = max(peak, fs.directoryCache.heldEntries) })
     XCTAssertEqual(tree.count, 1 + 6 + 180)
     XCTAssertGreaterThan(peak, 0)
-    XCTAssertLessThanOrEqual(peak, fs.cache.capacity)
-    XCTAssertEqual(fs.cache.capacity, 4 * 50)
+    XCTAssertLessThanOrEqual(peak, fs.directoryCache.capacity)
+    XCTAssertEqual(fs.directoryCache.capacity, 4 * 50)
   }
 
   func testAWalkThatSpendsLongInEachChildStaysAWalk() async throws {
@@ -173,8 +173,8 @@ final class WalkTests: XCTestCase {
     // Through the mount (the write layer calls the entry point), d1/m0/f0 goes and d1/new comes.
     store.delete("d1/m0/f0")
     store.put("d1/new", data: [])
-    fs.cache.invalidate(.removed("d1/m0/f0"))
-    fs.cache.invalidate(.stored("d1/new"))
+    fs.directoryCache.invalidate(.removed("d1/m0/f0"))
+    fs.directoryCache.invalidate(.stored("d1/new"))
     await XCTAssertEqualAsync(try await fs.names(of: d1), ["m0", "new"])
     let m0 = try await fs.inode(at: "d1/m0")
     await XCTAssertEqualAsync(try await fs.names(of: m0), ["f1"])

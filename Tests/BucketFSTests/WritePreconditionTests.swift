@@ -97,7 +97,7 @@ final class WritePreconditionTests: XCTestCase {
   func testARenamedStagedFileUploadsToTheNewKeyOverTheGivenGeneration() async throws {
     let (inode, handle) = try await fs.createFile("draft.txt")
     try await fs.writeText(inode, handle, at: 0, "draft")
-    try await fs.uploads.commit(XCTUnwrap(fs.stagedInodes.file(inode: inode)))
+    try await fs.uploader.commit(XCTUnwrap(fs.stagedInodes.file(inode: inode)))
     let stored = store.object("draft.txt")!
     // What the namespace layer does: a server-side move, then tells the stage.
     let moved = try await store.move(
@@ -114,8 +114,8 @@ final class WritePreconditionTests: XCTestCase {
 
   func testCommitStagedUploadsOnlyWhenDirty() async throws {
     let (inode, handle) = try await fs.createFile("c.txt")
-    try await fs.uploads.commit(XCTUnwrap(fs.stagedInodes.file(inode: inode)))
-    try await fs.uploads.commit(XCTUnwrap(fs.stagedInodes.file(inode: inode)))
+    try await fs.uploader.commit(XCTUnwrap(fs.stagedInodes.file(inode: inode)))
+    try await fs.uploader.commit(XCTUnwrap(fs.stagedInodes.file(inode: inode)))
     XCTAssertEqual(store.calls(.upload).count, 1)
     try await fs.close(inode, handle)
     XCTAssertEqual(store.calls(.upload).count, 1)

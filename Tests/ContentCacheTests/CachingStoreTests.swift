@@ -67,7 +67,7 @@ final class CachingStoreTests: XCTestCase {
     XCTAssertEqual(bucketReads, 1, "served from disk")
     XCTAssertEqual(store.bytesInUse, 300_000 + overhead)
     // Whole in one read, with the checksum the metadata gave: checked with no other request.
-    let entry = try XCTUnwrap(store.cache.index.use(EntryKey(name: "f", generation: object.generation)))
+    let entry = try XCTUnwrap(store.readCache.index.use(EntryKey(name: "f", generation: object.generation)))
     XCTAssertEqual(entry.entry.map?.verified, true)
     XCTAssertEqual(bucket.calls(.metadata).count, 1)
   }
@@ -175,7 +175,7 @@ final class CachingStoreTests: XCTestCase {
       CachingStore.open(
         wrapping: bucket, cacheDirectory: directory, limit: 64 << 20, pool: pool, logger: log.logger))
     _ = try await readAll(store, "f")
-    let entry = store.cache.directory.entryPath(name: "f", generation: object.generation)
+    let entry = store.readCache.directory.entryPath(name: "f", generation: object.generation)
     corrupt(entry + ".data", at: 200_000)
     let bytes = try await store.readSettled("f", generation: object.generation, range: 0..<object.size)
     XCTAssertEqual(bytes.bytes, data)
@@ -192,7 +192,7 @@ final class CachingStoreTests: XCTestCase {
     let object = bucket.put("f", data: data)
     var first: CachingStore? = try open()
     _ = try await readAll(try XCTUnwrap(first), "f")
-    let entry = try XCTUnwrap(first).cache.directory.entryPath(name: "f", generation: object.generation)
+    let entry = try XCTUnwrap(first).readCache.directory.entryPath(name: "f", generation: object.generation)
     first = nil
     // What a power loss may leave: the map renamed into place, the data not all written.
     XCTAssertEqual(truncate(entry + ".data", 100_000), 0)
@@ -204,7 +204,7 @@ final class CachingStoreTests: XCTestCase {
 
   func testALoadDropsWhatAnInterruptedFillLeft() async throws {
     var first: CachingStore? = try open()
-    let path = try XCTUnwrap(first).cache.directory.path
+    let path = try XCTUnwrap(first).readCache.directory.path
     first = nil
     // Bytes written but never listed, and a map never renamed into place.
     XCTAssertEqual(creat(path + "/0123456789abcdef-7.data", 0o600) >= 0, true)
@@ -237,7 +237,7 @@ final class CachingStoreTests: XCTestCase {
     // The size comes from a short answer, the checksum from one metadata request.
     _ = try await store.readSettled("f", generation: object.generation, range: 0..<300_000)
     XCTAssertEqual(bucket.calls(.metadata).count, 1)
-    let entry = try XCTUnwrap(store.cache.index.use(EntryKey(name: "f", generation: object.generation)))
+    let entry = try XCTUnwrap(store.readCache.index.use(EntryKey(name: "f", generation: object.generation)))
     XCTAssertEqual(entry.entry.map?.verified, true)
   }
 
@@ -256,7 +256,7 @@ final class CachingStoreTests: XCTestCase {
     XCTAssertEqual(bucketReads, 0)
     _ = try await readAll(store, "f0")
     XCTAssertEqual(bucketReads, 1, "the least recently used went first")
-    XCTAssertEqual(fileNames(in: store.cache.directory.path).filter { $0.hasSuffix(".data") }.count, 2)
+    XCTAssertEqual(fileNames(in: store.readCache.directory.path).filter { $0.hasSuffix(".data") }.count, 2)
   }
 
   func testAnObjectLargerThanTheLimitIsNotKept() async throws {
@@ -266,7 +266,7 @@ final class CachingStoreTests: XCTestCase {
     let first = try await readAll(store, "big")
     XCTAssertEqual(first, data)
     XCTAssertEqual(store.bytesInUse, 0)
-    XCTAssertEqual(fileNames(in: store.cache.directory.path).filter { $0.hasSuffix(".data") }, [])
+    XCTAssertEqual(fileNames(in: store.readCache.directory.path).filter { $0.hasSuffix(".data") }, [])
     // Not kept: the next read asks the bucket again.
     bucket.resetCalls()
     let second = try await readAll(store, "big")
@@ -291,7 +291,7 @@ final class CachingStoreTests: XCTestCase {
     XCTAssertEqual(store.bytesInUse, 0)
     XCTAssertEqual(bucketReads, 3)
     XCTAssertEqual(log.all.filter { $0.contains("cannot write") }.count, 1, "logged once: \(log.all)")
-    XCTAssertEqual(fileNames(in: store.cache.directory.path), ["lock"])
+    XCTAssertEqual(fileNames(in: store.readCache.directory.path), ["lock"])
     disk.failing.store(false, ordering: .relaxed)
     _ = try await readAll(store, "f")
     _ = try await store.readSettled("f", generation: object.generation, range: 0..<object.size)
@@ -319,7 +319,7 @@ final class CachingStoreTests: XCTestCase {
     for n in 0..<4 { bucket.put("f\(n)", data: pattern(200_000, seed: UInt8(n))) }
     var first: CachingStore? = try open()
     for n in 0..<4 { _ = try await readAll(try XCTUnwrap(first), "f\(n)") }
-    let path = try XCTUnwrap(first).cache.directory.path
+    let path = try XCTUnwrap(first).readCache.directory.path
     first = nil
     let other = InMemoryObjectStore(bucket: "other")
     var held = CachingStore.open(
@@ -531,7 +531,7 @@ final class CachingStoreTests: XCTestCase {
     let object = try await store.upload(
       "new", from: source, attributes: ObjectAttributes(), ifGenerationMatch: 0)
     await store.settled()
-    let entry = store.cache.directory.entryPath(name: "new", generation: object.generation)
+    let entry = store.readCache.directory.entryPath(name: "new", generation: object.generation)
     XCTAssertEqual(inode(entry + ".data"), inode(source.path), "the uploaded file itself")
     XCTAssertEqual(disk.writesStarted.load(ordering: .relaxed), 0, "no byte copied")
     XCTAssertEqual(store.bytesInUse, 700_000 + overhead)

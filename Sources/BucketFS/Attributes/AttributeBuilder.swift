@@ -11,7 +11,7 @@ struct AttributeBuilder: MountComponent, Sendable {
   let known: KnownMetadata
   let stagedInodes: StagedInodes
   /// Kept flat listings show a directory's placeholder (or its absence).
-  let cache: DirectoryCache
+  let directoryCache: DirectoryCache
   let mountTime: Timestamp
 
   /// The kernel may keep it for the TTL counted from when the service answered.
@@ -170,7 +170,7 @@ struct AttributeBuilder: MountComponent, Sendable {
   }
 
   private func listed(_ name: String, in parent: String) -> ListedEntry? {
-    guard case .listed(let entry)? = cache.known(name, in: parent), entry.kind == .directory,
+    guard case .listed(let entry)? = directoryCache.known(name, in: parent), entry.kind == .directory,
       entry.metadata != nil
     else { return nil }
     return entry

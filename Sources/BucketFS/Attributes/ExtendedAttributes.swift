@@ -8,7 +8,7 @@ import ObjectStore
 /// Object metadata as `user.*` extended attributes (docs/SEMANTICS.md#xattrs), with the
 /// conditional PATCH loop behind set and remove. A staged file's pending
 /// values answer first (below; Writes/StagedXattrs.swift keeps them).
-struct Xattrs: MountComponent, Sendable {
+struct ExtendedAttributes: MountComponent, Sendable {
   let context: MountContext
   let nodes: NodeTable
   /// Full metadata: kept while fresh, else fetched.
@@ -167,7 +167,7 @@ struct Xattrs: MountComponent, Sendable {
 /// Extended attributes of a staged file (open for writing or not yet
 /// uploaded): pending values, changed in memory and carried by the upload,
 /// with no PATCH of their own (docs/SEMANTICS.md#writes).
-extension Xattrs {
+extension ExtendedAttributes {
   /// The metadata the inode's upload would store, for getxattr and
   /// listxattr; nil when the inode is not staged or its handles are only
   /// reading (then the object's own metadata answers).

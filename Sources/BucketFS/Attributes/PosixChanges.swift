@@ -19,13 +19,13 @@ extension BucketFileSystem {
       let current = try await known.fetchIfPresent(node.key)
       // Back to the defaults where nothing is stored: nothing to store.
       if current == nil, values.values.allSatisfy({ $0 == nil }) { return }
-      let placeholder = try await xattrs.storeKeys(
+      let placeholder = try await extendedAttributes.storeKeys(
         values, key: node.key, from: current, createIfMissing: true)
-      nodes.remember(placeholder: placeholder, of: inode, at: xattrs.clock())
+      nodes.remember(placeholder: placeholder, of: inode, at: extendedAttributes.clock())
       return
     }
     if stagedInodes.file(inode: inode)?.carry(values, modified: changes.modificationTime) == true { return }
-    let updated = try await xattrs.storeKeys(
+    let updated = try await extendedAttributes.storeKeys(
       values, key: node.key, from: try await known.current(of: node), createIfMissing: false)
     stagedInodes.file(inode: inode)?.notePatched(values, modified: changes.modificationTime)
     if changes.modificationTime != nil, values[PosixKeys.mtime] != nil {
@@ -66,7 +66,7 @@ extension BucketFileSystem {
   }
 }
 
-extension Xattrs {
+extension ExtendedAttributes {
   /// Stores `values` as custom keys of `key` in one conditional PATCH
   /// (both numbers), or, for a directory without a placeholder, in a new
   /// placeholder (`ifGenerationMatch=0`). On a 412 reads the object again

@@ -88,19 +88,19 @@ final class Directories: MountComponent, Sendable {
   let handles: HandleTable
   /// Tree walks and the listings they fetch ahead (SubtreeWalk.swift).
   let walks: SubtreeWalks
-  let cache: DirectoryCache
+  let directoryCache: DirectoryCache
   let kernelListings: KernelListings
 
   init(
     context: MountContext, nodes: NodeTable, entries: AttributeBuilder, handles: HandleTable,
-    walks: SubtreeWalks, cache: DirectoryCache, kernelListings: KernelListings
+    walks: SubtreeWalks, directoryCache: DirectoryCache, kernelListings: KernelListings
   ) {
     self.context = context
     self.nodes = nodes
     self.entries = entries
     self.handles = handles
     self.walks = walks
-    self.cache = cache
+    self.directoryCache = directoryCache
     self.kernelListings = kernelListings
   }
 
@@ -115,7 +115,7 @@ final class Directories: MountComponent, Sendable {
     let stream = DirectoryStream(
       prefix: key, context: context, pageSize: configuration.pageSize, listed: listed,
       placeholders: configuration.posixAttributes)
-    let inFlight = cache.filesInFlight(in: key)
+    let inFlight = directoryCache.filesInFlight(in: key)
     let handle = handles.put(.directory(OpenDirectory(stream: stream, inFlight: inFlight, walked: walked)))
     return OpenResult(handle: handle, keepCache: opening == .keep, cacheDirectory: opening != nil)
   }
@@ -126,7 +126,7 @@ final class Directories: MountComponent, Sendable {
     diagnostics.logger.trace("readdir \(stream.prefix) handle \(handle) offset \(offset)")
     if offset == 0 {
       await stream.rewind()
-      directory.restart(inFlight: cache.filesInFlight(in: stream.prefix), at: clock())
+      directory.restart(inFlight: directoryCache.filesInFlight(in: stream.prefix), at: clock())
     }
     var listedNames: [(String, Double)] = []
     defer { _ = directory.noteListed(listedNames, complete: false) }
@@ -142,7 +142,7 @@ final class Directories: MountComponent, Sendable {
     var files: [SiblingPrefetch.File] = []
     defer {
       walks.read(stream.prefix)
-      cache.readdirGave(stream.prefix, files: files, subdirectories: subdirectories)
+      directoryCache.readdirGave(stream.prefix, files: files, subdirectories: subdirectories)
     }
     while true {
       let batch: ArraySlice<ListedEntry>
@@ -160,7 +160,7 @@ final class Directories: MountComponent, Sendable {
       }
       if batch.isEmpty {
         if let whole = directory.noteListed(listedNames, complete: true) {
-          cache.listedWhole(stream.prefix, names: whole.names, at: whole.at)
+          directoryCache.listedWhole(stream.prefix, names: whole.names, at: whole.at)
         }
         listedNames = []
         addInFlight(directory, from: index, into: buffer)
@@ -201,7 +201,7 @@ final class Directories: MountComponent, Sendable {
     let (end, inFlight) = directory.inFlight(fromEndAt: index)
     guard index >= end else { return }
     for (position, file) in inFlight.enumerated().dropFirst(index - end)
-    where cache.isInFlight(directory.stream.prefix + file.name, inode: file.inode) {
+    where directoryCache.isInFlight(directory.stream.prefix + file.name, inode: file.inode) {
       if buffer.isPlus { nodes.retain(file.inode) }
       let nextOffset = UInt64(end + position) + 3
       guard buffer.add(name: file.name, entry: entries.staged(file.inode), nextOffset: nextOffset) else {

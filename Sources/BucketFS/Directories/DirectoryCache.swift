@@ -27,7 +27,7 @@ import Synchronization
 ///   both for ``largeMemory`` seconds; the directories whose listing a
 ///   lookup just kept (their own `opendir` takes it within ``followWindow``).
 /// - **Lookup bursts**: lookups under way in a directory, and the one list
-///   call a burst of them shares (``Lookups``).
+///   call a burst of them shares (``NameLookup``).
 /// - **Files in flight**: files created through the mount and not stored
 ///   yet, which are in their directory (listed after the stored entries)
 ///   and keep every directory above them non-empty. A record holding one

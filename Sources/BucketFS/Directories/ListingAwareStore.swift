@@ -12,7 +12,7 @@ import ObjectStore
 /// `inner` unchanged.
 struct ListingAwareStore: ForwardingObjectStore {
   let inner: any ObjectStore
-  let cache: DirectoryCache
+  let directoryCache: DirectoryCache
   let clock: @Sendable () -> Double
 
   /// Runs a write; tells the cache what it changed, or that it failed.
@@ -23,10 +23,10 @@ struct ListingAwareStore: ForwardingObjectStore {
     do {
       result = try await body()
     } catch {
-      for key in keys { cache.invalidate(.touched(key)) }
+      for key in keys { directoryCache.invalidate(.touched(key)) }
       throw error
     }
-    for change in changes(result) { cache.invalidate(change) }
+    for change in changes(result) { directoryCache.invalidate(change) }
     return result
   }
 

@@ -22,7 +22,7 @@ final class SiblingPrefetch: MountComponent, Sendable {
   let context: MountContext
   private let budget: ReadAheadBudget
   /// Holds the files each directory's readdir gave, in order.
-  private let cache: DirectoryCache
+  private let directoryCache: DirectoryCache
 
   typealias File = DirectoryCache.ListedFile
   struct Prefetched {
@@ -43,10 +43,10 @@ final class SiblingPrefetch: MountComponent, Sendable {
   }
   private let state = Mutex(State())
 
-  init(context: MountContext, budget: ReadAheadBudget, cache: DirectoryCache) {
+  init(context: MountContext, budget: ReadAheadBudget, directoryCache: DirectoryCache) {
     self.context = context
     self.budget = budget
-    self.cache = cache
+    self.directoryCache = directoryCache
   }
 
   deinit {
@@ -67,7 +67,7 @@ final class SiblingPrefetch: MountComponent, Sendable {
   /// this open follows the last file read to its end.
   func opened(_ key: String, generation: Int64) -> (task: Task<ByteBuffer, any Error>, grant: Int)? {
     let now = clock()
-    let files = Self.directory(of: key).flatMap { cache.filesRead(in: $0) }
+    let files = Self.directory(of: key).flatMap { directoryCache.filesRead(in: $0) }
     return state.withLock { state in
       expire(now: now, &state)
       if files != nil {

@@ -23,7 +23,7 @@ import Synchronization
 ///   subtrees of the next ``ahead`` sibling directories (the parent's
 ///   readdir named them), while the cache has room (``DirectoryCache/wantsFill(of:)``).
 /// - Small trees: the lookup of a directory lists its subtree flat, one
-///   page (``DirectoryCache/flatLookup(of:)``, `Lookups` lists it from the
+///   page (``DirectoryCache/flatLookup(of:)``, ``NameLookup`` lists it from the
 ///   name itself). The directory's own `opendir` (no descent) takes that
 ///   listing only within the cache's `followWindow` of its answer (`find DIR`,
 ///   `ls DIR` right after the lookup); later it lists as any does, so a lone
@@ -35,9 +35,9 @@ final class SubtreeWalks: MountComponent, Sendable {
   let maxPages = 4
   let ahead = 2
   /// Where the listings fetched go, and where `opendir` takes them from.
-  let cache: DirectoryCache
+  let directoryCache: DirectoryCache
   let context: MountContext
-  var pageSize: Int { cache.pageSize }
+  var pageSize: Int { directoryCache.pageSize }
 
   struct Activity {
     var lastRead: Double
@@ -67,9 +67,9 @@ final class SubtreeWalks: MountComponent, Sendable {
   }
   private let state = Mutex(State())
 
-  init(context: MountContext, cache: DirectoryCache) {
+  init(context: MountContext, directoryCache: DirectoryCache) {
     self.context = context
-    self.cache = cache
+    self.directoryCache = directoryCache
   }
 
   // MARK: - What the directory handles report
@@ -87,7 +87,7 @@ final class SubtreeWalks: MountComponent, Sendable {
         activity.handles > 0 || now - activity.lastRead < window
       else {
         // No descent: the listing its lookup just fetched, or its own.
-        guard let listing = cache.take(key, lookedUpOnly: true) else { return (.none, []) }
+        guard let listing = directoryCache.take(key, lookedUpOnly: true) else { return (.none, []) }
         return (.ready(listing), [])
       }
       strong = activity.isDescent || activity.descents > 0
@@ -98,7 +98,7 @@ final class SubtreeWalks: MountComponent, Sendable {
       state.activity[ObjectKey(parent)] = activity
       state.activity[ObjectKey(key)]?.isDescent = true
       // A list the cache let go takes what the walk visited with it.
-      guard let subdirectories = cache.subdirectories(of: parent) else {
+      guard let subdirectories = directoryCache.subdirectories(of: parent) else {
         state.activity[ObjectKey(parent)]?.visited = [ObjectKey(key)]
         return (listingPlan(key, strong: strong, &state), [])
       }
@@ -112,7 +112,7 @@ final class SubtreeWalks: MountComponent, Sendable {
     case .wait(let task):
       // A cancelled opendir stops waiting; the fetch goes on for the others.
       guard await task.valueUnlessCancelled() != nil else { return nil }
-      return cache.take(key)
+      return directoryCache.take(key)
     }
   }
 
@@ -125,7 +125,7 @@ final class SubtreeWalks: MountComponent, Sendable {
   /// How a descent's `opendir` of `key` gets its listing: kept, fetched
   /// under way, fetched now, or (a subtree found unfinished) its own.
   private func listingPlan(_ key: String, strong: Bool, _ state: inout State) -> Plan {
-    if let listing = cache.take(key) { return .ready(listing) }
+    if let listing = directoryCache.take(key) { return .ready(listing) }
     if let fetch = state.fetches.first(where: { key.utf8.starts(with: $0.key.name.utf8) })?.value {
       return .wait(fetch.task)
     }
@@ -158,7 +158,7 @@ final class SubtreeWalks: MountComponent, Sendable {
   private func lookAhead(_ keys: [String]) {
     state.withLock { state in
       catchUp(&state)
-      for key in keys where cache.wantsFill(of: key) {
+      for key in keys where directoryCache.wantsFill(of: key) {
         guard !state.unfinished.contains(ObjectKey(key)),
           !state.fetches.keys.contains(where: { key.utf8.starts(with: $0.name.utf8) })
         else { continue }
@@ -195,7 +195,7 @@ final class SubtreeWalks: MountComponent, Sendable {
       for item in page.items { done += tree.add(item, answeredAt: answeredAt) }
       token = page.nextPageToken
       if token == nil { done += tree.finish() }
-      cache.keep(done, epoch: epoch)
+      directoryCache.keep(done, epoch: epoch)
       if token == nil {
         complete = true
         break
@@ -217,7 +217,7 @@ final class SubtreeWalks: MountComponent, Sendable {
   /// A change reached the cache since the fetches under way started: they
   /// keep nothing, and subtrees found unfinished may have changed.
   private func catchUp(_ state: inout State) {
-    let current = cache.epoch
+    let current = directoryCache.epoch
     guard current != state.epoch else { return }
     state.epoch = current
     state.fetches.removeAll()

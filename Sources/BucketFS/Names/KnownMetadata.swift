@@ -7,18 +7,18 @@ import ObjectStore
 final class KnownMetadata: MountComponent, Sendable {
   let context: MountContext
   /// The bounded cache of full metadata (its own lock).
-  let cache: MetadataCache
+  let metadataCache: MetadataCache
   private let nodes: NodeTable
 
-  init(context: MountContext, nodes: NodeTable, cache: MetadataCache) {
+  init(context: MountContext, nodes: NodeTable, metadataCache: MetadataCache) {
     self.context = context
     self.nodes = nodes
-    self.cache = cache
+    self.metadataCache = metadataCache
   }
 
   /// The node's metadata if fetched within the TTL, else fetched now.
   func current(of node: Node, context: ErrorMapping.Context = .metadata) async throws -> ObjectMetadata {
-    if nodes.isFresh(node), let metadata = cache[node.key] { return metadata }
+    if nodes.isFresh(node), let metadata = metadataCache[node.key] { return metadata }
     return try await fetch(node.key, context: context)
   }
 
@@ -47,20 +47,20 @@ final class KnownMetadata: MountComponent, Sendable {
 
   /// The full metadata kept of `key`, whatever its age.
   func cached(_ key: String) -> ObjectMetadata? {
-    cache[key]
+    metadataCache[key]
   }
 
   /// A node the kernel holds, with its full metadata if kept and fresh
   /// (memory only: for the loop thread's answers).
   func inline(_ inode: UInt64) -> (Node, ObjectMetadata?)? {
     guard let node = try? nodes.node(inode) else { return nil }
-    return (node, nodes.isFresh(node) ? cache[node.key] : nil)
+    return (node, nodes.isFresh(node) ? metadataCache[node.key] : nil)
   }
 
   /// The version of a held file the mount showed (its facts' generation),
   /// and its full metadata when that is what is kept.
   func shownVersion(inode: UInt64, key: String) -> (generation: Int64?, metadata: ObjectMetadata?) {
     let generation = (try? nodes.node(inode))?.facts?.generation
-    return (generation, cache[key].flatMap { $0.generation == generation ? $0 : nil })
+    return (generation, metadataCache[key].flatMap { $0.generation == generation ? $0 : nil })
   }
 }

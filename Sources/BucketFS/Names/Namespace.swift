@@ -18,14 +18,14 @@ struct Namespace: MountComponent, Sendable {
   /// Staged files: told of unlinks; one is stored before its rename.
   let stagedInodes: StagedInodes
   /// A staged file is stored before a rename.
-  let uploads: Uploads
+  let uploader: Uploader
   /// What bucketfs chose of the files it stored, for an atomic save.
   let provenance: Provenance
   /// Told of every rename: open readers, staged files, provenance.
   let changes: NameChanges
   /// Told what a fresh look at the bucket found, and of a file in flight
   /// unlinked (the store tells it every write); asked which files are in flight.
-  let cache: DirectoryCache
+  let directoryCache: DirectoryCache
 
   func unlink(parent: UInt64, name: String) async throws {
     try checkWritable()
@@ -34,7 +34,7 @@ struct Namespace: MountComponent, Sendable {
     // A file this mount created and never stored has no object to delete.
     if let inode = nodes.held(key), stagedInodes.file(inode: inode)?.unlinkIfNeverStored() == true {
       nodes.deleted(key, inode: inode)
-      cache.invalidate(.endedInFlight(key, inode: inode))
+      directoryCache.invalidate(.endedInFlight(key, inode: inode))
       return
     }
     let (inode, metadata) = try await existingFile(key)
@@ -96,7 +96,7 @@ struct Namespace: MountComponent, Sendable {
     let parentKey = try nodes.node(parent, kind: .directory).key
     let key = try Names.key(name, under: parentKey, for: .newFile)
     let found = try await lookInBucket(fileKey: key, directoryKey: key + "/")
-    if found.file != nil || found.directory != nil || cache.isInFlight(key) { throw Errno.exists }
+    if found.file != nil || found.directory != nil || directoryCache.isInFlight(key) { throw Errno.exists }
     let (fileAttributes, inferred) = provenance.newFile(name: name, mode: mode & 0o7777)
     var attributes = fileAttributes
     if special != nil {
@@ -126,7 +126,7 @@ struct Namespace: MountComponent, Sendable {
     let held = nodes.held(fileKey: fileKey, directoryKey: directoryKey)
     if let kind = held.kind, kind != .directory { throw Errno.notDirectory }
     // A file created in it and not stored yet is in it (docs/SEMANTICS.md#writes-in-flight).
-    if cache.holdsInFlight(under: directoryKey) { throw Errno(ENOTEMPTY) }
+    if directoryCache.holdsInFlight(under: directoryKey) { throw Errno(ENOTEMPTY) }
     for _ in 0..<3 {
       switch try await contents(of: directoryKey) {
       case .nonEmpty:
@@ -206,7 +206,7 @@ struct Namespace: MountComponent, Sendable {
     // What is kept of the name may be older than what this finds; the
     // operation that asks may end here (EEXIST, ENOTEMPTY) or go on to a
     // write, which the store reports in turn.
-    defer { cache.invalidate(.touched(directoryKey)) }
+    defer { directoryCache.invalidate(.touched(directoryKey)) }
     var placeholder: ObjectMetadata?
     var token: String?
     for _ in 0..<4 {
@@ -233,7 +233,7 @@ struct Namespace: MountComponent, Sendable {
   /// command acts on the current version.
   func changedMeanwhile(_ key: String, operation: String) async -> Errno {
     logger.warning("\(operation) \(key): changed by someone else meanwhile; left as it is")
-    cache.invalidate(.touched(key))
+    directoryCache.invalidate(.touched(key))
     if (try? await known.fetchIfPresent(key)) == nil {
       nodes.deleted(key)
     } else {

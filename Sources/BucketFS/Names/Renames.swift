@@ -69,7 +69,7 @@ extension Namespace {
       if let held = nodes.held(fileKey: from, directoryKey: from + "/").inode,
         let staged = stagedInodes.file(inode: held)
       {
-        try await uploads.commit(staged)
+        try await uploader.commit(staged)
       }
       (inode, source) = try await existingFile(from)
     }
@@ -182,7 +182,7 @@ extension Namespace {
     // Dirty files go up first, so the listing has them.
     let heldFiles = nodes.held(under: from).filter { $0.node.kind == .file }
     for (inode, _) in heldFiles {
-      if let staged = stagedInodes.file(inode: inode) { try await uploads.commit(staged) }
+      if let staged = stagedInodes.file(inode: inode) { try await uploader.commit(staged) }
     }
 
     let objects = try await objectsToMove(under: from)

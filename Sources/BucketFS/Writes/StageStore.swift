@@ -17,7 +17,7 @@ import Synchronization
 /// bytes may leave the stage as parts (``WriteStreams``): a write or resize
 /// ends or feeds the stream, a read brings gone bytes back.
 final class StageStore: MountComponent, Sendable {
-  private let stages = Mutex<StageDirectory?>(nil)
+  private let stageDirectory = Mutex<StageDirectory?>(nil)
   /// The calls that write the stages' bytes.
   private let stageFiles: any StageFiles
   /// Where the stages' file work runs (``Stage``); nil: on the caller's thread.
@@ -51,13 +51,13 @@ final class StageStore: MountComponent, Sendable {
       // The first stage makes the directory (mkdir, chmod) with no lock held;
       // two racing first stages both make it, and the first one kept wins.
       let directory: StageDirectory
-      if let made = stages.withLock({ $0 }) {
+      if let made = stageDirectory.withLock({ $0 }) {
         directory = made
       } else {
         let made = try StageDirectory(path: path, files: stageFiles, io: diskWork, staged: stagedBytes)
-        directory = stages.withLock { stages in
-          if let stages { return stages }
-          stages = made
+        directory = stageDirectory.withLock { kept in
+          if let kept { return kept }
+          kept = made
           return made
         }
       }

@@ -2,7 +2,7 @@ import FUSE
 import ObjectStore
 
 /// What a staged file's pending xattrs are (the values its upload will
-/// carry); ``Xattrs`` asks its staged files first (ExtendedAttributes.swift),
+/// carry); ``ExtendedAttributes`` asks its staged files first (ExtendedAttributes.swift),
 /// and each file applies these under its own lock (StagedFile.swift).
 extension StagedFile.State {
   /// The metadata the upload would store; nil when the file only reads.
@@ -40,7 +40,7 @@ extension StagedFile.State {
       if let refused = flags.refusal(exists: exists, removing: text == nil) { throw refused }
       attributes.fields[field] = text
     case .custom(let key) where posixAttributes && PosixKeys.isStatKey(key, in: attributes.custom):
-      // Stat's fields: set by chmod, chown and utimens only (as in Xattrs.writableProperty).
+      // Stat's fields: set by chmod, chown and utimens only (as in ExtendedAttributes.writableProperty).
       return true
     case .custom(let key):
       let exists = attributes.custom[key] != nil

@@ -3,7 +3,7 @@ import ObjectStore
 /// What the write path's components agree on (docs/SEMANTICS.md#writes).
 /// Its work is done by ``WriteHandles`` (opens, setattr's size, closes),
 /// ``StageStore`` (a stage's bytes), ``WriteStreams`` (a sequential
-/// writer's parts), ``Uploads`` (close and fsync) and ``StagedInodes`` (which
+/// writer's parts), ``Uploader`` (close and fsync) and ``StagedInodes`` (which
 /// inodes are staged, and the files in flight).
 enum Staging {
   /// The custom metadata key every upload stores the mtime in (whole seconds, as gsutil).

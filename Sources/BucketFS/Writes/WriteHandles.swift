@@ -15,32 +15,33 @@ import ObjectStore
 /// ``HandleTable``'s.
 final class WriteHandles: MountComponent, Sendable {
   /// The staged file of each inode, and its writers.
-  private let inodes: StagedInodes
-  private let stages: StageStore
-  private let uploads: Uploads
+  private let stagedInodes: StagedInodes
+  private let stageStore: StageStore
+  private let uploader: Uploader
   private let nodes: NodeTable
   /// Full metadata: kept while fresh, else fetched.
   private let known: KnownMetadata
   /// What bucketfs chose of the files it stores: read at open, chosen at create.
   private let provenance: Provenance
   /// A created file joins its directory's listing.
-  private let listings: DirectoryCache
+  private let directoryCache: DirectoryCache
   /// The store, settings, diagnostics and clock; its tasks run the removal
   /// of a stage its last reader let go.
   let context: MountContext
 
   init(
-    context: MountContext, inodes: StagedInodes, stages: StageStore, uploads: Uploads, nodes: NodeTable,
-    known: KnownMetadata, provenance: Provenance, listings: DirectoryCache
+    context: MountContext, stagedInodes: StagedInodes, stageStore: StageStore, uploader: Uploader,
+    nodes: NodeTable,
+    known: KnownMetadata, provenance: Provenance, directoryCache: DirectoryCache
   ) {
     self.context = context
-    self.inodes = inodes
-    self.stages = stages
-    self.uploads = uploads
+    self.stagedInodes = stagedInodes
+    self.stageStore = stageStore
+    self.uploader = uploader
     self.nodes = nodes
     self.known = known
     self.provenance = provenance
-    self.listings = listings
+    self.directoryCache = directoryCache
   }
 
   // MARK: - Opening
@@ -49,7 +50,7 @@ final class WriteHandles: MountComponent, Sendable {
   /// write handle, closed by ``releaseWriter(_:)``). `mode` (after the
   /// umask) is stored with it, as is the caller's owner.
   func create(key: String, name: String, flags: Int32, mode: UInt32) async throws -> StagedFile {
-    let existing = nodes.held(key).flatMap { inodes.shared(inode: $0) }
+    let existing = nodes.held(key).flatMap { stagedInodes.shared(inode: $0) }
     if let existing {
       // Created here and not yet uploaded: the kernel lost its entry.
       if flags & O_EXCL != 0 { throw Errno.exists }
@@ -60,7 +61,7 @@ final class WriteHandles: MountComponent, Sendable {
       }
     }
 
-    let stage = try stages.makeStage()
+    let stage = try stageStore.makeStage()
     let (attributes, inferred) = provenance.newFile(name: name, mode: mode & 0o7777)
     let now = clock()
     let bucket = store.bucket
@@ -76,8 +77,8 @@ final class WriteHandles: MountComponent, Sendable {
       nodes.forget(inode: inode, count: 1)
       throw diagnostics.localFailure(failure, key: key)
     }
-    inodes.add(staged)
-    listings.invalidate(.createdInFlight(key, inode: inode))
+    stagedInodes.add(staged)
+    directoryCache.invalidate(.createdInFlight(key, inode: inode))
     return staged
   }
 
@@ -88,11 +89,11 @@ final class WriteHandles: MountComponent, Sendable {
   func openForWriting(inode: UInt64, node: Node, truncate: Bool) async throws -> StagedFile {
     if configuration.readOnly { throw Errno.readOnly }
     guard node.kind == .file else { throw Errno.isDirectory }
-    if let existing = inodes.shared(inode: inode), try await attach(existing, truncate: truncate) {
+    if let existing = stagedInodes.shared(inode: inode), try await attach(existing, truncate: truncate) {
       return existing
     }
     let base = try await known.current(of: node, context: .inode)
-    let stage = try stages.makeStage()
+    let stage = try stageStore.makeStage()
     let inferred = provenance.inferred(key: base.name, generation: base.generation)
     let staged = StagedFile(
       opened: inode, stage: stage, key: node.key, base: base, inferred: inferred, truncate: truncate)
@@ -106,7 +107,7 @@ final class WriteHandles: MountComponent, Sendable {
       }
     }
     // Another open may have staged the inode meanwhile: share that one.
-    if let winner = inodes.addUnlessShared(staged) {
+    if let winner = stagedInodes.addUnlessShared(staged) {
       stage.remove()
       guard try await attach(winner, truncate: truncate) else {
         return try await openForWriting(inode: inode, node: node, truncate: truncate)
@@ -123,7 +124,7 @@ final class WriteHandles: MountComponent, Sendable {
     guard staged.admitWriter() else { return false }
     if truncate {
       do {
-        try await stages.resize(staged, to: 0)
+        try await stageStore.resize(staged, to: 0)
       } catch {
         releaseWriter(staged)
         throw error
@@ -145,7 +146,7 @@ final class WriteHandles: MountComponent, Sendable {
   /// opened generation's until then. Nil when it is not staged, or the last
   /// writer closed meanwhile: then the bucket has the bytes.
   func openForReading(inode: UInt64) -> Reading? {
-    guard let staged = inodes.file(inode: inode) else { return nil }
+    guard let staged = stagedInodes.file(inode: inode) else { return nil }
     switch staged.admitReader() {
     case .stage: return .stage(staged)
     case .base(let base): return .base(base)
@@ -168,12 +169,12 @@ final class WriteHandles: MountComponent, Sendable {
       throw Errno(EFBIG)
     }
     if let writer {
-      return try await stages.resize(writer, to: size)
+      return try await stageStore.resize(writer, to: size)
     }
     let staged = try await openForWriting(inode: inode, node: node, truncate: false)
     defer { releaseWriter(staged) }
-    try await stages.resize(staged, to: size)
-    try await uploads.commit(staged)
+    try await stageStore.resize(staged, to: size)
+    try await uploader.commit(staged)
   }
 
   // MARK: - Closing
@@ -181,14 +182,14 @@ final class WriteHandles: MountComponent, Sendable {
   /// A writer of a staged file closed. At the last, the stage goes, unless
   /// it holds bytes that were never stored (then it stays, and the log says
   /// where) or readers remain (then the last of them removes it); an upload
-  /// under way decides when it ends (``Uploads/settle(_:_:)``).
+  /// under way decides when it ends (``Uploader/settle(_:_:)``).
   func releaseWriter(_ closed: StagedFile) {
     let (last, settlement) = closed.dismissWriter()
     guard last else { return }
-    inodes.remove(closed)
+    stagedInodes.remove(closed)
     // Never stored, it is no longer in its directory: the bucket has no such name.
-    if let key = closed.inFlightKey { listings.invalidate(.endedInFlight(key, inode: closed.inode)) }
-    if let settlement { uploads.settle(closed, settlement) }
+    if let key = closed.inFlightKey { directoryCache.invalidate(.endedInFlight(key, inode: closed.inode)) }
+    if let settlement { uploader.settle(closed, settlement) }
   }
 
   /// A reader of a stage closed: the last one removes a stage its writers left.

@@ -7,7 +7,7 @@ import Synchronization
 /// reads at hand or awaited within one retry deadline per key, and what a
 /// read that finds its generation gone sets off (``StaleReads``). The
 /// readers belong to their handles (``HandleTable``).
-final class Reads: MountComponent, Sendable {
+final class ReadService: MountComponent, Sendable {
   private let readDeadlines: Mutex<ReadDeadlines>
   /// Refreshes after a read found its generation gone.
   let staleReads: StaleReads
@@ -100,7 +100,7 @@ final class Reads: MountComponent, Sendable {
   }
 }
 
-extension Reads: NameChangeObserver {
+extension ReadService: NameChangeObserver {
   /// Open readers of a renamed file read the same bytes at its new name.
   func observe(_ change: NameChange) {
     guard case .fileRenamed(let move) = change else { return }

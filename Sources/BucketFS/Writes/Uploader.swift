@@ -5,7 +5,7 @@ import ObjectStore
 /// Uploads of dirty staged files with their precondition (docs/SEMANTICS.md#writes),
 /// and what becomes of a stage once its last writer closed: an upload
 /// under way decides when it ends.
-struct Uploads: MountComponent, Sendable {
+struct Uploader: MountComponent, Sendable {
   /// The store, settings and diagnostics; its tasks own the uploads, and
   /// the removals of released stages.
   let context: MountContext

@@ -7,7 +7,7 @@ import Synchronization
 /// kept listing's entry), from a list call a burst of lookups in one
 /// directory shares, or from one list call that shows the object and its
 /// subtree (flat, one page, which fills the cache).
-final class Lookups: MountComponent, Sendable {
+final class NameLookup: MountComponent, Sendable {
   /// A lookup that finds this many others under way in its directory joins
   /// one shared list call instead of making two requests of its own: fifty
   /// parallel `stat`s of cold files then cost about one request's time.
@@ -19,17 +19,17 @@ final class Lookups: MountComponent, Sendable {
   let known: KnownMetadata
   let entries: AttributeBuilder
   /// What is known of each directory: lookups are answered from it and fill it.
-  let cache: DirectoryCache
+  let directoryCache: DirectoryCache
 
   init(
     context: MountContext, nodes: NodeTable, known: KnownMetadata, entries: AttributeBuilder,
-    cache: DirectoryCache
+    directoryCache: DirectoryCache
   ) {
     self.context = context
     self.nodes = nodes
     self.known = known
     self.entries = entries
-    self.cache = cache
+    self.directoryCache = directoryCache
   }
 
   func lookup(parent: UInt64, name: String) async throws -> Entry {
@@ -40,7 +40,8 @@ final class Lookups: MountComponent, Sendable {
       return entry
     }
     let now = clock()
-    if cache.knownAbsent(directory: parentKey, name: name, now: now, ttl: configuration.negativeTTL) {
+    if directoryCache.knownAbsent(directory: parentKey, name: name, now: now, ttl: configuration.negativeTTL)
+    {
       return .negative(timeout: configuration.negativeTTL)
     }
     if let entry = fromKept(name, in: parentKey, fileKey: fileKey, directoryKey: directoryKey, now: now) {
@@ -55,7 +56,7 @@ final class Lookups: MountComponent, Sendable {
       return entry
     }
 
-    if cache.isCrowded(directoryKey, now: now) {
+    if directoryCache.isCrowded(directoryKey, now: now) {
       return try await askApart(fileKey: fileKey, directoryKey: directoryKey)
     }
     return try await ask(fileKey: fileKey, directoryKey: directoryKey)
@@ -69,7 +70,7 @@ final class Lookups: MountComponent, Sendable {
   /// fill the page before it shows whether `name/` exists is the name asked
   /// for again, the object and its prefix apart (docs/SEMANTICS.md#listing-lookup).
   private func ask(fileKey: String, directoryKey: String) async throws -> Entry {
-    let flat = cache.flatLookup(of: directoryKey)
+    let flat = directoryCache.flatLookup(of: directoryKey)
     let page: ListPage
     do {
       page = try await store.list(
@@ -83,12 +84,12 @@ final class Lookups: MountComponent, Sendable {
     let under = page.items.filter { $0.name.utf8.starts(with: directoryKey.utf8) }
     let isDirectory = !under.isEmpty || page.prefixes.contains { Names.same($0, directoryKey) }
     guard isDirectory || page.nextPageToken == nil else {
-      cache.noteCrowded(directoryKey, at: answeredAt)
+      directoryCache.noteCrowded(directoryKey, at: answeredAt)
       return try await askApart(fileKey: fileKey, directoryKey: directoryKey)
     }
     if let flat, isDirectory {
       let subtree = ListPage(items: under, prefixes: [], nextPageToken: page.nextPageToken)
-      cache.keep(lookedUp: directoryKey, page: subtree, answeredAt: answeredAt, flat: flat)
+      directoryCache.keep(lookedUp: directoryKey, page: subtree, answeredAt: answeredAt, flat: flat)
     }
     let metadata = page.items.first { Names.same($0.name, fileKey) }
     return answer(
@@ -99,7 +100,7 @@ final class Lookups: MountComponent, Sendable {
   /// The object and what is under its prefix, asked for at once: a page of
   /// the subtree, flat, unless it was found larger.
   private func askApart(fileKey: String, directoryKey: String) async throws -> Entry {
-    let flat = cache.flatLookup(of: directoryKey)
+    let flat = directoryCache.flatLookup(of: directoryKey)
     async let object = known.fetchIfPresent(fileKey)
     async let children = store.list(
       ListRequest(
@@ -111,7 +112,7 @@ final class Lookups: MountComponent, Sendable {
       isDirectory = !page.items.isEmpty || !page.prefixes.isEmpty
       placeholder = Self.placeholder(of: directoryKey, first: page.items.first, flat: flat != nil)
       if let flat, isDirectory {
-        cache.keep(lookedUp: directoryKey, page: page, answeredAt: clock(), flat: flat)
+        directoryCache.keep(lookedUp: directoryKey, page: page, answeredAt: clock(), flat: flat)
       }
     } catch {
       throw diagnostics.failure(error, operation: "list", key: directoryKey)
@@ -165,7 +166,7 @@ final class Lookups: MountComponent, Sendable {
     // A node the mount holds past its TTL, or found gone by a read, may know
     // better than a listing answered before: ask the service.
     if nodes.held(fileKey: fileKey, directoryKey: directoryKey).inode != nil { return nil }
-    switch cache.known(name, in: parentKey) {
+    switch directoryCache.known(name, in: parentKey) {
     case .listed(let listed)?:
       if listed.kind == .directory {
         return directory(directoryKey, placeholder: listed.metadata, at: listed.answeredAt)
@@ -185,7 +186,7 @@ final class Lookups: MountComponent, Sendable {
     let maxAge = min(configuration.metadataTTL, configuration.negativeTTL)
     let (store, pageSize, clock) = (self.store, configuration.pageSize, self.clock)
     let trailing = configuration.posixAttributes
-    return cache.joinBurst(parentKey, now: now, maxAge: maxAge, size: Self.burstSize) {
+    return directoryCache.joinBurst(parentKey, now: now, maxAge: maxAge, size: Self.burstSize) {
       tasks.start(.cancel) {
         // With the subdirectories' placeholders: their stored modes come free.
         let page = try await store.list(
@@ -197,7 +198,7 @@ final class Lookups: MountComponent, Sendable {
   }
 
   private func leave(_ parentKey: String) {
-    cache.leaveBurst(parentKey)
+    directoryCache.leaveBurst(parentKey)
   }
 
   /// The directory's placeholder as the page (asked with
