@@ -60,9 +60,7 @@ struct ExtendedAttributes: MountComponent, Sendable {
   func setxattr(inode: UInt64, name: String, value: [UInt8], flags: XattrFlags) async throws {
     if try setPending(inode: inode, name: name, value: value, flags: flags) { return }
     guard let (property, node) = try writableProperty(inode: inode, name: name) else { return }
-    guard let text = String(validating: value, as: UTF8.self) else { throw Errno.invalid }
-    if case .custom = property, text.utf8.count > MetadataLimits.maxValueBytes { throw Errno.tooBig }
-    try await update(property, to: text, flags: flags, inode: inode, node: node)
+    try await update(property, to: try property.text(of: value), flags: flags, inode: inode, node: node)
   }
 
   func removexattr(inode: UInt64, name: String) async throws {
@@ -80,13 +78,8 @@ struct ExtendedAttributes: MountComponent, Sendable {
     if configuration.readOnly { throw Errno.readOnly }
     let node = try nodes.node(inode)
     guard node.kind == .file else { throw Errno.notPermitted }
-    if case .readOnly = property, !configuration.refuseReadOnlyXattrs { return nil }
-    guard property.isWritable else { throw Errno.notPermitted }
-    // Stat's fields are set by chmod, chown and utimens, not as xattrs: a
-    // copy's `rsync -X` must not undo what its `-p -t` set.
-    if case .custom(let key) = property, configuration.posixAttributes,
-      PosixKeys.isStatKey(key, in: known.cached(node.key)?.custom ?? [:])
-    {
+    let statKeys = configuration.posixAttributes ? known.cached(node.key)?.custom ?? [:] : nil
+    guard try property.changes(refuseReadOnly: configuration.refuseReadOnlyXattrs, statKeys: statKeys) else {
       return nil
     }
     return (property, node)
@@ -99,58 +92,44 @@ struct ExtendedAttributes: MountComponent, Sendable {
 
   /// Decides against the metadata at hand and patches only if the object still
   /// has that generation and metageneration; when it changed meanwhile, reads
-  /// it again and decides again.
+  /// it again and decides again (ConditionalPatch.swift).
   private func update(
     _ property: XattrName, to value: String?, flags: XattrFlags, inode: UInt64, node: Node
   ) async throws {
-    var metadata = try await known.current(of: node)
-    var fetchedAt = nodes.isFresh(node) ? node.fetchedAt : clock()
+    let initial = try await known.current(of: node)
     let patch = property.patch(value)
     /// What the object is after our last PATCH, if that one was applied.
     var intended: ObjectMetadata?
-    for _ in 0..<5 {
+    let result = try await patchConditionally(
+      node.key, from: initial, fetchedAt: nodes.isFresh(node) ? node.fetchedAt : clock(),
+      fetch: { try await known.fetch(node.key) }
+    ) { current, fetchedAt in
+      guard let metadata = current else { throw Errno.noEntry }
       // After a 412 the change may be ours: the client retries a PATCH whose
       // 200 was lost, and the retry finds the metageneration it moved itself.
       // Exactly one change since, giving exactly our result, is taken as ours.
       if let intended, Self.isResult(metadata, of: intended) {
         diagnostics.logger.debug("metadata of \(node.key) already shows the change; taking it as done")
-        return
+        return .done(metadata)
       }
       let exists = property.value(in: metadata) != nil
       // Setting the value it has changes nothing: no PATCH (rsync -X sets
       // every name again once any differs, and a backup job reruns nightly).
       let unchanged = value != nil && property.value(in: metadata) == value
       let refused = flags.refusal(exists: exists, removing: value == nil)
-      if unchanged || refused != nil, clock() - fetchedAt > Self.confirmationAge {
-        metadata = try await known.fetch(node.key)
-        fetchedAt = clock()
-        continue
-      }
+      if unchanged || refused != nil, clock() - fetchedAt > Self.confirmationAge { return .refresh }
       if let refused { throw refused }
-      if unchanged { return }
+      if unchanged { return .done(metadata) }
       var proposed = metadata
       patch.apply(to: &proposed)
       guard MetadataLimits.fits(proposed.custom) else { throw Errno.tooBig }
       intended = proposed
-      do {
-        // Both numbers: a replaced generation may have the same metageneration.
-        let updated = try await store.patch(
-          node.key, patch, ifGenerationMatch: metadata.generation,
-          ifMetagenerationMatch: metadata.metageneration)
-        nodes.remember(updated)
-        // Set by the user now: an atomic save no longer treats it as inferred.
-        provenance.userSet(property, key: node.key, generation: updated.generation)
-        return
-      } catch StorageError.preconditionFailed {
-        diagnostics.logger.debug("metadata of \(node.key) changed meanwhile; deciding again")
-        metadata = try await known.fetch(node.key)
-        fetchedAt = clock()
-      } catch {
-        throw diagnostics.failure(error, operation: "patch", key: node.key)
-      }
+      return .send(patch)
     }
-    diagnostics.logger.warning("metadata of \(node.key) keeps changing; giving up this update")
-    throw Errno(EAGAIN)
+    guard result.wrote else { return }
+    nodes.remember(result.metadata)
+    // Set by the user now: an atomic save no longer treats it as inferred.
+    provenance.userSet(property, key: node.key, generation: result.metadata.generation)
   }
 
   /// Whether `current` is `proposed` (what a PATCH based on metageneration
@@ -191,16 +170,8 @@ extension ExtendedAttributes {
       }
       return false
     }
-    let text: String?
-    if let value {
-      guard let decoded = String(validating: value, as: UTF8.self) else { throw Errno.invalid }
-      if case .custom = property, decoded.utf8.count > MetadataLimits.maxValueBytes { throw Errno.tooBig }
-      text = decoded
-    } else {
-      text = nil
-    }
     return try staged.setPending(
-      property, to: text, flags: flags, posixAttributes: configuration.posixAttributes)
+      property, to: try property.text(of: value), flags: flags, posixAttributes: configuration.posixAttributes)
   }
 
   /// The value a staged file shows for `property`: none for what only the

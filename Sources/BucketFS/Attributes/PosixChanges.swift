@@ -75,45 +75,26 @@ extension ExtendedAttributes {
   func storeKeys(
     _ values: [String: String?], key: String, from initial: ObjectMetadata?, createIfMissing: Bool
   ) async throws -> ObjectMetadata {
-    var current = initial
-    for _ in 0..<5 {
+    let result = try await patchConditionally(
+      key, from: initial, fetchedAt: clock(),
+      fetch: {
+        let current = try await known.fetchIfPresent(key)
+        if let current, !createIfMissing { nodes.remember(current) }
+        return current
+      }
+    ) { current, _ in
       guard let metadata = current else {
         guard createIfMissing else { throw Errno.noEntry }
-        do {
-          return try await store.upload(
-            key, from: BytesSource([]), attributes: ObjectAttributes(custom: values.compactMapValues { $0 }),
-            ifGenerationMatch: 0)
-        } catch StorageError.preconditionFailed {
-          diagnostics.logger.debug("placeholder \(key) made meanwhile; deciding again")
-          current = try await known.fetchIfPresent(key)
-          continue
-        } catch {
-          throw diagnostics.failure(error, operation: "create placeholder", key: key)
-        }
+        return .create(ObjectAttributes(custom: values.compactMapValues { $0 }))
       }
       let changed = values.filter { metadata.custom[$0.key] != $0.value }
-      if changed.isEmpty { return metadata }
+      if changed.isEmpty { return .done(metadata) }
       var proposed = metadata.custom
       for (name, value) in changed { proposed[name] = value }
       guard MetadataLimits.fits(proposed) else { throw Errno.tooBig }
-      do {
-        let updated = try await store.patch(
-          key, MetadataPatch(custom: changed),
-          ifGenerationMatch: metadata.generation, ifMetagenerationMatch: metadata.metageneration)
-        if !createIfMissing { nodes.remember(updated) }
-        return updated
-      } catch StorageError.preconditionFailed {
-        diagnostics.logger.debug("metadata of \(key) changed meanwhile; deciding again")
-        current = try await known.fetchIfPresent(key)
-        if let current, !createIfMissing { nodes.remember(current) }
-      } catch StorageError.notFound {
-        current = nil
-        if !createIfMissing { throw Errno.noEntry }
-      } catch {
-        throw diagnostics.failure(error, operation: "patch", key: key)
-      }
+      return .send(MetadataPatch(custom: changed))
     }
-    diagnostics.logger.warning("metadata of \(key) keeps changing; giving up this change")
-    throw Errno(EAGAIN)
+    if result.wrote, !createIfMissing { nodes.remember(result.metadata) }
+    return result.metadata
   }
 }

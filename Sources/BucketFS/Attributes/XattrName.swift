@@ -120,3 +120,37 @@ enum MetadataLimits {
     return total <= maxTotalBytes
   }
 }
+
+/// The one validation of an xattr change, the same for a staged file's
+/// pending upload and a stored object's PATCH (docs/SEMANTICS.md#xattrs-errors).
+extension XattrName {
+  /// The text a set stores (nil: a removal): UTF-8 (else EINVAL), a custom
+  /// value within the service's limit (else E2BIG).
+  func text(of value: [UInt8]?) throws(Errno) -> String? {
+    guard let value else { return nil }
+    guard let text = String(validating: value, as: UTF8.self) else { throw .invalid }
+    if case .custom = self, text.utf8.count > MetadataLimits.maxValueBytes { throw .tooBig }
+    return text
+  }
+
+  /// Whether a set or remove of this name changes anything. A read-only
+  /// name is accepted and ignored (copying tools set every xattr they saw:
+  /// rsync -X, cp -a), or EPERM with `refuseReadOnly`; a name that is no
+  /// property is EPERM; stat's keys, among `statKeys` (the object's custom
+  /// keys when stored modes are on, else nil), are set by chmod, chown and
+  /// utimens only: a copy's `rsync -X` must not undo what its `-p -t` set.
+  func changes(refuseReadOnly: Bool, statKeys: [String: String]?) throws(Errno) -> Bool {
+    switch self {
+    case .readOnly:
+      if refuseReadOnly { throw .notPermitted }
+      return false
+    case .unknown:
+      throw .notPermitted
+    case .custom(let key):
+      if let statKeys, PosixKeys.isStatKey(key, in: statKeys) { return false }
+      return true
+    case .writable:
+      return true
+    }
+  }
+}

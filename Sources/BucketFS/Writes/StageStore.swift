@@ -125,9 +125,9 @@ final class StageStore: MountComponent, Sendable {
   private func unstagedWrite(_ key: String, offset: UInt64, count: Int) -> Result<Int, Errno>? {
     if count == 0 { return .success(0) }
     let (end, overflow) = offset.addingReportingOverflow(UInt64(count))
-    guard overflow || end > Staging.maxObjectBytes else { return nil }
-    logger.notice("write to \(key) at byte \(offset): past the largest object the service stores (5 TiB)")
-    return .failure(Errno(EFBIG))
+    let refused = Staging.refusal(
+      ofEnd: overflow ? nil : end, change: "write to \(key) at byte \(offset)", logger: logger)
+    return refused.map { .failure($0) }
   }
 
   /// Marks the file dirty, first recording so in the sidecar (a kill -9

@@ -21,27 +21,25 @@ extension StagedFile.State {
   }
 
   /// Sets or removes (nil) `property` in the pending upload of a dirty
-  /// file; false when it is not dirty (or unlinked). Read-only names are
-  /// accepted and ignored, as are stat's keys under `posixAttributes`
-  /// (chmod, chown and utimens set those).
+  /// file; false when it is not dirty (or unlinked). What changes nothing
+  /// is the stored object's rule (``XattrName/changes(refuseReadOnly:statKeys:)``),
+  /// but read-only names are always accepted and ignored here, so `cp -a`
+  /// and `rsync -X` succeed (docs/SEMANTICS.md#writes).
   mutating func setPending(
     _ property: XattrName, to text: String?, flags: XattrFlags, posixAttributes: Bool
   ) throws -> Bool {
     guard dirty || base == nil, !unlinked else { return false }
     if let poisoned { throw poisoned }
-    switch property {
-    case .readOnly:
-      // Set or removed by copying tools (rsync -X removes names its source lacks).
+    guard try property.changes(refuseReadOnly: false, statKeys: posixAttributes ? attributes.custom : nil) else {
       return true
-    case .unknown:
-      throw Errno.notPermitted
+    }
+    switch property {
+    case .readOnly, .unknown:
+      return true
     case .writable(let field):
       let exists = attributes.fields[field] != nil
       if let refused = flags.refusal(exists: exists, removing: text == nil) { throw refused }
       attributes.fields[field] = text
-    case .custom(let key) where posixAttributes && PosixKeys.isStatKey(key, in: attributes.custom):
-      // Stat's fields: set by chmod, chown and utimens only (as in ExtendedAttributes.writableProperty).
-      return true
     case .custom(let key):
       let exists = attributes.custom[key] != nil
       if let refused = flags.refusal(exists: exists, removing: text == nil) { throw refused }

@@ -163,10 +163,8 @@ final class WriteHandles: MountComponent, Sendable {
   /// discard the stage meanwhile, and the change would rewrite the sidecar
   /// of a removed stage and be lost.
   func setSize(inode: UInt64, writer: StagedFile?, node: Node, to size: UInt64) async throws {
-    if size > Staging.maxObjectBytes {
-      logger.notice(
-        "truncate \(node.key) to \(size) bytes: past the largest object the service stores (5 TiB)")
-      throw Errno(EFBIG)
+    if let refused = Staging.refusal(ofEnd: size, change: "truncate \(node.key) to \(size) bytes", logger: logger) {
+      throw refused
     }
     if let writer {
       return try await stageStore.resize(writer, to: size)
