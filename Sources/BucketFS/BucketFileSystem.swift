@@ -63,7 +63,10 @@ public final class BucketFileSystem: FileSystem, MountComponent, Sendable {
   ) {
     let diagnostics = Diagnostics(logger: logger)
     let tasks = BackgroundTasks()
-    let kernelListings = KernelListings(ttl: configuration.listCacheTTL, clock: clock)
+    let metadataCache = MetadataCache(capacity: configuration.metadataCacheEntries)
+    let nodes = NodeTable(
+      rootKey: configuration.rootPrefix, ttl: configuration.metadataTTL, clock: clock, metadata: metadataCache)
+    let kernelListings = KernelListings(ttl: configuration.listCacheTTL, nodes: nodes, clock: clock)
     let directoryCache = DirectoryCache(
       pageSize: configuration.pageSize, freshness: configuration.metadataTTL, kernelListings: kernelListings,
       clock: clock, onConflict: { diagnostics.warnConflict($0) })
@@ -72,10 +75,7 @@ public final class BucketFileSystem: FileSystem, MountComponent, Sendable {
       configuration: configuration,
       diagnostics: diagnostics, clock: clock, tasks: tasks)
     let walks = SubtreeWalks(context: context, directoryCache: directoryCache)
-    let metadataCache = MetadataCache(capacity: configuration.metadataCacheEntries)
-    let nodes = NodeTable(context: context, metadata: metadataCache)
     let known = KnownMetadata(context: context, nodes: nodes, metadataCache: metadataCache)
-    kernelListings.attach(nodes)
     let readAhead = ReadAheadBudget(capacity: configuration.readAheadBudget, metrics: metrics)
     let prefetch = SiblingPrefetch(context: context, budget: readAhead, directoryCache: directoryCache)
     let readService = ReadService(

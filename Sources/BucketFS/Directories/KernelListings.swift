@@ -19,8 +19,8 @@ final class KernelListings: Sendable {
   }
 
   let ttl: Double
-  /// Set once the node table exists (it is made over the store that reports changes here).
-  private let nodes = Mutex<NodeTable?>(nil)
+  /// The inodes the kernel knows directories by (nil: none to tell, in tests).
+  private let nodes: NodeTable?
   private let clock: @Sendable () -> Double
   /// When each directory's kernel listing was last filled (its `opendir`),
   /// by directory key; bounded, the oldest fills dropped first.
@@ -29,14 +29,10 @@ final class KernelListings: Sendable {
   static let capacity = 4096
   private static let notifications = DispatchQueue(label: "bucketfs.list-cache-notifications")
 
-  init(ttl: Double, clock: @escaping @Sendable () -> Double) {
+  init(ttl: Double, nodes: NodeTable? = nil, clock: @escaping @Sendable () -> Double) {
     self.ttl = ttl
+    self.nodes = nodes
     self.clock = clock
-  }
-
-  /// The node table, once made: changes are told to the kernel by inode.
-  func attach(_ nodes: NodeTable) {
-    self.nodes.withLock { $0 = nodes }
   }
 
   /// The kernel to tell, once mounted.
@@ -71,7 +67,7 @@ final class KernelListings: Sendable {
       }
     }
     guard !dropped.isEmpty else { return }
-    guard let nodes = nodes.withLock({ $0 }) else { return }
+    guard let nodes else { return }
     let inodes = dropped.compactMap { nodes.held($0) }
     let kernel = self.kernel.withLock { $0 }
     Self.notifications.async {

@@ -13,10 +13,11 @@ final class NodeTable: Sendable {
   /// `--metadata-ttl`: how long fetched facts answer without asking again.
   let ttl: Double
 
-  init(context: MountContext, metadata: MetadataCache) {
-    self.table = Mutex(InodeTable(rootKey: context.configuration.rootPrefix, metadata: metadata))
-    self.clock = context.clock
-    self.ttl = context.configuration.metadataTTL
+  /// The table of a mount of `rootKey`, whose facts are fresh for `ttl` seconds.
+  init(rootKey: String, ttl: Double, clock: @escaping @Sendable () -> Double, metadata: MetadataCache) {
+    self.table = Mutex(InodeTable(rootKey: rootKey, metadata: metadata))
+    self.clock = clock
+    self.ttl = ttl
   }
 
   private func withLock<T>(_ body: (inout InodeTable) throws -> T) rethrows -> T {
