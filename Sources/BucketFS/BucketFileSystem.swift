@@ -65,7 +65,8 @@ public final class BucketFileSystem: FileSystem, MountComponent, Sendable {
     let tasks = BackgroundTasks()
     let metadataCache = MetadataCache(capacity: configuration.metadataCacheEntries)
     let nodes = NodeTable(
-      rootKey: configuration.rootPrefix, ttl: configuration.metadataTTL, clock: clock, metadata: metadataCache)
+      rootKey: configuration.rootPrefix, ttl: configuration.metadataTTL, clock: clock, metadata: metadataCache
+    )
     let kernelListings = KernelListings(ttl: configuration.listCacheTTL, nodes: nodes, clock: clock)
     let directoryCache = DirectoryCache(
       pageSize: configuration.pageSize, freshness: configuration.metadataTTL, kernelListings: kernelListings,

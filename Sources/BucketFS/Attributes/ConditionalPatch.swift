@@ -57,7 +57,8 @@ extension ExtendedAttributes {
         do {
           // Both numbers: a replaced generation may have the same metageneration.
           let updated = try await store.patch(
-            key, patch, ifGenerationMatch: metadata.generation, ifMetagenerationMatch: metadata.metageneration)
+            key, patch, ifGenerationMatch: metadata.generation, ifMetagenerationMatch: metadata.metageneration
+          )
           return (updated, true)
         } catch StorageError.preconditionFailed {
           diagnostics.logger.debug("metadata of \(key) changed meanwhile; deciding again")

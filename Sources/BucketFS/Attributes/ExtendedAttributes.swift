@@ -171,7 +171,8 @@ extension ExtendedAttributes {
       return false
     }
     return try staged.setPending(
-      property, to: try property.text(of: value), flags: flags, posixAttributes: configuration.posixAttributes)
+      property, to: try property.text(of: value), flags: flags, posixAttributes: configuration.posixAttributes
+    )
   }
 
   /// The value a staged file shows for `property`: none for what only the

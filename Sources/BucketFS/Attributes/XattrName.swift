@@ -1,3 +1,4 @@
+import FUSE
 import ObjectStore
 
 /// docs/SEMANTICS.md#xattrs-table: object metadata as `user.*` extended attributes.

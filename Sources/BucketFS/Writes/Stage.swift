@@ -171,7 +171,9 @@ final class Stage: Sendable {
     }
   }
 
-  fileprivate func readBlocking(at offset: Int64, count: Int) throws(StageFailure) -> ByteBuffer {
+  /// `count` bytes at `offset`, read on the calling thread (``StageSource``'s
+  /// synchronous read; ``read(at:count:)`` runs on the I/O pool).
+  func readBlocking(at offset: Int64, count: Int) throws(StageFailure) -> ByteBuffer {
     var buffer = ByteBufferAllocator().buffer(capacity: max(count, 0))
     var failure: Int32 = 0
     buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: max(count, 0)) { raw in

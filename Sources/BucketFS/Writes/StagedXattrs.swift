@@ -30,7 +30,8 @@ extension StagedFile.State {
   ) throws -> Bool {
     guard dirty || base == nil, !unlinked else { return false }
     if let poisoned { throw poisoned }
-    guard try property.changes(refuseReadOnly: false, statKeys: posixAttributes ? attributes.custom : nil) else {
+    guard try property.changes(refuseReadOnly: false, statKeys: posixAttributes ? attributes.custom : nil)
+    else {
       return true
     }
     switch property {

@@ -163,7 +163,9 @@ final class WriteHandles: MountComponent, Sendable {
   /// discard the stage meanwhile, and the change would rewrite the sidecar
   /// of a removed stage and be lost.
   func setSize(inode: UInt64, writer: StagedFile?, node: Node, to size: UInt64) async throws {
-    if let refused = Staging.refusal(ofEnd: size, change: "truncate \(node.key) to \(size) bytes", logger: logger) {
+    if let refused = Staging.refusal(
+      ofEnd: size, change: "truncate \(node.key) to \(size) bytes", logger: logger)
+    {
       throw refused
     }
     if let writer {
