@@ -55,6 +55,8 @@ let package = Package(
     // endpoint and the access-token protocol, shared by the client and the
     // credential providers (so neither depends on the other).
     .target(name: "ServiceAccess"),
+    // RFC 3339 times: the metadata's, and the token endpoints' expiries.
+    .target(name: "TimeFormats"),
     // Which CA certificates a mount trusts (--ca-file, SSL_CERT_FILE/DIR) and
     // what a refused certificate or failed handshake says, for the client and
     // the token endpoints alike.
@@ -83,7 +85,7 @@ let package = Package(
     .target(
       name: "Credentials",
       dependencies: [
-        "ServiceAccess", "TLSTrust",
+        "ServiceAccess", "TLSTrust", "TimeFormats",
         .product(name: "AsyncHTTPClient", package: "async-http-client"),
         .product(name: "NIOCore", package: "swift-nio"),
         .product(name: "NIOHTTP1", package: "swift-nio"),
@@ -96,7 +98,7 @@ let package = Package(
     .target(
       name: "BucketFS",
       dependencies: [
-        "FUSE", "IOThreads", "ObjectStore", .product(name: "Logging", package: "swift-log"),
+        "FUSE", "IOThreads", "ObjectStore", "TimeFormats", .product(name: "Logging", package: "swift-log"),
         .product(name: "CoreMetrics", package: "swift-metrics"),
         .product(name: "NIOCore", package: "swift-nio"),
       ]

@@ -81,7 +81,7 @@ final class OpenDirectory: Sendable {
 
 /// Directory handles over ``DirectoryStream``s: what each readdir pass
 /// shows, and what it tells the walks and the directory cache.
-final class Directories: MountComponent, Sendable {
+struct Directories: MountComponent, Sendable {
   let context: MountContext
   let nodes: NodeTable
   let entries: AttributeBuilder
@@ -90,19 +90,6 @@ final class Directories: MountComponent, Sendable {
   let walks: SubtreeWalks
   let directoryCache: DirectoryCache
   let kernelListings: KernelListings
-
-  init(
-    context: MountContext, nodes: NodeTable, entries: AttributeBuilder, handles: HandleTable,
-    walks: SubtreeWalks, directoryCache: DirectoryCache, kernelListings: KernelListings
-  ) {
-    self.context = context
-    self.nodes = nodes
-    self.entries = entries
-    self.handles = handles
-    self.walks = walks
-    self.directoryCache = directoryCache
-    self.kernelListings = kernelListings
-  }
 
   func opendir(inode: UInt64) async throws -> OpenResult {
     let key = try nodes.node(inode, kind: .directory).key

@@ -125,9 +125,19 @@ final class DirectoryCache: Sendable {
     var subdirectoryOrder: [ObjectKey] = []
     var subdirectoryKeys = 0
     /// How many records carry each kind of mark.
-    var large = 0
-    var crowded = 0
-    var lookedUp = 0
+    var marks: [Mark: Int] = [:]
+  }
+  /// The time marks a record carries, each bounded by ``markCapacity``.
+  private enum Mark {
+    case foundLarge, crowded, lookedUp
+
+    var field: WritableKeyPath<DirectoryRecord, Double?> {
+      switch self {
+      case .foundLarge: \.foundLargeAt
+      case .crowded: \.crowdedAt
+      case .lookedUp: \.lookedUpAt
+      }
+    }
   }
   private let state = Mutex(State())
 
@@ -220,20 +230,20 @@ final class DirectoryCache: Sendable {
     for item in page.items { done += tree.add(item, answeredAt: answeredAt) }
     guard page.nextPageToken == nil else {
       keep(done, epoch: flat.epoch)
-      state.withLock { mark(\.foundLargeAt, count: \.large, of: ObjectKey(key), at: answeredAt, &$0) }
+      state.withLock { mark(.foundLarge, of: ObjectKey(key), at: answeredAt, &$0) }
       return
     }
     keep(done + tree.finish(), epoch: flat.epoch)
     state.withLock { state in
       guard state.epoch == flat.epoch, state.records[ObjectKey(key)]?.kept != nil else { return }
-      mark(\.lookedUpAt, count: \.lookedUp, of: ObjectKey(key), at: answeredAt, &state)
+      mark(.lookedUp, of: ObjectKey(key), at: answeredAt, &state)
     }
   }
 
   /// The list call of file `fileKey`'s name was filled by other names
   /// before it showed whether `directoryKey` exists: asked apart from now on.
   func noteCrowded(_ directoryKey: String, at time: Double) {
-    state.withLock { mark(\.crowdedAt, count: \.crowded, of: ObjectKey(directoryKey), at: time, &$0) }
+    state.withLock { mark(.crowded, of: ObjectKey(directoryKey), at: time, &$0) }
   }
 
   /// Whether a lookup of the name of `directoryKey` asks for the object and
@@ -312,7 +322,7 @@ final class DirectoryCache: Sendable {
     return state.withLock { state in
       let lookedUp = state.records[key]?.lookedUpAt
       if lookedUp != nil {
-        state.lookedUp -= 1
+        state.marks[.lookedUp, default: 1] -= 1
         change(key, &state) { $0.lookedUpAt = nil }
       }
       if lookedUpOnly {
@@ -434,17 +444,15 @@ final class DirectoryCache: Sendable {
 
   /// Sets a time mark on `key`'s record; past ``markCapacity`` marks of that
   /// kind, every one of them is forgotten first.
-  private func mark(
-    _ field: WritableKeyPath<DirectoryRecord, Double?>, count: WritableKeyPath<State, Int>, of key: ObjectKey,
-    at time: Double, _ state: inout State
-  ) {
-    if state[keyPath: count] >= Self.markCapacity {
+  private func mark(_ mark: Mark, of key: ObjectKey, at time: Double, _ state: inout State) {
+    let field = mark.field
+    if state.marks[mark, default: 0] >= Self.markCapacity {
       for marked in state.records.keys where state.records[marked]?[keyPath: field] != nil {
         change(marked, &state) { $0[keyPath: field] = nil }
       }
-      state[keyPath: count] = 0
+      state.marks[mark] = 0
     }
-    if state.records[key]?[keyPath: field] == nil { state[keyPath: count] += 1 }
+    if state.records[key]?[keyPath: field] == nil { state.marks[mark, default: 0] += 1 }
     state.records[key, default: DirectoryRecord()][keyPath: field] = time
   }
 

@@ -7,7 +7,7 @@ import Synchronization
 /// kept listing's entry), from a list call a burst of lookups in one
 /// directory shares, or from one list call that shows the object and its
 /// subtree (flat, one page, which fills the cache).
-final class NameLookup: MountComponent, Sendable {
+struct NameLookup: MountComponent, Sendable {
   /// A lookup that finds this many others under way in its directory joins
   /// one shared list call instead of making two requests of its own: fifty
   /// parallel `stat`s of cold files then cost about one request's time.
@@ -20,17 +20,6 @@ final class NameLookup: MountComponent, Sendable {
   let entries: AttributeBuilder
   /// What is known of each directory: lookups are answered from it and fill it.
   let directoryCache: DirectoryCache
-
-  init(
-    context: MountContext, nodes: NodeTable, known: KnownMetadata, entries: AttributeBuilder,
-    directoryCache: DirectoryCache
-  ) {
-    self.context = context
-    self.nodes = nodes
-    self.known = known
-    self.entries = entries
-    self.directoryCache = directoryCache
-  }
 
   func lookup(parent: UInt64, name: String) async throws -> Entry {
     let parentKey = try nodes.node(parent, kind: .directory).key

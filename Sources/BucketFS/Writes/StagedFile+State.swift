@@ -66,11 +66,15 @@ extension StagedFile {
     /// readers remain (then the last of them removes it).
     mutating func settle() -> StageSettlement {
       let localFault = poisoned != nil && poisoned != .stale
-      let keepsUnstored = dirty && !unlinked && !localFault
-      if !keepsUnstored { removeWhenUnread = readers > 0 }
+      let stage: StageSettlement.Fate
+      if dirty && !unlinked && !localFault {
+        stage = .keptUnstored
+      } else {
+        removeWhenUnread = readers > 0
+        stage = removeWhenUnread ? .leftToReaders : .removed
+      }
       return StageSettlement(
-        key: key, dropsStream: unlinked || poisoned != nil, keepsUnstored: keepsUnstored,
-        removesStage: !keepsUnstored && readers == 0, neverStored: baseGeneration == 0)
+        key: key, stage: stage, dropsStream: unlinked || poisoned != nil, neverStored: baseGeneration == 0)
     }
 
     /// A writer closed: at the last, the settlement, unless an upload under
@@ -128,13 +132,18 @@ extension StagedFile {
   /// What becomes of a stage whose last writer closed, once no upload is
   /// under way (``State/settle()``); the caller acts on it.
   struct StageSettlement: Equatable {
+    enum Fate: Equatable {
+      /// It holds bytes that were never stored: it stays, and the log says where.
+      case keptUnstored
+      /// It goes now.
+      case removed
+      /// Its last reader removes it.
+      case leftToReaders
+    }
     let key: String
+    let stage: Fate
     /// Its stream will never be composed: its parts are deleted.
     let dropsStream: Bool
-    /// It holds bytes that were never stored: it stays, and the log says where.
-    let keepsUnstored: Bool
-    /// The stage goes now (else it is kept, or its last reader removes it).
-    let removesStage: Bool
     /// It was never stored: what stat knows of it must come from the bucket again.
     let neverStored: Bool
   }

@@ -38,14 +38,17 @@ struct Uploader: MountComponent, Sendable {
   /// kept, with its path in the log), a never-stored inode expired.
   func settle(_ closed: StagedFile, _ settlement: StagedFile.StageSettlement) {
     if settlement.dropsStream { streams.dropStream(closed) }
-    if settlement.keepsUnstored {
+    switch settlement.stage {
+    case .keptUnstored:
       logger.error(
         "\(settlement.key): closed with bytes that were not stored; they are kept in \(closed.stage.path) (see \(closed.stage.sidecarPath))"
       )
-    } else if settlement.removesStage {
+    case .removed:
       // Apart from the caller: release runs on the FUSE loop thread, which never waits for the disk.
       let stage = closed.stage
       tasks.start(.finish, priority: .utility) { stage.remove() }
+    case .leftToReaders:
+      break
     }
     if settlement.neverStored {
       // Never stored: what stat knows of it must come from the bucket again.

@@ -13,36 +13,21 @@ import ObjectStore
 /// readers or an upload under way (docs/SEMANTICS.md#writes-staging). It
 /// knows staged files, never handle numbers: those are the
 /// ``HandleTable``'s.
-final class WriteHandles: MountComponent, Sendable {
-  /// The staged file of each inode, and its writers.
-  private let stagedInodes: StagedInodes
-  private let stageStore: StageStore
-  private let uploader: Uploader
-  private let nodes: NodeTable
-  /// Full metadata: kept while fresh, else fetched.
-  private let known: KnownMetadata
-  /// What bucketfs chose of the files it stores: read at open, chosen at create.
-  private let provenance: Provenance
-  /// A created file joins its directory's listing.
-  private let directoryCache: DirectoryCache
+struct WriteHandles: MountComponent, Sendable {
   /// The store, settings, diagnostics and clock; its tasks run the removal
   /// of a stage its last reader let go.
   let context: MountContext
-
-  init(
-    context: MountContext, stagedInodes: StagedInodes, stageStore: StageStore, uploader: Uploader,
-    nodes: NodeTable,
-    known: KnownMetadata, provenance: Provenance, directoryCache: DirectoryCache
-  ) {
-    self.context = context
-    self.stagedInodes = stagedInodes
-    self.stageStore = stageStore
-    self.uploader = uploader
-    self.nodes = nodes
-    self.known = known
-    self.provenance = provenance
-    self.directoryCache = directoryCache
-  }
+  /// The staged file of each inode.
+  let stagedInodes: StagedInodes
+  let stageStore: StageStore
+  let uploader: Uploader
+  let nodes: NodeTable
+  /// Full metadata: kept while fresh, else fetched.
+  let known: KnownMetadata
+  /// What bucketfs chose of the files it stores: read at open, chosen at create.
+  let provenance: Provenance
+  /// A created file is in flight in its directory until stored or released.
+  let directoryCache: DirectoryCache
 
   // MARK: - Opening
 
