@@ -174,7 +174,7 @@ public final class BucketFileSystem: FileSystem, MountComponent, Sendable {
     }
     if done.wait(timeout: .now() + seconds) == .timedOut {
       diagnostics.logger.warning(
-        "unmounting with uploader or part deletes still under way after \(Int(seconds)) s; `bucketfs clean-parts` removes the parts they leave"
+        "unmounting with uploads or part deletes still under way after \(Int(seconds)) s; `bucketfs clean-parts` removes the parts they leave"
       )
     }
   }

@@ -67,12 +67,12 @@ public final class CachingStore: ForwardingObjectStore {
     do {
       directory = try CacheDirectory(cacheDirectory: cacheDirectory, bucket: inner.bucket, patience: patience)
     } catch {
-      logger.warning("read readCache off: \(error)")
+      logger.warning("read cache off: \(error)")
       return nil
     }
     let limit = limit ?? defaultLimit(freeBytes: directory.freeBytes)
     guard limit > 0 else {
-      logger.warning("read readCache off: no free space in \(directory.path)")
+      logger.warning("read cache off: no free space in \(directory.path)")
       return nil
     }
     let metrics = CacheMetrics(factory: factory)
@@ -81,7 +81,7 @@ public final class CachingStore: ForwardingObjectStore {
     readCache.load()
     readCache.trimOtherBuckets()
     logger.info(
-      "read readCache: \(directory.path), \(readCache.index.count) entries, \(readCache.index.used >> 20) of \(limit >> 20) MiB in use"
+      "read cache: \(directory.path), \(readCache.index.count) entries, \(readCache.index.used >> 20) of \(limit >> 20) MiB in use"
     )
     return CachingStore(
       inner: inner, readCache: readCache, pool: pool, objectHoldLimit: objectHoldLimit,
