@@ -22,7 +22,8 @@ import XCTest
 ///    and 6 s pass: the sibling prefetch window (5 s) ends, metadata stays
 ///    fresh.
 /// 1. Handles are opened on some of the files about to change, and on one
-///    file that will not (the control).
+///    file that will not (the control); what they start in the background
+///    (a prefetch of siblings) ends before the change.
 /// 2. The other client makes 1 to 3 changes.
 /// 3. At once (no TTL has run out):
 ///    - a handle opened before the change reads ESTALE (`[]` if the old
@@ -32,7 +33,8 @@ import XCTest
 ///      stat shows the new size, and keepCache is off. The control
 ///      reads its bytes.
 ///    - a lookup and a stat of each changed name show the old state or the
-///      new one, nothing else; getfattr shows one version whole; an open of a
+///      new one, nothing else; getfattr shows one version whole (once the
+///      background work settled: it is several calls); an open of a
 ///      file a lookup shows succeeds and reads ESTALE, `[]` (an empty old
 ///      version) or the new bytes.
 ///    - setfattr of an overwritten file decides against the new version
@@ -291,6 +293,11 @@ struct OtherClientRound {
     var control: (path: String, inode: UInt64, handle: UInt64)?
     let unchanged = before.files.keys.filter { !changed.contains($0) }.sorted()
     if let path = unchanged.randomElement(using: &generator) { control = try await openEarly(path) }
+    // What those opens started (a prefetch of siblings) lands before the
+    // change, not halfway through it; then the files whose old version the
+    // mount fetched within the last second are known.
+    try await settle()
+    let fetchedJustBefore = Set(changes.map(\.key).filter(fetchedWithinConfirmation))
 
     for path in Set(before.files.keys).union(after.files.keys) {
       oldGenerations[path] = store.object(path)?.generation
@@ -323,11 +330,14 @@ struct OtherClientRound {
       let probe = Int.random(in: 0..<4, using: &generator)
       guard let inode = try await expectOneOf(path, [before.shown(path), after.shown(path)]) else { continue }
       if overwritten.contains(path) {
+        // getfattr -d is several calls: what the mount learns between them
+        // (a stale read's refresh, a prefetch) would show in the later ones.
+        try await settle()
         try await expectProperties(path, inode, oneOf: [.before, .after])
         if probe < 3 {
           try await setxattrAtOnce(
             path, inode, flags: [[], .create, .replace][probe],
-            fetchedJustBefore: early.contains { $0.path == path })
+            fetchedJustBefore: fetchedJustBefore.contains(path))
         }
       }
       if openIt { try await openShown(path, inode) }
@@ -380,10 +390,21 @@ struct OtherClientRound {
     forgetEverything()
   }
 
-  /// Waits (a bounded poll) for the tree walks' fetches to end.
+  /// Waits (a bounded poll) for the mount's background fetches to end: tree
+  /// walks', sibling prefetches', and the refreshes after stale reads.
   private func settle() async throws {
-    let settled = await eventually { fs.directories.walks.fetchesUnderWay == 0 }
-    guard settled else { throw RoundMismatch("a tree walk's fetch never ended") }
+    let settled = await eventually {
+      fs.directories.walks.fetchesUnderWay == 0 && fs.readService.prefetch.held == 0
+        && fs.readService.staleReads.isIdle
+    }
+    guard settled else { throw RoundMismatch("the mount's background work never ended") }
+  }
+
+  /// The mount holds `path`'s version fetched less than a second ago, on
+  /// which a setfattr that sends nothing decides (docs/SEMANTICS.md#xattrs-set).
+  private func fetchedWithinConfirmation(_ path: String) -> Bool {
+    guard let inode = fs.nodes.held(path), let node = try? fs.nodes.node(inode) else { return false }
+    return clock.read() - node.fetchedAt <= ExtendedAttributes.confirmationAge
   }
 
   /// What a kernel may do at any time with inodes nothing uses (memory
@@ -535,7 +556,8 @@ struct OtherClientRound {
   /// The known divergence: a refusal, which sends nothing, is decided on
   /// metadata fetched less than a second ago (docs/SEMANTICS.md#xattrs-set),
   /// so when the mount fetched the old version just before the change
-  /// (`fetchedJustBefore`: the file was opened then, on the same clock),
+  /// (`fetchedJustBefore`: by an open in step 1, or what one started, such
+  /// as a prefetch of its siblings; the same instant on the manual clock),
   /// the old version's refusal may stand, and setting the value the old
   /// version had may send nothing.
   private mutating func setxattrAtOnce(

@@ -110,36 +110,7 @@ final class DirectoryCache: Sendable {
   private let onConflict: @Sendable (String) -> Void
   private let kernelListings: KernelListings
 
-  private struct State {
-    var records: [ObjectKey: DirectoryRecord] = [:]
-    /// Records with a complete set, oldest first.
-    var completeOrder: [ObjectKey] = []
-    /// Records with a kept listing, in the order they came, for dropping the oldest.
-    var keptOrder: [ObjectKey] = []
-    var held = 0
-    /// Bumped by every change: a fill started before keeps nothing.
-    var epoch = 0
-    /// Records with files read, the latest last.
-    var readRecent: [ObjectKey] = []
-    /// Records with subdirectories read, least recently used first, and the names in them.
-    var subdirectoryOrder: [ObjectKey] = []
-    var subdirectoryKeys = 0
-    /// How many records carry each kind of mark.
-    var marks: [Mark: Int] = [:]
-  }
-  /// The time marks a record carries, each bounded by ``markCapacity``.
-  private enum Mark {
-    case foundLarge, crowded, lookedUp
-
-    var field: WritableKeyPath<DirectoryRecord, Double?> {
-      switch self {
-      case .foundLarge: \.foundLargeAt
-      case .crowded: \.crowdedAt
-      case .lookedUp: \.lookedUpAt
-      }
-    }
-  }
-  private let state = Mutex(State())
+  private let state: Mutex<DirectoryRecords>
 
   init(
     pageSize: Int, freshness: Double, kernelListings: KernelListings,
@@ -151,6 +122,7 @@ final class DirectoryCache: Sendable {
     self.kernelListings = kernelListings
     self.clock = clock
     self.onConflict = onConflict
+    self.state = Mutex(DirectoryRecords(pageSize: pageSize))
   }
 
   // MARK: - The one way in for changes
@@ -159,35 +131,35 @@ final class DirectoryCache: Sendable {
     switch change {
     case .stored(let key):
       state.withLock { state in
-        dropKept(around: key, &state)
-        add(key: key, &state)
+        state.dropKept(around: key)
+        state.add(key: key)
         // A `dir/` placeholder is no file: a file of that name stays in flight.
-        if !key.hasSuffix("/") { endInFlight(key, inode: nil, &state) }
+        if !key.hasSuffix("/") { state.endInFlight(key, inode: nil) }
       }
       kernelListings.changed(key)
     case .createdDirectory(let key, let since):
       state.withLock { state in
-        dropKept(around: key, &state)
-        add(key: key, &state)
-        record(directory: key, names: [], at: since, &state)
+        state.dropKept(around: key)
+        state.add(key: key)
+        state.record(directory: key, names: [], at: since)
       }
       kernelListings.changed(key)
     case .removed(let key):
       state.withLock { state in
-        dropKept(around: key, &state)
-        remove(key: key, &state)
+        state.dropKept(around: key)
+        state.remove(key: key)
       }
       kernelListings.changed(key)
     case .touched(let key):
       // Nothing changed here: the kernel's listings stand.
-      state.withLock { dropKept(around: key, &$0) }
+      state.withLock { $0.dropKept(around: key) }
     case .createdInFlight(let key, let inode):
       state.withLock { state in
-        add(key: key, &state)
-        beginInFlight(key, inode: inode, &state)
+        state.add(key: key)
+        state.beginInFlight(key, inode: inode)
       }
     case .endedInFlight(let key, let inode):
-      state.withLock { endInFlight(key, inode: inode, &$0) }
+      state.withLock { $0.endInFlight(key, inode: inode) }
     }
   }
 
@@ -230,20 +202,20 @@ final class DirectoryCache: Sendable {
     for item in page.items { done += tree.add(item, answeredAt: answeredAt) }
     guard page.nextPageToken == nil else {
       keep(done, epoch: flat.epoch)
-      state.withLock { mark(.foundLarge, of: ObjectKey(key), at: answeredAt, &$0) }
+      state.withLock { $0.mark(.foundLarge, of: ObjectKey(key), at: answeredAt) }
       return
     }
     keep(done + tree.finish(), epoch: flat.epoch)
     state.withLock { state in
       guard state.epoch == flat.epoch, state.records[ObjectKey(key)]?.kept != nil else { return }
-      mark(.lookedUp, of: ObjectKey(key), at: answeredAt, &state)
+      state.mark(.lookedUp, of: ObjectKey(key), at: answeredAt)
     }
   }
 
   /// The list call of file `fileKey`'s name was filled by other names
   /// before it showed whether `directoryKey` exists: asked apart from now on.
   func noteCrowded(_ directoryKey: String, at time: Double) {
-    state.withLock { mark(.crowded, of: ObjectKey(directoryKey), at: time, &$0) }
+    state.withLock { $0.mark(.crowded, of: ObjectKey(directoryKey), at: time) }
   }
 
   /// Whether a lookup of the name of `directoryKey` asks for the object and
@@ -268,7 +240,7 @@ final class DirectoryCache: Sendable {
   }
 
   func leaveBurst(_ directory: String) {
-    state.withLock { state in change(ObjectKey(directory), &state) { $0.leaveBurst() } }
+    state.withLock { state in state.change(ObjectKey(directory)) { $0.leaveBurst() } }
   }
 
   // MARK: - What walks fill and take
@@ -298,12 +270,12 @@ final class DirectoryCache: Sendable {
       var current: [ObjectKey] = []
       for key in state.keptOrder {
         guard let kept = state.records[key]?.kept else { continue }
-        if now - kept.at < freshness { current.append(key) } else { drop(key, &state) }
+        if now - kept.at < freshness { current.append(key) } else { state.drop(key) }
       }
       state.keptOrder = current
       for (name, entries) in listings {
         let key = ObjectKey(name)
-        drop(key, &state)
+        state.drop(key)
         guard state.held + entries.count <= capacity else { continue }
         state.records[key, default: DirectoryRecord()].kept = DirectoryRecord.Kept(entries: entries, at: now)
         state.keptOrder.append(key)
@@ -323,13 +295,13 @@ final class DirectoryCache: Sendable {
       let lookedUp = state.records[key]?.lookedUpAt
       if lookedUp != nil {
         state.marks[.lookedUp, default: 1] -= 1
-        change(key, &state) { $0.lookedUpAt = nil }
+        state.change(key) { $0.lookedUpAt = nil }
       }
       if lookedUpOnly {
         guard let at = lookedUp, now - at < followWindow else { return nil }
       }
       guard let kept = state.records[key]?.kept else { return nil }
-      drop(key, &state)
+      state.drop(key)
       return now - kept.at < freshness ? kept.entries : nil
     }
   }
@@ -339,7 +311,7 @@ final class DirectoryCache: Sendable {
   /// A readdir pass listed `directory` from its first entry to its last,
   /// as fresh as `at` (its oldest page): these are its names.
   func listedWhole(_ directory: String, names: Set<ObjectKey>, at time: Double) {
-    state.withLock { record(directory: directory, names: names, at: time, &$0) }
+    state.withLock { $0.record(directory: directory, names: names, at: time) }
   }
 
   /// A readdir of `directory` gave these files and subdirectories (in listing order).
@@ -353,7 +325,7 @@ final class DirectoryCache: Sendable {
         if list.count > 2 * pageSize { list.removeFirst(list.count - pageSize) }
         state.subdirectoryKeys += list.count - before
         state.records[directory, default: DirectoryRecord()].subdirectories = list
-        touchSubdirectories(of: directory, &state)
+        state.touchSubdirectories(of: directory)
       }
     }
     guard !files.isEmpty else { return }
@@ -361,7 +333,8 @@ final class DirectoryCache: Sendable {
       if state.records[directory]?.filesRead == nil {
         state.readRecent.append(directory)
         if state.readRecent.count > Self.readOrderCapacity {
-          change(state.readRecent.removeFirst(), &state) { $0.filesRead = nil }
+          let oldest = state.readRecent.removeFirst()
+          state.change(oldest) { $0.filesRead = nil }
         }
       }
       state.records[directory, default: DirectoryRecord()].noteRead(files, limit: Self.readOrderFiles)
@@ -374,7 +347,7 @@ final class DirectoryCache: Sendable {
     let directory = ObjectKey(directory)
     return state.withLock { state in
       guard let list = state.records[directory]?.subdirectories else { return nil }
-      touchSubdirectories(of: directory, &state)
+      state.touchSubdirectories(of: directory)
       return list
     }
   }
@@ -396,7 +369,7 @@ final class DirectoryCache: Sendable {
 
   /// Whether file `inode` is still in flight at `key` (any inode: nil).
   func isInFlight(_ key: String, inode: UInt64? = nil) -> Bool {
-    let (directory, name) = Self.split(key)
+    let (directory, name) = DirectoryRecords.split(key)
     return state.withLock { state in
       guard let found = state.records[ObjectKey(directory)]?.writing[ObjectKey(name)] else { return false }
       return inode.map { $0 == found } ?? true
@@ -406,131 +379,5 @@ final class DirectoryCache: Sendable {
   /// Whether a file in flight is anywhere under `directory`.
   func holdsInFlight(under directory: String) -> Bool {
     state.withLock { ($0.records[ObjectKey(directory)]?.writingBelow ?? 0) > 0 }
-  }
-
-  // MARK: - Under the lock
-
-  /// The directory (up to its last `/`) and the name of `key`; a `dir/`
-  /// placeholder's name keeps no slash.
-  private static func split(_ key: String) -> (directory: Substring, name: Substring) {
-    var rest = Substring(key)
-    if rest.hasSuffix("/") { rest = rest.dropLast() }
-    let cut = rest.lastIndex(of: "/").map { rest.index(after: $0) } ?? rest.startIndex
-    return (rest[..<cut], rest[cut...])
-  }
-
-  /// Marks `directory`'s subdirectory list used; drops the least recently
-  /// used lists beyond ``subdirectoryLists`` or beyond 8 pages of names.
-  private func touchSubdirectories(of directory: ObjectKey, _ state: inout State) {
-    if let index = state.subdirectoryOrder.lastIndex(of: directory) {
-      state.subdirectoryOrder.remove(at: index)
-    }
-    state.subdirectoryOrder.append(directory)
-    while state.subdirectoryOrder.count > Self.subdirectoryLists || state.subdirectoryKeys > 8 * pageSize,
-      state.subdirectoryOrder.count > 1
-    {
-      let oldest = state.subdirectoryOrder.removeFirst()
-      state.subdirectoryKeys -= state.records[oldest]?.subdirectories?.count ?? 0
-      change(oldest, &state) { $0.subdirectories = nil }
-    }
-  }
-
-  /// Applies `body` to the record of `key` (made if absent), then drops it if it holds nothing.
-  private func change(_ key: ObjectKey, _ state: inout State, _ body: (inout DirectoryRecord) -> Void) {
-    var record = state.records[key] ?? DirectoryRecord()
-    body(&record)
-    state.records[key] = record.isEmpty ? nil : record
-  }
-
-  /// Sets a time mark on `key`'s record; past ``markCapacity`` marks of that
-  /// kind, every one of them is forgotten first.
-  private func mark(_ mark: Mark, of key: ObjectKey, at time: Double, _ state: inout State) {
-    let field = mark.field
-    if state.marks[mark, default: 0] >= Self.markCapacity {
-      for marked in state.records.keys where state.records[marked]?[keyPath: field] != nil {
-        change(marked, &state) { $0[keyPath: field] = nil }
-      }
-      state.marks[mark] = 0
-    }
-    if state.records[key]?[keyPath: field] == nil { state.marks[mark, default: 0] += 1 }
-    state.records[key, default: DirectoryRecord()][keyPath: field] = time
-  }
-
-  private func record(directory: String, names: Set<ObjectKey>, at time: Double, _ state: inout State) {
-    guard names.count <= Self.maxNames else { return }
-    let key = ObjectKey(directory)
-    if state.records[key]?.complete == nil { state.completeOrder.append(key) }
-    state.records[key, default: DirectoryRecord()].complete = DirectoryRecord.NameSet(names: names, at: time)
-    if state.completeOrder.count > Self.completeCapacity {
-      change(state.completeOrder.removeFirst(), &state) { $0.complete = nil }
-    }
-  }
-
-  /// `key`'s name joins its directory's complete set, and each directory on
-  /// its path joins its parent's (a directory renamed here has no placeholder).
-  private func add(key: String, _ state: inout State) {
-    guard !state.completeOrder.isEmpty else { return }
-    var rest = Substring(key)
-    if rest.hasSuffix("/") { rest = rest.dropLast() }
-    while !rest.isEmpty {
-      let cut = rest.lastIndex(of: "/").map { rest.index(after: $0) } ?? rest.startIndex
-      state.records[ObjectKey(rest[..<cut])]?.complete?.names.insert(ObjectKey(rest[cut...]))
-      rest = cut == rest.startIndex ? "" : rest[..<rest.index(before: cut)]
-    }
-  }
-
-  /// The callers made sure no directory of that name exists (unlink and
-  /// rename answer EISDIR first); a name kept by mistake only costs a lookup its request.
-  private func remove(key: String, _ state: inout State) {
-    guard !state.completeOrder.isEmpty, !key.hasSuffix("/") else { return }
-    let (directory, name) = Self.split(key)
-    state.records[ObjectKey(directory)]?.complete?.names.remove(ObjectKey(name))
-  }
-
-  /// File `inode` is in flight at `key`: in its directory, and under every
-  /// directory above it.
-  private func beginInFlight(_ key: String, inode: UInt64, _ state: inout State) {
-    let (directory, name) = Self.split(key)
-    let previous = state.records[ObjectKey(directory), default: DirectoryRecord()].writing.updateValue(
-      inode, forKey: ObjectKey(name))
-    if previous == nil { countInFlight(under: directory, by: 1, &state) }
-  }
-
-  /// The file in flight at `key` (if `inode`, only that one) is in flight no more.
-  private func endInFlight(_ key: String, inode: UInt64?, _ state: inout State) {
-    let (directory, name) = Self.split(key)
-    guard let found = state.records[ObjectKey(directory)]?.writing[ObjectKey(name)],
-      inode.map({ $0 == found }) ?? true
-    else { return }
-    state.records[ObjectKey(directory)]?.writing[ObjectKey(name)] = nil
-    countInFlight(under: directory, by: -1, &state)
-  }
-
-  /// Counts a file in flight in `directory` and each directory above it, up to the root.
-  private func countInFlight(under directory: Substring, by delta: Int, _ state: inout State) {
-    var rest = directory
-    while true {
-      change(ObjectKey(rest), &state) { $0.writingBelow += delta }
-      guard !rest.isEmpty else { return }
-      let inner = rest.dropLast()
-      rest = inner.lastIndex(of: "/").map { inner[...$0] } ?? ""
-    }
-  }
-
-  /// Drops every kept listing a change of `key` (an object name or a
-  /// directory prefix) could make wrong: those of its ancestors and of
-  /// everything under it; fills under way keep nothing.
-  private func dropKept(around key: String, _ state: inout State) {
-    state.epoch += 1
-    for listed in state.keptOrder
-    where key.utf8.starts(with: listed.name.utf8) || listed.name.utf8.starts(with: key.utf8) {
-      drop(listed, &state)
-    }
-  }
-
-  private func drop(_ key: ObjectKey, _ state: inout State) {
-    guard let kept = state.records[key]?.kept else { return }
-    state.held -= kept.entries.count
-    change(key, &state) { $0.kept = nil }
   }
 }
