@@ -127,7 +127,8 @@ let package = Package(
     .executableTarget(
       name: "bucketfs",
       dependencies: [
-        "BucketFS", "CFuse", "CloudStorage", "ContentCache", "Credentials", "FUSE", "IOThreads", "MetricsExport",
+        "BucketFS", "CFuse", "CloudStorage", "ContentCache", "Credentials", "FUSE", "IOThreads",
+        "MetricsExport",
         "MountOptionTable",
         "ObjectStore", "ServiceAccess", "TLSTrust",
         .product(name: "ArgumentParser", package: "swift-argument-parser"),
