@@ -29,12 +29,14 @@ def socket_inodes(pid: int) -> set[str]:
     return inodes
 
 
-def established_tcp(pid: int) -> list[tuple[int, int]]:
-    """The process's ESTABLISHED TCP connections, as (local port, remote
-    port): its sockets looked up in its network namespace's tables. Only a
-    socket open both before and after the tables are read counts, so every
-    one counted was open at one moment (while they were read), however the
-    descriptors churn meanwhile."""
+def established_tcp(pid: int) -> dict[str, tuple[int, int]]:
+    """The process's ESTABLISHED TCP connections, by socket inode, as (local
+    port, remote port): its sockets looked up in its network namespace's
+    tables. Only a socket open both before and after the tables are read
+    counts, so every one counted was open at one moment (while they were
+    read), however the descriptors churn meanwhile. Keyed by inode because
+    the tables are no snapshot: read while other sockets open and close,
+    they list a socket that stays open twice or more now and then."""
     try:
         before = socket_inodes(pid)
         rows = []
@@ -43,13 +45,13 @@ def established_tcp(pid: int) -> list[tuple[int, int]]:
                 rows += f.read().splitlines()[1:]
         both = before & socket_inodes(pid)
     except OSError:
-        return []  # the process is gone
-    found = []
+        return {}  # the process is gone
+    found = {}
     for row in rows:
         fields = row.split()
         # local and remote address "HEX:PORT", state "01" is ESTABLISHED, field 9 the inode
         if fields[3] == "01" and fields[9] in both:
-            found.append((int(fields[1].rsplit(":", 1)[1], 16), int(fields[2].rsplit(":", 1)[1], 16)))
+            found[fields[9]] = (int(fields[1].rsplit(":", 1)[1], 16), int(fields[2].rsplit(":", 1)[1], 16))
     return found
 
 
@@ -73,19 +75,20 @@ def bucketfs_pids(mountpoint: str) -> list[int]:
 def sample(mountpoint: str, stop_file: str) -> None:
     """Polls every 2 ms (plus the time a sample takes) until `stop_file` exists, then prints as JSON the most
     TCP connections one sample saw (and which), the samples and the pids seen."""
-    peak: list[tuple[int, int]] = []
+    peak: dict[str, tuple[int, int]] = {}
     samples, pids_seen = 0, set()
     print("sampling", flush=True)  # the test mounts only once this is read
     while not os.path.exists(stop_file):
-        connections = []
+        connections: dict[str, tuple[int, int]] = {}  # one socket held by two processes is one connection
         for pid in bucketfs_pids(mountpoint):
             pids_seen.add(pid)
-            connections += established_tcp(pid)
+            connections |= established_tcp(pid)
         if len(connections) > len(peak):
             peak = connections
         samples += 1
         time.sleep(0.002)
-    print(json.dumps({"peak": len(peak), "connections": peak, "samples": samples, "pids": sorted(pids_seen)}))
+    print(json.dumps({"peak": len(peak), "connections": sorted(peak.values()), "samples": samples,
+                      "pids": sorted(pids_seen)}))
 
 
 if __name__ == "__main__":
