@@ -78,8 +78,14 @@ let package = Package(
         .product(name: "NIOCore", package: "swift-nio"),
         .product(name: "NIOHTTP1", package: "swift-nio"),
         .product(name: "Logging", package: "swift-log"),
-      ]
+      ],
+      // Version.current, from the file VERSION.
+      plugins: ["VersionSource"]
     ),
+    // Writes Version.current from VERSION at build time: the version is kept in that one file,
+    // which scripts/install.sh reads too.
+    .plugin(name: "VersionSource", capability: .buildTool(), dependencies: ["VersionSourceTool"]),
+    .executableTarget(name: "VersionSourceTool", path: "Plugins/VersionSourceTool"),
     // OAuth access tokens: service-account keys, authorized-user files, the
     // gcloud application-default file, the metadata server, static tokens.
     .target(
@@ -121,7 +127,8 @@ let package = Package(
     .executableTarget(
       name: "bucketfs",
       dependencies: [
-        "BucketFS", "CFuse", "CloudStorage", "ContentCache", "Credentials", "FUSE", "IOThreads", "MetricsExport",
+        "BucketFS", "CFuse", "CloudStorage", "ContentCache", "Credentials", "FUSE", "IOThreads",
+        "MetricsExport",
         "MountOptionTable",
         "ObjectStore", "ServiceAccess", "TLSTrust",
         .product(name: "ArgumentParser", package: "swift-argument-parser"),

@@ -512,6 +512,19 @@ class Pace:
 REQUESTER_PAYS_MESSAGE = "Bucket is a requester pays bucket but no user project provided."
 
 
+def injected_error(status: int) -> dict:
+    """The JSON error body the service sends with ``status``; a 403 as it
+    refuses a caller without the permission (bucketfs answers it EACCES)."""
+    if status == 403:
+        message = ("anonymous caller does not have storage.objects.get access to the "
+                   "Google Cloud Storage object. (proxy: injected)")
+        reason = "forbidden"
+    else:
+        message, reason = "proxy: injected", "backendError"
+    return {"error": {"code": status, "message": message,
+                      "errors": [{"message": message, "domain": "global", "reason": reason}]}}
+
+
 class _ThreadingServer(socketserver.ThreadingMixIn, http.server.HTTPServer):
     daemon_threads = True
     allow_reuse_address = True
@@ -626,9 +639,9 @@ class CountingProxy:
                         fault[2].wait(300)
                         self.close_connection = True
                         return
-                    rec.status = 503
-                    msg = b'{"error": {"code": 503, "message": "proxy: injected"}}'
-                    self.send_response(503)
+                    rec.status = int(fault[0])
+                    msg = json.dumps(injected_error(rec.status)).encode()
+                    self.send_response(rec.status)
                     self.send_header("Content-Type", "application/json")
                     self.send_header("Content-Length", str(len(msg)))
                     self.end_headers()
@@ -822,9 +835,10 @@ class CountingProxy:
 
     def set_fault(self, mode: str | None, kinds: Iterable[str] = ("media",)) -> None:
         """Fail requests of ``kinds`` (see ``classify``): "stall" holds them
-        unanswered until the fault is cleared, "503" answers 503 at once;
-        None clears the fault (and releases stalled requests)."""
-        assert mode in (None, "stall", "503"), mode
+        unanswered until the fault is cleared; an error status ("503", "403",
+        any 4xx or 5xx) answers it at once, with the service's error body
+        (``injected_error``); None clears the fault (and releases stalled requests)."""
+        assert mode in (None, "stall") or (mode.isdigit() and 400 <= int(mode) <= 599), mode
         old, self._fault = self._fault, None
         if old is not None:
             old[2].set()

@@ -58,7 +58,11 @@ else
   # shellcheck disable=SC2086
   binary="$(swift build -c release $SWIFT_BUILD_FLAGS --show-bin-path)/bucketfs"
 fi
-version=$("$binary" --version) || die "$binary --version failed"
+# VERSION is the package's one version; the build writes it into the binary
+# (Plugins/VersionSource), so a binary that says otherwise is stale.
+version=$(cat VERSION)
+built=$("$binary" --version) || die "$binary --version failed"
+[ "$built" = "$version" ] || die "$binary is version $built, but VERSION says $version: rebuild it"
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

@@ -78,6 +78,7 @@ def test_a_flag_wins_over_the_file(bucket, mount, tmp_path):
     ("metadata-ttl: soon\n", "key 'metadata-ttl': must be a number"),
     ("anonymous: 3\n", "key 'anonymous': must be true or false"),
     ("page-size: 5000\n", "--page-size must be 1 to 1000 (key 'page-size' in"),
+    ("max-connections: 0\n", "--max-connections must be 1 to 1024 (key 'max-connections' in"),
     ("page-size: [\n", "not YAML"),
     ("- page-size\n", "must be a mapping"),
 ])

@@ -1,14 +1,18 @@
 """End to end (issue 42 item 2): `--log-format json` writes one JSON object a
 line, with time, severity, message and component, through a session with
-errors (a missing object, a conflicting overwrite, retried 503s); the
-session's access token appears in none of them."""
+errors (a missing object, a conflicting overwrite, retried 503s, a read
+refused with 403, answered EACCES); the session's access token appears in
+none of them."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
 import secrets
+
+import pytest
 
 import fakegcs as F
 from conftest import run
@@ -24,6 +28,7 @@ def test_json_log_lines_of_a_session_with_errors(client, bucket, mount, tmp_path
     token_file.chmod(0o600)
     client.upload(bucket, F.Obj("gone.txt", b"soon deleted"))
     client.upload(bucket, F.Obj("kept.txt", b"x" * 1000))
+    client.upload(bucket, F.Obj("denied.txt", b"private"))
     m = mount(bucket, "", "--access-token-file", str(token_file), "--log-format", "json",
               "--log-level", "debug", "--retry-deadline", "3", "--request-timeout", "1", "--read-cache-size", "0",
               anonymous=False)
@@ -47,6 +52,15 @@ def test_json_log_lines_of_a_session_with_errors(client, bucket, mount, tmp_path
         run(["cat", m.p("kept.txt")], check=False)
     finally:
         m.proxy.set_fault(None)
+    # A refusal: the service answers the download 403, the reader gets EACCES.
+    m.proxy.set_fault("403", ["media"])
+    try:
+        with pytest.raises(PermissionError):
+            with open(m.p("denied.txt"), "rb") as f:
+                f.read()
+    finally:
+        m.proxy.set_fault(None)
+    assert any(r.status == 403 for r in m.proxy.records("media")), m.describe()
 
     with open(m.log_path, encoding="utf-8") as f:
         text = f.read()
@@ -65,6 +79,11 @@ def test_json_log_lines_of_a_session_with_errors(client, bucket, mount, tmp_path
     messages = "\n".join(json.loads(line)["message"] for line in lines)
     assert "mounted gs://" in messages, messages
     assert "retrying" in messages, messages  # the 503s were retried, and said so
+    # The 403, logged once where it left the filesystem as EACCES ("Permission denied").
+    denied = [e for e in map(json.loads, lines)
+              if e["severity"] == "ERROR" and "denied.txt" in e["message"] and "access denied" in e["message"]]
+    assert len(denied) == 1, messages
+    assert os.strerror(errno.EACCES) in denied[0]["message"], denied
     assert {"DEBUG", "INFO", "WARNING"} <= severities, severities
 
 

@@ -488,13 +488,15 @@ def test_helper_translates_options(tmp_path):
     assert p.returncode != 0 and "usage" in p.stderr
 
 
-def test_helper_translates_config_log_format_and_app_name(tmp_path):
+def test_helper_translates_config_log_format_app_name_and_limits(tmp_path):
     installed = stub_bucketfs(tmp_path / "installed", "installed")
     helper = helper_naming(tmp_path, str(installed))
     out = helper_dry_run(helper, "b", "/m", "-f", "-o",
-                         "config=/etc/bucketfs/b.yaml,log_format=json,app-name=photos,ro")
+                         "config=/etc/bucketfs/b.yaml,log_format=json,app-name=photos,ro,max_connections=4,"
+                         "max-requests-per-second=20,max_bytes_per_second=20000000")
     assert out == (f"mount.fuse.bucketfs: {installed} mount b /m --config /etc/bucketfs/b.yaml "
-                   "--log-format json --app-name photos -o ro")
+                   "--log-format json --app-name photos --max-connections 4 --max-requests-per-second 20 "
+                   "--max-bytes-per-second 20000000 -o ro")
 
 
 SYSTEM_DIRS = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"

@@ -1,18 +1,25 @@
 """End to end (issue 42 item 5): every request a mount sends carries
-`User-Agent: bucketfs/VERSION`, the version `bucketfs --version` prints, and
-with `--app-name NAME` the name too; a name that could break a header fails
-the mount with one line."""
+`User-Agent: bucketfs/VERSION`, the version `bucketfs --version` prints (the
+one the build took from the file VERSION), and with `--app-name NAME` the name
+too; a name that could break a header fails the mount with one line."""
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import fakegcs as F
 from conftest import run
 
+VERSION_FILE = Path(__file__).resolve().parent.parent / "VERSION"
+
 
 def version(binary: str) -> str:
     return run([binary, "--version"]).stdout.strip()
+
+
+def test_the_binary_is_the_version_file_s(bucketfs_bin):
+    assert version(bucketfs_bin) == VERSION_FILE.read_text().strip()
 
 
 def test_every_request_carries_version_and_app_name(client, bucket, mount, bucketfs_bin):

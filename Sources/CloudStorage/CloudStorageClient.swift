@@ -60,8 +60,12 @@ public final class CloudStorageClient: ObjectStore {
     self.metrics = metrics
   }
 
-  /// An HTTP client configured for this workload: many parallel connections
-  /// (lookups and read-ahead), a stall timeout, no automatic decompression.
+  /// `--max-connections`' default.
+  public static let defaultMaxConnections = 64
+
+  /// An HTTP client configured for this workload: up to `maxConnections`
+  /// parallel connections per host (lookups and read-ahead), a stall
+  /// timeout, no automatic decompression.
   /// HTTP/1.1 only: with HTTP/2 (which TLS would negotiate) the parallel
   /// ranged GETs of a reader would share one TCP connection and its one
   /// congestion window, the limit they exist to get past (gcsfuse defaults
@@ -73,12 +77,22 @@ public final class CloudStorageClient: ObjectStore {
   /// refused certificate is seen in milliseconds, not after the connect
   /// timeout; the client's own retries (``RetryPolicy``) take over the
   /// connection's.
-  public static func makeHTTPClient(retry: RetryPolicy, trust: CertificateTrust? = nil) -> HTTPClient {
+  ///
+  /// The pool's "soft" limit is passed only by overflow connections, which
+  /// it opens for requests bound to one event loop; the async `execute` this
+  /// client sends with binds none, so no more than `maxConnections` are
+  /// open to a host at once. A request beyond them waits in the pool's queue
+  /// for a free one, under its deadline, and leaves it when its task is
+  /// cancelled (an interrupted read).
+  public static func makeHTTPClient(
+    retry: RetryPolicy, trust: CertificateTrust? = nil, maxConnections: Int = defaultMaxConnections
+  ) -> HTTPClient {
     var configuration = HTTPClient.Configuration(
       timeout: .init(
         connect: .milliseconds(Int64(min(retry.attemptTimeout, 10) * 1000)),
         read: .milliseconds(Int64(retry.attemptTimeout * 1000))),
-      connectionPool: .init(idleTimeout: .seconds(60), concurrentHTTP1ConnectionsPerHostSoftLimit: 64))
+      connectionPool: .init(
+        idleTimeout: .seconds(60), concurrentHTTP1ConnectionsPerHostSoftLimit: maxConnections))
     configuration.decompression = .disabled
     configuration.redirectConfiguration = .disallow
     configuration.httpVersion = .http1Only
@@ -213,23 +227,5 @@ public final class CloudStorageClient: ObjectStore {
       return try await metadata(of: name)
     }
     return try resource.metadata(defaultBucket: bucket)
-  }
-}
-
-public enum Version {
-  public static let current = "0.1.0"
-
-  /// `bucketfs/0.1.0`, or `bucketfs/0.1.0 (NAME)` so an operator can tell mounts apart in request logs.
-  public static func userAgent(appName: String?) -> String {
-    "bucketfs/\(current)" + (appName.map { " (\($0))" } ?? "")
-  }
-
-  /// An app name is safe in a header: 1 to 100 letters, digits and `.-_+/`.
-  public static func isValidAppName(_ name: String) -> Bool {
-    (1...100).contains(name.count)
-      && name.unicodeScalars.allSatisfy {
-        $0.isASCII
-          && ($0.properties.isAlphabetic || ("0"..."9").contains($0) || ".-_+/".unicodeScalars.contains($0))
-      }
   }
 }

@@ -238,6 +238,10 @@ public enum MountOptionTable {
     "read-ahead-budget", value: "MiB", default: 256, unit: .mebibytes,
     "memory read-ahead may hold at once, all open files together; when it is short, reads fetch smaller segments"
   )
+  public static let maxConnections = MountOption<Int>(
+    "max-connections", value: "N", default: 64, unit: .count,
+    "connections to the service the mount has open at most, all requests together (1 to 1024); a request beyond them waits for a free one, within its deadline"
+  )
   public static let maxRequestsPerSecond = MountOption<Double>(
     "max-requests-per-second", value: "R", default: nil, note: "off",
     "requests a second the mount sends at most, reads, writes and listings together; a request waits its turn (a token bucket holding one second's worth), it never fails for it"
@@ -273,7 +277,8 @@ public enum MountOptionTable {
     compositeUploadThreshold.row, compositePartSize.row, streamDiskLimit.row, cacheDir.row,
     readCacheSize.row,
     firebaseDownloadTokens.row, refuseReadOnlyXattrs.row, renameDirLimit.row, readAheadBudget.row,
-    maxRequestsPerSecond.row, maxBytesPerSecond.row, appName.row, logLevel.row, logFile.row, logFormat.row,
+    maxConnections.row, maxRequestsPerSecond.row, maxBytesPerSecond.row, appName.row, logLevel.row,
+    logFile.row, logFormat.row,
     metricsAddr.row,
   ]
 

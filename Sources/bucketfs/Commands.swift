@@ -90,6 +90,8 @@ struct Mount: ParsableCommand {
   var streamDiskLimit: Int?
   @Option(name: .customLong(T.readAheadBudget.name), help: help(T.readAheadBudget))
   var readAheadBudget = T.readAheadBudget.value
+  @Option(name: .customLong(T.maxConnections.name), help: help(T.maxConnections))
+  var maxConnections = T.maxConnections.value
   @Option(name: .customLong(T.maxRequestsPerSecond.name), help: help(T.maxRequestsPerSecond))
   var maxRequestsPerSecond: Double?
   @Option(name: .customLong(T.maxBytesPerSecond.name), help: help(T.maxBytesPerSecond))
@@ -143,6 +145,9 @@ struct Mount: ParsableCommand {
     }
     guard Logger.Level(rawValue: logLevel) != nil else {
       throw ValidationError("unknown --log-level \(logLevel)")
+    }
+    guard (1...1024).contains(maxConnections) else {
+      throw ValidationError("--max-connections must be 1 to 1024")
     }
     if let maxRequestsPerSecond, !(maxRequestsPerSecond >= 0.01 && maxRequestsPerSecond <= 1_000_000) {
       throw ValidationError("--max-requests-per-second must be 0.01 to 1000000")
@@ -212,7 +217,7 @@ struct Mount: ParsableCommand {
     retry.attemptTimeout = requestTimeout
     retry.deadline = retryDeadline
     let trust = try certificateTrust(caFile: caFile, logger: logger)
-    let http = CloudStorageClient.makeHTTPClient(retry: retry, trust: trust)
+    let http = CloudStorageClient.makeHTTPClient(retry: retry, trust: trust, maxConnections: maxConnections)
     defer { blocking { try? await http.shutdown() } }
     let tokens = try accessTokens(
       anonymous: anonymous || emulated, credentials: credentials, accessTokenFile: accessTokenFile,

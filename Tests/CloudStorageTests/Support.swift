@@ -42,12 +42,12 @@ func testLogger() -> Logger {
 func withFakeServer(
   bucket: String = "bkt", clientBucket: String? = nil, retry: RetryPolicy = .fast(),
   uploads: UploadPolicy = UploadPolicy(), tokens: (any AccessTokenProvider)? = nil,
-  metrics: StorageMetrics = StorageMetrics(),
+  metrics: StorageMetrics = StorageMetrics(), maxConnections: Int = CloudStorageClient.defaultMaxConnections,
   _ body: (FakeStorageServer, CloudStorageClient) async throws -> Void
 ) async throws {
   let server = FakeStorageServer(bucket: bucket)
   try await server.start()
-  let http = CloudStorageClient.makeHTTPClient(retry: retry)
+  let http = CloudStorageClient.makeHTTPClient(retry: retry, maxConnections: maxConnections)
   let outcome: Result<Void, any Error>
   do {
     let endpoint = try Endpoint(server.endpoint)

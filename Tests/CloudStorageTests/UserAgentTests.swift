@@ -1,4 +1,5 @@
 import CloudStorage
+import Foundation
 import XCTest
 
 /// `--app-name` reaches the User-Agent, and only names safe in a header are taken.
@@ -6,6 +7,15 @@ final class UserAgentTests: XCTestCase {
   func testUserAgentCarriesVersionAndAppName() {
     XCTAssertEqual(Version.userAgent(appName: nil), "bucketfs/\(Version.current)")
     XCTAssertEqual(Version.userAgent(appName: "photos-prod"), "bucketfs/\(Version.current) (photos-prod)")
+  }
+
+  /// The build writes VERSION's one line into the code (Plugins/VersionSource), nothing else.
+  func testTheVersionIsTheOneInTheVersionFile() throws {
+    let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+      .deletingLastPathComponent()
+    let file = try String(contentsOf: root.appendingPathComponent("VERSION"), encoding: .utf8)
+    XCTAssertEqual(Version.current, file.trimmingCharacters(in: .newlines))
+    XCTAssertFalse(Version.current.isEmpty)
   }
 
   func testAppNamesThatWouldBreakAHeaderAreRefused() {

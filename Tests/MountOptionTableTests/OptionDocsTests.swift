@@ -87,6 +87,7 @@ final class OptionDocsTests: XCTestCase {
     XCTAssertEqual(uploads.compositeThreshold, Int64(T.compositeUploadThreshold.value) << 20)
     XCTAssertEqual(uploads.partSize, Int64(T.compositePartSize.value) << 20)
     XCTAssertEqual(Self.codeSpans(T.endpoint.defaultText), [Endpoint.production])
+    XCTAssertEqual(CloudStorageClient.defaultMaxConnections, T.maxConnections.value)
   }
 
   /// The checks above fail when a default differs.

@@ -124,6 +124,7 @@ public final class FakeStorageServer: @unchecked Sendable {
     var serverChannel: Channel?
     var acceptTask: Task<Void, Never>?
     var connections: [ObjectIdentifier: Channel] = [:]
+    var peakConnections = 0
     var inFlight: [RequestKind: Int] = [:]
     var peakInFlight: [RequestKind: Int] = [:]
     var corruption = Corruption()
@@ -170,6 +171,9 @@ public final class FakeStorageServer: @unchecked Sendable {
   public func requests(_ kind: RequestKind) -> [RecordedRequest] { requests.filter { $0.kind == kind } }
 
   public func resetRequests() { state.withLock { $0.requests.removeAll() } }
+
+  /// The most client connections that were open at once.
+  public var peakConnections: Int { state.withLock { $0.peakConnections } }
 
   /// The most requests of `kind` that were being handled at once.
   public func peakInFlight(_ kind: RequestKind) -> Int { state.withLock { $0.peakInFlight[kind] ?? 0 } }
@@ -293,7 +297,10 @@ public final class FakeStorageServer: @unchecked Sendable {
   private func serve(_ connection: NIOAsyncChannel<HTTPServerRequestPart, HTTPServerResponsePart>) async {
     let channel = connection.channel
     let id = ObjectIdentifier(channel)
-    state.withLock { $0.connections[id] = channel }
+    state.withLock { s in
+      s.connections[id] = channel
+      s.peakConnections = max(s.peakConnections, s.connections.count)
+    }
     defer { _ = state.withLock { $0.connections.removeValue(forKey: id) } }
     try? await connection.executeThenClose { inbound, outbound in
       var head: HTTPRequestHead?
