@@ -15,7 +15,7 @@ extension BucketFileSystem {
   public func open(inode: UInt64, flags: Int32) async throws -> OpenResult {
     try await boundary("open") {
       await readService.staleReads.settle(inode)
-      let node = try nodes.node(inode)
+      let node = try inodes.node(inode)
       switch node.kind {
       case .file: break
       case .directory: throw Errno.isDirectory
@@ -44,7 +44,7 @@ extension BucketFileSystem {
   ) {
     try await boundary("create") {
       if configuration.readOnly { throw Errno.readOnly }
-      let parentKey = try nodes.node(parent, kind: .directory).key
+      let parentKey = try inodes.node(parent, kind: .directory).key
       let key = try Names.key(name, under: parentKey, for: .newFile)
       let staged = try await writers.create(key: key, name: name, flags: flags, mode: mode)
       return (entries.staged(staged.inode), OpenResult(handle: putWriter(staged), keepCache: false))
@@ -72,7 +72,7 @@ extension BucketFileSystem {
       if staged.holdsBytes { return .stage(staged) }
       return base.map(ReadSource.object)
     case .object(let reader):
-      if let staged = stagedInodes.file(inode: inode), staged.holdsBytes { return .stage(staged) }
+      if let staged = inodes.stagedFile(inode), staged.holdsBytes { return .stage(staged) }
       return .object(reader)
     case .directory, nil:
       return nil

@@ -26,7 +26,7 @@ extension BucketFileSystem {
   {
     try await boundary("setattr") {
       if configuration.readOnly { throw Errno.readOnly }
-      let node = try nodes.node(inode)
+      let node = try inodes.node(inode)
       if node.kind == .directory, changes.size != nil { throw Errno.isDirectory }
       // truncate follows links: a size for the link itself comes from no tool.
       if node.kind == .symlink, changes.size != nil { throw Errno.invalid }

@@ -17,9 +17,8 @@ public final class BucketFileSystem: FileSystem, MountComponent, Sendable {
   /// The store, settings, diagnostics, clock and task owner every component shares.
   let context: MountContext
   private let onMounted: @Sendable () -> Void
-  /// Inodes, their facts and metadata.
-  let nodes: NodeTable
-  let known: KnownMetadata
+  /// Inodes: their nodes, full metadata and staged files.
+  let inodes: KnownInodes
   /// Every open handle: files, stages and directories (HandleTable.swift).
   let handles = HandleTable()
   /// What is known of each directory's contents (DirectoryCache.swift).
@@ -27,8 +26,6 @@ public final class BucketFileSystem: FileSystem, MountComponent, Sendable {
   let readService: ReadService
   /// What bucketfs chose of the files it stored, and which it created lately.
   let provenance: Provenance
-  /// Which inodes are staged (StagedInodes.swift).
-  let stagedInodes = StagedInodes()
   /// The stages' bytes on local disk (StageStore.swift).
   let stageStore: StageStore
   /// Uploads of staged files at close and fsync (Uploader.swift).
@@ -77,6 +74,8 @@ public final class BucketFileSystem: FileSystem, MountComponent, Sendable {
       diagnostics: diagnostics, clock: clock, tasks: tasks)
     let walks = SubtreeWalks(context: context, directoryCache: directoryCache)
     let known = KnownMetadata(context: context, nodes: nodes, metadataCache: metadataCache)
+    let stagedInodes = StagedInodes()
+    let inodes = KnownInodes(nodes: nodes, metadata: known, staged: stagedInodes)
     let readAhead = ReadAheadBudget(capacity: configuration.readAheadBudget, metrics: metrics)
     let prefetch = SiblingPrefetch(context: context, budget: readAhead, directoryCache: directoryCache)
     let readService = ReadService(
@@ -87,39 +86,38 @@ public final class BucketFileSystem: FileSystem, MountComponent, Sendable {
       context: context, stageFiles: stageFiles, diskWork: diskWork, metrics: metrics, streams: streams)
     let uploader = Uploader(context: context, streams: streams, nodes: nodes, provenance: provenance)
     let entries = AttributeBuilder(
-      context: context, nodes: nodes, known: known, stagedInodes: stagedInodes,
-      directoryCache: directoryCache,
-      mountTime: Timestamp.now())
+      context: context, inodes: inodes, directoryCache: directoryCache, mountTime: Timestamp.now())
     self.context = context
     self.onMounted = onMounted
-    self.nodes = nodes
-    self.known = known
+    self.inodes = inodes
     self.directoryCache = directoryCache
     self.readService = readService
     self.provenance = provenance
     self.stageStore = stageStore
     self.uploader = uploader
     self.writers = WriteHandles(
-      context: context, stagedInodes: stagedInodes, stageStore: stageStore, uploader: uploader, nodes: nodes,
-      known: known,
-      provenance: provenance, directoryCache: directoryCache)
+      context: context, inodes: inodes, stageStore: stageStore, uploader: uploader, provenance: provenance,
+      directoryCache: directoryCache)
     self.entries = entries
     self.nameLookup = NameLookup(
-      context: context, nodes: nodes, known: known, entries: entries, directoryCache: directoryCache)
+      context: context, inodes: inodes, entries: entries, directoryCache: directoryCache)
     self.kernelListings = kernelListings
     self.directories = Directories(
       context: context, nodes: nodes, entries: entries, handles: handles, walks: walks,
       directoryCache: directoryCache,
       kernelListings: kernelListings)
     self.namespace = Namespace(
-      context: context, nodes: nodes, known: known, entries: entries, stagedInodes: stagedInodes,
-      uploader: uploader, provenance: provenance,
+      context: context, inodes: inodes, entries: entries, uploader: uploader, provenance: provenance,
       changes: NameChanges(observers: [stagedInodes, readService, provenance]), directoryCache: directoryCache
     )
-    self.symlinks = Symlinks(context: context, nodes: nodes, known: known, entries: entries)
-    self.extendedAttributes = ExtendedAttributes(
-      context: context, nodes: nodes, known: known, stagedInodes: stagedInodes, provenance: provenance)
+    self.symlinks = Symlinks(context: context, inodes: inodes, entries: entries)
+    self.extendedAttributes = ExtendedAttributes(context: context, inodes: inodes, provenance: provenance)
   }
+
+  /// The parts of ``inodes``, by their own names.
+  var nodes: NodeTable { inodes.nodes }
+  var known: KnownMetadata { inodes.metadata }
+  var stagedInodes: StagedInodes { inodes.staged }
 
   public static func monotonicSeconds() -> Double {
     var ts = timespec()

@@ -33,25 +33,25 @@ struct TokenEndpoint: Sendable {
   func post(form: [(String, String)], headers: [(String, String)] = [], secrets: [String]) async throws
     -> AccessToken
   {
-    let body = FormEncoding.encode(form)
-    return try await exchange(secrets: secrets, answer: .oauth) {
-      var request = HTTPClientRequest(url: url)
-      request.method = .POST
-      request.headers.add(name: "Content-Type", value: "application/x-www-form-urlencoded")
-      request.headers.add(name: "Accept", value: "application/json")
-      for (name, value) in headers { request.headers.add(name: name, value: value) }
-      request.body = .bytes(ByteBuffer(string: body))
-      return request
-    }
+    try await post(
+      FormEncoding.encode(form), contentType: "application/x-www-form-urlencoded", headers: headers,
+      secrets: secrets, answer: .oauth)
   }
 
   /// POSTs a JSON `body` to the IAM Credentials API, whose answer is
   /// `{"accessToken": …, "expireTime": RFC 3339}`.
   func postJSON(_ body: String, headers: [(String, String)], secrets: [String]) async throws -> AccessToken {
-    try await exchange(secrets: secrets, answer: .iam) {
+    try await post(body, contentType: "application/json", headers: headers, secrets: secrets, answer: .iam)
+  }
+
+  /// POSTs `body` of `contentType`, with `headers`, asking for JSON back.
+  private func post(
+    _ body: String, contentType: String, headers: [(String, String)], secrets: [String], answer: AnswerKind
+  ) async throws -> AccessToken {
+    try await exchange(secrets: secrets, answer: answer) {
       var request = HTTPClientRequest(url: url)
       request.method = .POST
-      request.headers.add(name: "Content-Type", value: "application/json")
+      request.headers.add(name: "Content-Type", value: contentType)
       request.headers.add(name: "Accept", value: "application/json")
       for (name, value) in headers { request.headers.add(name: name, value: value) }
       request.body = .bytes(ByteBuffer(string: body))

@@ -6,10 +6,8 @@ import ObjectStore
 /// (docs/SEMANTICS.md#attributes).
 struct AttributeBuilder: MountComponent, Sendable {
   let context: MountContext
-  let nodes: NodeTable
-  /// Full metadata: kept while fresh, else fetched.
-  let known: KnownMetadata
-  let stagedInodes: StagedInodes
+  /// The node, full metadata and staged file of each inode.
+  let inodes: KnownInodes
   /// Kept flat listings show a directory's placeholder (or its absence).
   let directoryCache: DirectoryCache
   let mountTime: Timestamp
@@ -31,7 +29,7 @@ struct AttributeBuilder: MountComponent, Sendable {
   /// when not, the defaults with no attribute timeout, so the kernel's
   /// next stat asks ``getattr(inode:)``, which reads the placeholder.
   func directory(_ inode: UInt64) -> Entry {
-    entry(inode: inode, kind: .directory, facts: (try? nodes.node(inode))?.facts)
+    entry(inode: inode, kind: .directory, facts: inodes.facts(of: inode))
   }
 
   /// The bucket's root has no placeholder to store attributes on.
@@ -42,7 +40,7 @@ struct AttributeBuilder: MountComponent, Sendable {
   /// Counts a lookup of an object (a file or a link) and answers with the
   /// newest facts known of it.
   func object(_ key: String, _ metadata: ObjectMetadata, at answeredAt: Double) -> Entry {
-    let shown = nodes.shown(key, kind: Node.Kind(object: metadata), metadata: metadata, at: answeredAt)
+    let shown = inodes.nodes.shown(key, kind: Node.Kind(object: metadata), metadata: metadata, at: answeredAt)
     return entry(
       inode: shown.inode, kind: shown.kind, facts: shown.facts ?? FileFacts(metadata), answeredAt: answeredAt)
   }
@@ -64,7 +62,7 @@ struct AttributeBuilder: MountComponent, Sendable {
     var modified = facts.modified ?? facts.created ?? mountTime
     var size = facts.size
     var stored = posix.map { StoredPosix(mode: $0.mode, uid: $0.uid, gid: $0.gid) }
-    if let staged = stagedInodes.file(inode: inode)?.view {
+    if let staged = inodes.stagedView(of: inode) {
       size = staged.size
       modified = staged.modified ?? modified
       if configuration.posixAttributes, let pending = staged.posix { stored = pending }
@@ -93,41 +91,39 @@ struct AttributeBuilder: MountComponent, Sendable {
 
   /// An entry for a key the kernel already holds with fresh metadata; counts the lookup.
   func cached(_ key: String) -> Entry? {
-    guard let (inode, node) = nodes.retain(ifFresh: key) else { return nil }
+    guard let (inode, node) = inodes.nodes.retain(ifFresh: key) else { return nil }
     return entry(inode: inode, kind: node.kind, facts: node.facts, answeredAt: node.fetchedAt)
   }
 
   /// An entry for a staged file the kernel holds, so a lookup of a file
   /// not yet uploaded finds it; counts the lookup.
   func staged(key: String) -> Entry? {
-    guard !stagedInodes.isEmpty, let inode = nodes.held(key),
-      let staged = stagedInodes.file(inode: inode), !staged.isUnlinked
-    else { return nil }
-    nodes.retain(inode)
-    return self.staged(inode)
+    guard let staged = inodes.stagedFile(named: key), !staged.isUnlinked else { return nil }
+    inodes.nodes.retain(staged.inode)
+    return self.staged(staged.inode)
   }
 
   func staged(_ inode: UInt64) -> Entry {
-    let facts = (try? nodes.node(inode))?.facts
-    return entry(
-      inode: inode, kind: .file, facts: facts ?? FileFacts(Staging.placeholder(key: "", bucket: "")))
+    entry(
+      inode: inode, kind: .file,
+      facts: inodes.facts(of: inode) ?? FileFacts(Staging.placeholder(key: "", bucket: "")))
   }
 
   func getattr(inode: UInt64) async throws -> (FileAttributes, timeout: Double) {
-    let node = try nodes.node(inode)
+    let node = try inodes.node(inode)
     if node.kind == .directory { return try await directoryAttributes(inode: inode, node: node) }
     // An unlinked or replaced file held open: its name now means something else.
-    let staged = stagedInodes.file(inode: inode) != nil
-    if let facts = node.facts, nodes.isFresh(node) || node.isDetached || staged {
+    let staged = inodes.stagedFile(inode) != nil
+    if let facts = node.facts, inodes.nodes.isFresh(node) || node.isDetached || staged {
       // Fresh facts: the kernel may keep them for what is left of the TTL since they were fetched.
       let left =
-        nodes.isFresh(node) && !node.isDetached && !staged
+        inodes.nodes.isFresh(node) && !node.isDetached && !staged
         ? max(configuration.metadataTTL - max(clock() - node.fetchedAt, 0), 0) : configuration.metadataTTL
       return (attributes(inode: inode, kind: node.kind, facts: facts), left)
     }
     // Gone: ESTALE, so stat, and an open whose permission check asks for the
     // attributes, look the name up again (docs/SEMANTICS.md#errors-table).
-    let metadata = try await known.fetch(node.key, context: .inode)
+    let metadata = try await inodes.metadata.fetch(node.key, context: .inode)
     // A file became a link or a link a file: this inode shows what it was
     // until the kernel looks the name up again (and gets a new inode).
     let facts =
@@ -144,7 +140,7 @@ struct AttributeBuilder: MountComponent, Sendable {
     guard configuration.posixAttributes, !isRootOfBucket(inode) else {
       return (attributes(inode: inode, kind: .directory, facts: nil), configuration.metadataTTL)
     }
-    if let facts = node.facts, nodes.isFresh(node) {
+    if let facts = node.facts, inodes.nodes.isFresh(node) {
       let left = max(configuration.metadataTTL - max(clock() - node.fetchedAt, 0), 0)
       return (attributes(inode: inode, kind: .directory, facts: facts), left)
     }
@@ -152,9 +148,9 @@ struct AttributeBuilder: MountComponent, Sendable {
     if let listed = listedPlaceholder(of: node.key) {
       placeholder = listed.metadata.flatMap { $0.generation == 0 ? nil : $0 }
     } else {
-      placeholder = try await known.fetchIfPresent(node.key)
+      placeholder = try await inodes.metadata.fetchIfPresent(node.key)
     }
-    let facts = nodes.remember(placeholder: placeholder, of: inode, at: clock())
+    let facts = inodes.nodes.remember(placeholder: placeholder, of: inode, at: clock())
     return (attributes(inode: inode, kind: .directory, facts: facts), configuration.metadataTTL)
   }
 

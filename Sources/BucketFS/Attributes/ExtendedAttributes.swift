@@ -1,60 +1,55 @@
 import FUSE
 import ObjectStore
 
-#if canImport(Glibc)
-  import Glibc
-#endif
-
 /// Object metadata as `user.*` extended attributes (docs/SEMANTICS.md#xattrs), with the
 /// conditional PATCH loop behind set and remove. A staged file's pending
 /// values answer first (below; Writes/StagedXattrs.swift keeps them).
 struct ExtendedAttributes: MountComponent, Sendable {
   let context: MountContext
-  let nodes: NodeTable
-  /// Full metadata: kept while fresh, else fetched.
-  let known: KnownMetadata
-  let stagedInodes: StagedInodes
+  /// The node, full metadata and staged file of each inode.
+  let inodes: KnownInodes
   /// What bucketfs chose of the files it stored, and which it created lately.
   let provenance: Provenance
 
   func getxattr(inode: UInt64, name: String) async throws -> [UInt8] {
     if let answer = getxattrInline(inode: inode, name: name) { return try answer.get() }
     guard let property = XattrName(name) else { throw Errno.notSupported }
-    let node = try nodes.node(inode)
-    guard node.kind == .file else { throw Errno.noData }
-    let metadata = try await known.current(of: node)
+    guard let metadata = try await inodes.fileMetadata(inode) else { throw Errno.noData }
     guard let value = property.value(in: metadata) else { throw Errno.noData }
     return Array(value.utf8)
   }
 
   func listxattr(inode: UInt64) async throws -> [String] {
     if let answer = listxattrInline(inode: inode) { return try answer.get() }
-    let node = try nodes.node(inode)
-    guard node.kind == .file else { return [] }
-    return XattrName.names(
-      of: try await known.current(of: node), hidingStatKeys: configuration.posixAttributes)
+    guard let metadata = try await inodes.fileMetadata(inode) else { return [] }
+    return XattrName.names(of: metadata, hidingStatKeys: configuration.posixAttributes)
   }
 
   func getxattrInline(inode: UInt64, name: String) -> Result<[UInt8], Errno>? {
     guard let property = XattrName(name) else { return .failure(.notSupported) }
-    if let pending = pending(inode) {
+    switch inodes.atHand(inode, bucket: store.bucket) {
+    case nil:
+      return nil
+    case .pending(let pending):
       return Self.stagedValue(property, in: pending).map { .success(Array($0.utf8)) } ?? .failure(.noData)
+    case .node(let node, let metadata):
+      guard node.kind == .file else { return .failure(.noData) }
+      guard let metadata else { return nil }
+      return property.value(in: metadata).map { .success(Array($0.utf8)) } ?? .failure(.noData)
     }
-    guard let (node, metadata) = known.inline(inode) else { return nil }
-    guard node.kind == .file else { return .failure(.noData) }
-    guard let metadata, let value = property.value(in: metadata) else {
-      return metadata == nil ? nil : .failure(.noData)
-    }
-    return .success(Array(value.utf8))
   }
 
   func listxattrInline(inode: UInt64) -> Result<[String], Errno>? {
-    if let pending = pending(inode) {
-      return .success(Self.stagedNames(of: pending, hidingStatKeys: configuration.posixAttributes))
+    let hiding = configuration.posixAttributes
+    switch inodes.atHand(inode, bucket: store.bucket) {
+    case nil:
+      return nil
+    case .pending(let pending):
+      return .success(Self.stagedNames(of: pending, hidingStatKeys: hiding))
+    case .node(let node, let metadata):
+      guard node.kind == .file else { return .success([]) }
+      return metadata.map { .success(XattrName.names(of: $0, hidingStatKeys: hiding)) }
     }
-    guard let (node, metadata) = known.inline(inode) else { return nil }
-    guard node.kind == .file else { return .success([]) }
-    return metadata.map { .success(XattrName.names(of: $0, hidingStatKeys: configuration.posixAttributes)) }
   }
 
   func setxattr(inode: UInt64, name: String, value: [UInt8], flags: XattrFlags) async throws {
@@ -76,9 +71,9 @@ struct ExtendedAttributes: MountComponent, Sendable {
   private func writableProperty(inode: UInt64, name: String) throws -> (XattrName, Node)? {
     guard let property = XattrName(name) else { throw Errno.notSupported }
     if configuration.readOnly { throw Errno.readOnly }
-    let node = try nodes.node(inode)
+    let node = try inodes.node(inode)
     guard node.kind == .file else { throw Errno.notPermitted }
-    let statKeys = configuration.posixAttributes ? known.cached(node.key)?.custom ?? [:] : nil
+    let statKeys = configuration.posixAttributes ? inodes.metadata.cached(node.key)?.custom ?? [:] : nil
     guard try property.changes(refuseReadOnly: configuration.refuseReadOnlyXattrs, statKeys: statKeys) else {
       return nil
     }
@@ -96,13 +91,13 @@ struct ExtendedAttributes: MountComponent, Sendable {
   private func update(
     _ property: XattrName, to value: String?, flags: XattrFlags, inode: UInt64, node: Node
   ) async throws {
-    let initial = try await known.current(of: node)
+    let initial = try await inodes.metadata.current(of: node)
     let patch = property.patch(value)
     /// What the object is after our last PATCH, if that one was applied.
     var intended: ObjectMetadata?
     let result = try await patchConditionally(
-      node.key, from: initial, fetchedAt: nodes.isFresh(node) ? node.fetchedAt : clock(),
-      fetch: { try await known.fetch(node.key) }
+      node.key, from: initial, fetchedAt: inodes.nodes.isFresh(node) ? node.fetchedAt : clock(),
+      fetch: { try await inodes.metadata.fetch(node.key) }
     ) { current, fetchedAt in
       guard let metadata = current else { throw Errno.noEntry }
       // After a 412 the change may be ours: the client retries a PATCH whose
@@ -127,7 +122,7 @@ struct ExtendedAttributes: MountComponent, Sendable {
       return .send(patch)
     }
     guard result.wrote else { return }
-    nodes.remember(result.metadata)
+    inodes.nodes.remember(result.metadata)
     // Set by the user now: an atomic save no longer treats it as inferred.
     provenance.userSet(property, key: node.key, generation: result.metadata.generation)
   }
@@ -147,13 +142,6 @@ struct ExtendedAttributes: MountComponent, Sendable {
 /// uploaded): pending values, changed in memory and carried by the upload,
 /// with no PATCH of their own (docs/SEMANTICS.md#writes).
 extension ExtendedAttributes {
-  /// The metadata the inode's upload would store, for getxattr and
-  /// listxattr; nil when the inode is not staged or its handles are only
-  /// reading (then the object's own metadata answers).
-  private func pending(_ inode: UInt64) -> ObjectMetadata? {
-    stagedInodes.file(inode: inode)?.pendingMetadata(bucket: store.bucket)
-  }
-
   /// Sets or removes (nil) a property of a staged, dirty file in its pending
   /// upload. Returns false when the file is not staged that way (the PATCH
   /// path answers). Read-only names are accepted and ignored, so `cp -a`
@@ -163,8 +151,9 @@ extension ExtendedAttributes {
   private func setPending(inode: UInt64, name: String, value: [UInt8]?, flags: XattrFlags) throws -> Bool {
     guard let property = XattrName(name) else { throw Errno.notSupported }
     if configuration.readOnly { throw Errno.readOnly }
-    guard let staged = stagedInodes.file(inode: inode) else {
-      if case .readOnly = property, let key = (try? nodes.node(inode))?.key, provenance.isRecentlyCreated(key)
+    guard let staged = inodes.stagedFile(inode) else {
+      if case .readOnly = property, let key = (try? inodes.node(inode))?.key,
+        provenance.isRecentlyCreated(key)
       {
         return true
       }

@@ -16,18 +16,18 @@ extension BucketFileSystem {
     let values = Self.keysToStore(changes, shown: shown, kind: node.kind, configuration: configuration)
     if values.isEmpty { return }
     if node.kind == .directory {
-      let current = try await known.fetchIfPresent(node.key)
+      let current = try await inodes.metadata.fetchIfPresent(node.key)
       // Back to the defaults where nothing is stored: nothing to store.
       if current == nil, values.values.allSatisfy({ $0 == nil }) { return }
       let placeholder = try await extendedAttributes.storeKeys(
         values, key: node.key, from: current, createIfMissing: true)
-      nodes.remember(placeholder: placeholder, of: inode, at: extendedAttributes.clock())
+      inodes.nodes.remember(placeholder: placeholder, of: inode, at: clock())
       return
     }
-    if stagedInodes.file(inode: inode)?.carry(values, modified: changes.modificationTime) == true { return }
+    if inodes.stagedFile(inode)?.carry(values, modified: changes.modificationTime) == true { return }
     let updated = try await extendedAttributes.storeKeys(
-      values, key: node.key, from: try await known.current(of: node), createIfMissing: false)
-    stagedInodes.file(inode: inode)?.notePatched(values, modified: changes.modificationTime)
+      values, key: node.key, from: try await inodes.metadata.current(of: node), createIfMissing: false)
+    inodes.stagedFile(inode)?.notePatched(values, modified: changes.modificationTime)
     if changes.modificationTime != nil, values[PosixKeys.mtime] != nil {
       // Set by the user now: an atomic save no longer treats it as inferred.
       provenance.userSet(.custom(PosixKeys.mtime), key: node.key, generation: updated.generation)
@@ -78,8 +78,8 @@ extension ExtendedAttributes {
     let result = try await patchConditionally(
       key, from: initial, fetchedAt: clock(),
       fetch: {
-        let current = try await known.fetchIfPresent(key)
-        if let current, !createIfMissing { nodes.remember(current) }
+        let current = try await inodes.metadata.fetchIfPresent(key)
+        if let current, !createIfMissing { inodes.nodes.remember(current) }
         return current
       }
     ) { current, _ in
@@ -94,7 +94,7 @@ extension ExtendedAttributes {
       guard MetadataLimits.fits(proposed) else { throw Errno.tooBig }
       return .send(MetadataPatch(custom: changed))
     }
-    if result.wrote, !createIfMissing { nodes.remember(result.metadata) }
+    if result.wrote, !createIfMissing { inodes.nodes.remember(result.metadata) }
     return result.metadata
   }
 }

@@ -49,18 +49,4 @@ final class KnownMetadata: MountComponent, Sendable {
   func cached(_ key: String) -> ObjectMetadata? {
     metadataCache[key]
   }
-
-  /// A node the kernel holds, with its full metadata if kept and fresh
-  /// (memory only: for the loop thread's answers).
-  func inline(_ inode: UInt64) -> (Node, ObjectMetadata?)? {
-    guard let node = try? nodes.node(inode) else { return nil }
-    return (node, nodes.isFresh(node) ? metadataCache[node.key] : nil)
-  }
-
-  /// The version of a held file the mount showed (its facts' generation),
-  /// and its full metadata when that is what is kept.
-  func shownVersion(inode: UInt64, key: String) -> (generation: Int64?, metadata: ObjectMetadata?) {
-    let generation = (try? nodes.node(inode))?.facts?.generation
-    return (generation, metadataCache[key].flatMap { $0.generation == generation ? $0 : nil })
-  }
 }

@@ -14,15 +14,14 @@ struct NameLookup: MountComponent, Sendable {
   static let burstSize = 3
 
   let context: MountContext
-  let nodes: NodeTable
-  /// Full metadata: kept while fresh, else fetched.
-  let known: KnownMetadata
+  /// The node and full metadata of each inode.
+  let inodes: KnownInodes
   let entries: AttributeBuilder
   /// What is known of each directory: lookups are answered from it and fill it.
   let directoryCache: DirectoryCache
 
   func lookup(parent: UInt64, name: String) async throws -> Entry {
-    let parentKey = try nodes.node(parent, kind: .directory).key
+    let parentKey = try inodes.node(parent, kind: .directory).key
     let fileKey = try Names.key(name, under: parentKey, for: .existing)
     let directoryKey = fileKey + "/"
     if let entry = entries.cached(directoryKey) ?? entries.cached(fileKey) ?? entries.staged(key: fileKey) {
@@ -90,7 +89,7 @@ struct NameLookup: MountComponent, Sendable {
   /// the subtree, flat, unless it was found larger.
   private func askApart(fileKey: String, directoryKey: String) async throws -> Entry {
     let flat = directoryCache.flatLookup(of: directoryKey)
-    async let object = known.fetchIfPresent(fileKey)
+    async let object = inodes.metadata.fetchIfPresent(fileKey)
     async let children = store.list(
       ListRequest(
         prefix: directoryKey, delimiter: flat == nil ? "/" : nil, pageSize: flat?.size ?? 1))
@@ -129,7 +128,8 @@ struct NameLookup: MountComponent, Sendable {
   /// placeholder when the answer showed it (its stored mode and owner).
   private func directory(_ key: String, placeholder: ObjectMetadata?, at now: Double) -> Entry {
     let facts = placeholder.flatMap { Names.same($0.name, key) ? FileFacts($0) : nil }
-    return entries.directory(nodes.shown(key, kind: .directory, metadata: nil, facts: facts, at: now).inode)
+    return entries.directory(
+      inodes.nodes.shown(key, kind: .directory, metadata: nil, facts: facts, at: now).inode)
   }
 
   /// The directory wins over an object of the same name.
@@ -154,7 +154,7 @@ struct NameLookup: MountComponent, Sendable {
   {
     // A node the mount holds past its TTL, or found gone by a read, may know
     // better than a listing answered before: ask the service.
-    if nodes.held(fileKey: fileKey, directoryKey: directoryKey).inode != nil { return nil }
+    if inodes.nodes.held(fileKey: fileKey, directoryKey: directoryKey).inode != nil { return nil }
     switch directoryCache.known(name, in: parentKey) {
     case .listed(let listed)?:
       if listed.kind == .directory {

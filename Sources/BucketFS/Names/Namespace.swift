@@ -11,12 +11,10 @@ import ObjectStore
 /// preconditions on the names it changes (docs/SEMANTICS.md#tree).
 struct Namespace: MountComponent, Sendable {
   let context: MountContext
-  let nodes: NodeTable
-  /// Full metadata: kept while fresh, else fetched.
-  let known: KnownMetadata
+  /// The node, full metadata and staged file of each inode: a staged file
+  /// is told of its unlink, and stored before its rename.
+  let inodes: KnownInodes
   let entries: AttributeBuilder
-  /// Staged files: told of unlinks; one is stored before its rename.
-  let stagedInodes: StagedInodes
   /// A staged file is stored before a rename.
   let uploader: Uploader
   /// What bucketfs chose of the files it stored, for an atomic save.
@@ -29,32 +27,32 @@ struct Namespace: MountComponent, Sendable {
 
   func unlink(parent: UInt64, name: String) async throws {
     try checkWritable()
-    let parentKey = try nodes.node(parent, kind: .directory).key
+    let parentKey = try inodes.node(parent, kind: .directory).key
     let key = try Names.key(name, under: parentKey, for: .existing)
     // A file this mount created and never stored has no object to delete.
-    if let inode = nodes.held(key), stagedInodes.file(inode: inode)?.unlinkIfNeverStored() == true {
-      nodes.deleted(key, inode: inode)
-      directoryCache.invalidate(.endedInFlight(key, inode: inode))
+    if let staged = inodes.stagedFile(named: key), staged.unlinkIfNeverStored() {
+      inodes.nodes.deleted(key, inode: staged.inode)
+      directoryCache.invalidate(.endedInFlight(key, inode: staged.inode))
       return
     }
     let (inode, metadata) = try await existingFile(key)
     do {
       try await store.delete(key, ifGenerationMatch: metadata.generation)
     } catch StorageError.notFound {
-      nodes.deleted(key)
+      inodes.nodes.deleted(key)
       throw Errno.noEntry
     } catch StorageError.preconditionFailed {
       throw await changedMeanwhile(key, operation: "unlink")
     } catch {
       throw diagnostics.failure(error, operation: "delete", key: key)
     }
-    nodes.deleted(key, inode: inode)
-    if let inode { stagedInodes.file(inode: inode)?.noteUnlinked() }
+    inodes.nodes.deleted(key, inode: inode)
+    if let inode { inodes.stagedFile(inode)?.noteUnlinked() }
   }
 
   func mkdir(parent: UInt64, name: String, mode: UInt32) async throws -> Entry {
     try checkWritable()
-    let parentKey = try nodes.node(parent, kind: .directory).key
+    let parentKey = try inodes.node(parent, kind: .directory).key
     let fileKey = try Names.key(name, under: parentKey, for: .newDirectory)
     let directoryKey = fileKey + "/"
     // The bucket decides, not a held node: an implicit directory vanishes with its last object.
@@ -74,7 +72,7 @@ struct Namespace: MountComponent, Sendable {
     }
     let now = clock()
     // The bucket had no file of that name: a node the mount still holds for one is stale.
-    let inode = nodes.created(
+    let inode = inodes.nodes.created(
       directoryKey, kind: .directory, facts: FileFacts(placeholder), detaching: fileKey, at: now
     ).inode
     return entries.directory(inode)
@@ -93,7 +91,7 @@ struct Namespace: MountComponent, Sendable {
     }
     // Without stored modes an object cannot say it is anything but a file.
     if special != nil, !configuration.posixAttributes { throw Errno.notPermitted }
-    let parentKey = try nodes.node(parent, kind: .directory).key
+    let parentKey = try inodes.node(parent, kind: .directory).key
     let key = try Names.key(name, under: parentKey, for: .newFile)
     let found = try await lookInBucket(fileKey: key, directoryKey: key + "/")
     if found.file != nil || found.directory != nil || directoryCache.isInFlight(key) { throw Errno.exists }
@@ -120,10 +118,10 @@ struct Namespace: MountComponent, Sendable {
 
   func rmdir(parent: UInt64, name: String) async throws {
     try checkWritable()
-    let parentKey = try nodes.node(parent, kind: .directory).key
+    let parentKey = try inodes.node(parent, kind: .directory).key
     let fileKey = try Names.key(name, under: parentKey, for: .existing)
     let directoryKey = fileKey + "/"
-    let held = nodes.held(fileKey: fileKey, directoryKey: directoryKey)
+    let held = inodes.nodes.held(fileKey: fileKey, directoryKey: directoryKey)
     if let kind = held.kind, kind != .directory { throw Errno.notDirectory }
     // A file created in it and not stored yet is in it (docs/SEMANTICS.md#writes-in-flight).
     if directoryCache.holdsInFlight(under: directoryKey) { throw Errno(ENOTEMPTY) }
@@ -135,7 +133,7 @@ struct Namespace: MountComponent, Sendable {
         // Nothing under the prefix: gone already (its last object was
         // removed) if the kernel saw it; else a file or nothing.
         if held.inode == nil {
-          if try await known.fetchIfPresent(fileKey) != nil { throw Errno.notDirectory }
+          if try await inodes.metadata.fetchIfPresent(fileKey) != nil { throw Errno.notDirectory }
           throw Errno.noEntry
         }
       case .empty(let placeholder?):
@@ -149,7 +147,7 @@ struct Namespace: MountComponent, Sendable {
           throw diagnostics.failure(error, operation: "delete", key: directoryKey)
         }
       }
-      if let inode = held.inode { nodes.deleted(directoryKey, inode: inode) }
+      if let inode = held.inode { inodes.nodes.deleted(directoryKey, inode: inode) }
       return
     }
     throw await changedMeanwhile(directoryKey, operation: "rmdir")
@@ -165,12 +163,12 @@ struct Namespace: MountComponent, Sendable {
   /// lookup or listing, whatever its age: a delete or rename must act on
   /// that version and no other), else as the bucket has it now.
   func existingFile(_ key: String) async throws -> (inode: UInt64?, metadata: ObjectMetadata) {
-    let held = nodes.held(fileKey: key, directoryKey: key + "/")
+    let held = inodes.nodes.held(fileKey: key, directoryKey: key + "/")
     if held.kind == .directory { throw Errno.isDirectory }
     if let inode = held.inode {
-      let (shown, cached) = known.shownVersion(inode: inode, key: key)
+      let (shown, cached) = inodes.shownVersion(inode: inode, key: key)
       if let cached { return (inode, cached) }
-      let metadata = try await known.fetch(key)
+      let metadata = try await inodes.metadata.fetch(key)
       // The full metadata was evicted, and the object is no longer the version the mount showed.
       if let shown, metadata.generation != shown { throw await changedMeanwhile(key, operation: "change") }
       return (inode, metadata)
@@ -186,7 +184,7 @@ struct Namespace: MountComponent, Sendable {
   func lookInBucket(fileKey: String, directoryKey: String) async throws -> (
     file: ObjectMetadata?, directory: DirectoryContents?
   ) {
-    async let object = known.fetchIfPresent(fileKey)
+    async let object = inodes.metadata.fetchIfPresent(fileKey)
     let directory = try await contents(of: directoryKey)
     let file = try await object
     if case .empty(nil) = directory { return (file, nil) }
@@ -234,10 +232,10 @@ struct Namespace: MountComponent, Sendable {
   func changedMeanwhile(_ key: String, operation: String) async -> Errno {
     logger.warning("\(operation) \(key): changed by someone else meanwhile; left as it is")
     directoryCache.invalidate(.touched(key))
-    if (try? await known.fetchIfPresent(key)) == nil {
-      nodes.deleted(key)
+    if (try? await inodes.metadata.fetchIfPresent(key)) == nil {
+      inodes.nodes.deleted(key)
     } else {
-      _ = try? await known.fetch(key)
+      _ = try? await inodes.metadata.fetch(key)
     }
     return .stale
   }

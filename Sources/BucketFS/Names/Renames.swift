@@ -19,12 +19,12 @@ extension Namespace {
     try checkWritable()
     // Two objects cannot be swapped in one step; whiteouts are for overlays.
     guard flags.subtracting(.noReplace).isEmpty else { throw Errno.invalid }
-    let fromParent = try nodes.node(parent, kind: .directory).key
-    let toParent = try nodes.node(newParent, kind: .directory).key
+    let fromParent = try inodes.node(parent, kind: .directory).key
+    let toParent = try inodes.node(newParent, kind: .directory).key
     let from = try Names.key(name, under: fromParent, for: .existing)
     let to = try Names.key(newName, under: toParent, for: .newFile)
 
-    let held = nodes.held(fileKey: from, directoryKey: from + "/")
+    let held = inodes.nodes.held(fileKey: from, directoryKey: from + "/")
     var kind = held.kind
     // A source the mount does not hold is asked for once, here.
     var unheldFile: ObjectMetadata?
@@ -66,8 +66,8 @@ extension Namespace {
     if let unheld {
       (inode, source) = (nil, unheld)
     } else {
-      if let held = nodes.held(fileKey: from, directoryKey: from + "/").inode,
-        let staged = stagedInodes.file(inode: held)
+      if let held = inodes.nodes.held(fileKey: from, directoryKey: from + "/").inode,
+        let staged = inodes.stagedFile(held)
       {
         try await uploader.commit(staged)
       }
@@ -95,17 +95,17 @@ extension Namespace {
     } catch RelocationFailure.sourceKept(let copy, let error) {
       logger.error(
         "rename \(from) to \(to): copied, but \(from) could not be deleted (\(error)); both names hold it")
-      nodes.remember(copy)
+      inodes.nodes.remember(copy)
       throw diagnostics.failure(error, operation: "delete", key: from)
     } catch RelocationFailure.failed(let error) {
       throw diagnostics.failure(error, operation: "rename", key: from)
     }
-    let replacedInode = nodes.held(to)
+    let replacedInode = inodes.nodes.held(to)
     // The kernel keeps the inode number for the new name, with the new
     // object's facts; a node that held the new name (the replaced file) is
     // detached. The bytes are the same, so the kernel's cached pages of the
     // old generation stay valid.
-    nodes.moved(file: inode, from: from, to: moved, sameBytesAs: source.generation)
+    inodes.nodes.moved(file: inode, from: from, to: moved, sameBytesAs: source.generation)
     changes.publish(
       .fileRenamed(
         FileMove(
@@ -180,10 +180,7 @@ extension Namespace {
     async throws
   {
     // Dirty files go up first, so the listing has them.
-    let heldFiles = nodes.held(under: from).filter { $0.node.kind == .file }
-    for (inode, _) in heldFiles {
-      if let staged = stagedInodes.file(inode: inode) { try await uploader.commit(staged) }
-    }
+    for staged in inodes.stagedFiles(under: from) { try await uploader.commit(staged) }
 
     let objects = try await objectsToMove(under: from)
     if objects.isEmpty { throw Errno.noEntry }
@@ -205,11 +202,11 @@ extension Namespace {
         Not moved (\(left.count)): \(left.joined(separator: ", ")).\(kept.isEmpty ? "" : " " + kept.joined(separator: ", "))
         """)
       // What moved is no longer under the old names.
-      for moved in outcome.moved { nodes.deleted(moved.from) }
+      for moved in outcome.moved { inodes.nodes.deleted(moved.from) }
       throw Errno.io
     }
 
-    let held = nodes.moved(directory: from, to: to, objects: outcome.moved.map(\.to)).map {
+    let held = inodes.nodes.moved(directory: from, to: to, objects: outcome.moved.map(\.to)).map {
       MovedInode(inode: $0.inode, key: $0.key, generation: $0.generation)
     }
     let generations = Dictionary(objects.map { ($0.name, $0.generation) }, uniquingKeysWith: { a, _ in a })

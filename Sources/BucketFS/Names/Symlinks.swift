@@ -10,22 +10,20 @@ final class Symlinks: MountComponent, Sendable {
   /// Targets read from links' bodies, by object version.
   private let targets = Mutex(LinkTargets(capacity: 4096))
   let context: MountContext
-  let nodes: NodeTable
-  /// Full metadata: kept while fresh, else fetched.
-  let known: KnownMetadata
+  /// The node and full metadata of each inode.
+  let inodes: KnownInodes
   let entries: AttributeBuilder
 
-  init(context: MountContext, nodes: NodeTable, known: KnownMetadata, entries: AttributeBuilder) {
+  init(context: MountContext, inodes: KnownInodes, entries: AttributeBuilder) {
     self.context = context
-    self.nodes = nodes
-    self.known = known
+    self.inodes = inodes
     self.entries = entries
   }
 
   /// One upload with `ifGenerationMatch=0` holding both stored forms.
   func create(parent: UInt64, name: String, target: [UInt8]) async throws -> Entry {
     if configuration.readOnly { throw Errno.readOnly }
-    let parentKey = try nodes.node(parent, kind: .directory).key
+    let parentKey = try inodes.node(parent, kind: .directory).key
     let key = try Names.key(name, under: parentKey, for: .newFile)
     // The legacy form keeps the target in custom metadata, which is text.
     guard let text = String(validating: target, as: UTF8.self), !target.isEmpty else {
@@ -34,7 +32,7 @@ final class Symlinks: MountComponent, Sendable {
     }
     guard target.count <= SymlinkEncoding.maxTargetBytes else { throw Errno.nameTooLong }
     // A directory of that name hides any object of it.
-    if nodes.held(fileKey: key, directoryKey: key + "/").kind == .directory { throw Errno.exists }
+    if inodes.nodes.held(fileKey: key, directoryKey: key + "/").kind == .directory { throw Errno.exists }
     var attributes = SymlinkEncoding.attributes(target: text, modified: Timestamp.now().seconds)
     // Its creator as owner (a link has no mode of its own to store).
     for (name, value) in configuration.newObjectPosix(mode: 0o777) where name != PosixKeys.mode {
@@ -52,7 +50,7 @@ final class Symlinks: MountComponent, Sendable {
     targets.withLock { $0.insert(target, for: stored) }
     let now = clock()
     // The bucket had no object of that name: a node the mount still holds for one is stale.
-    let remembered = nodes.created(
+    let remembered = inodes.nodes.created(
       key, kind: .symlink, facts: FileFacts(stored), metadata: stored, detaching: key, at: now)
     return entries.entry(inode: remembered.0, kind: .symlink, facts: remembered.1, answeredAt: now)
   }
@@ -60,17 +58,17 @@ final class Symlinks: MountComponent, Sendable {
   /// The target of a link: from its metadata (fresh, or one GET), and for
   /// the body form from its bytes (one GET of that generation, then kept).
   func readlink(inode: UInt64) async throws -> [UInt8] {
-    let node = try nodes.node(inode)
+    let node = try inodes.node(inode)
     guard node.kind == .symlink else { throw Errno.invalid }
     // Unlinked or replaced while the kernel holds it: its name means something else.
     if node.isDetached { throw Errno.stale }
-    let metadata = try await known.current(of: node)
+    let metadata = try await inodes.metadata.current(of: node)
     do {
       return try await target(of: metadata)
     } catch  where StaleReads.isGenerationGone(error) {
       // Replaced since its metadata was fetched: the version there now.
       do {
-        return try await target(of: try await known.fetch(node.key))
+        return try await target(of: try await inodes.metadata.fetch(node.key))
       } catch {
         throw diagnostics.failure(error, operation: "readlink", key: node.key, context: .read)
       }

@@ -17,13 +17,10 @@ struct WriteHandles: MountComponent, Sendable {
   /// The store, settings, diagnostics and clock; its tasks run the removal
   /// of a stage its last reader let go.
   let context: MountContext
-  /// The staged file of each inode.
-  let stagedInodes: StagedInodes
+  /// The node, full metadata and staged file of each inode.
+  let inodes: KnownInodes
   let stageStore: StageStore
   let uploader: Uploader
-  let nodes: NodeTable
-  /// Full metadata: kept while fresh, else fetched.
-  let known: KnownMetadata
   /// What bucketfs chose of the files it stores: read at open, chosen at create.
   let provenance: Provenance
   /// A created file is in flight in its directory until stored or released.
@@ -35,13 +32,11 @@ struct WriteHandles: MountComponent, Sendable {
   /// write handle, closed by ``releaseWriter(_:)``). `mode` (after the
   /// umask) is stored with it, as is the caller's owner.
   func create(key: String, name: String, flags: Int32, mode: UInt32) async throws -> StagedFile {
-    let existing = nodes.held(key).flatMap { stagedInodes.shared(inode: $0) }
-    if let existing {
+    if let existing = inodes.stagedFile(named: key), existing.isShareable {
       // Created here and not yet uploaded: the kernel lost its entry.
       if flags & O_EXCL != 0 { throw Errno.exists }
       if try await attach(existing, truncate: flags & O_TRUNC != 0) {
-        let inode = existing.inode
-        nodes.retain(inode)
+        inodes.nodes.retain(existing.inode)
         return existing
       }
     }
@@ -50,7 +45,7 @@ struct WriteHandles: MountComponent, Sendable {
     let (attributes, inferred) = provenance.newFile(name: name, mode: mode & 0o7777)
     let now = clock()
     let bucket = store.bucket
-    let inode = nodes.created(
+    let inode = inodes.nodes.created(
       key, kind: .file, facts: FileFacts(Staging.placeholder(key: key, bucket: bucket)), at: now
     )
     .inode
@@ -59,10 +54,10 @@ struct WriteHandles: MountComponent, Sendable {
     let failure = await stage.writeRecord(staged.record)
     if failure != 0 {
       stage.remove()
-      nodes.forget(inode: inode, count: 1)
+      inodes.nodes.forget(inode: inode, count: 1)
       throw diagnostics.localFailure(failure, key: key)
     }
-    stagedInodes.add(staged)
+    inodes.staged.add(staged)
     directoryCache.invalidate(.createdInFlight(key, inode: inode))
     return staged
   }
@@ -74,10 +69,10 @@ struct WriteHandles: MountComponent, Sendable {
   func openForWriting(inode: UInt64, node: Node, truncate: Bool) async throws -> StagedFile {
     if configuration.readOnly { throw Errno.readOnly }
     guard node.kind == .file else { throw Errno.isDirectory }
-    if let existing = stagedInodes.shared(inode: inode), try await attach(existing, truncate: truncate) {
+    if let existing = inodes.staged.shared(inode: inode), try await attach(existing, truncate: truncate) {
       return existing
     }
-    let base = try await known.current(of: node, context: .inode)
+    let base = try await inodes.metadata.current(of: node, context: .inode)
     let stage = try stageStore.makeStage()
     let inferred = provenance.inferred(key: base.name, generation: base.generation)
     let staged = StagedFile(
@@ -92,7 +87,7 @@ struct WriteHandles: MountComponent, Sendable {
       }
     }
     // Another open may have staged the inode meanwhile: share that one.
-    if let winner = stagedInodes.addUnlessShared(staged) {
+    if let winner = inodes.staged.addUnlessShared(staged) {
       stage.remove()
       guard try await attach(winner, truncate: truncate) else {
         return try await openForWriting(inode: inode, node: node, truncate: truncate)
@@ -131,7 +126,7 @@ struct WriteHandles: MountComponent, Sendable {
   /// opened generation's until then. Nil when it is not staged, or the last
   /// writer closed meanwhile: then the bucket has the bytes.
   func openForReading(inode: UInt64) -> Reading? {
-    guard let staged = stagedInodes.file(inode: inode) else { return nil }
+    guard let staged = inodes.stagedFile(inode) else { return nil }
     switch staged.admitReader() {
     case .stage: return .stage(staged)
     case .base(let base): return .base(base)
@@ -171,7 +166,7 @@ struct WriteHandles: MountComponent, Sendable {
   func releaseWriter(_ closed: StagedFile) {
     let (last, settlement) = closed.dismissWriter()
     guard last else { return }
-    stagedInodes.remove(closed)
+    inodes.staged.remove(closed)
     // Never stored, it is no longer in its directory: the bucket has no such name.
     if let key = closed.inFlightKey { directoryCache.invalidate(.endedInFlight(key, inode: closed.inode)) }
     if let settlement { uploader.settle(closed, settlement) }
