@@ -23,7 +23,7 @@ import XCTest
 ///    fresh.
 /// 1. Handles are opened on some of the files about to change, and on one
 ///    file that will not (the control); what they start in the background
-///    (a prefetch of siblings) ends before the change.
+///    (a walk's fetch) ends before the change.
 /// 2. The other client makes 1 to 3 changes.
 /// 3. At once (no TTL has run out):
 ///    - a handle opened before the change reads ESTALE (`[]` if the old
@@ -293,8 +293,8 @@ struct OtherClientRound {
     var control: (path: String, inode: UInt64, handle: UInt64)?
     let unchanged = before.files.keys.filter { !changed.contains($0) }.sorted()
     if let path = unchanged.randomElement(using: &generator) { control = try await openEarly(path) }
-    // What those opens started (a prefetch of siblings) lands before the
-    // change, not halfway through it; then the files whose old version the
+    // What those opens started (a walk's fetch) lands before the change,
+    // not halfway through it; then the files whose old version the
     // mount fetched within the last second are known.
     try await settle()
     let fetchedJustBefore = Set(changes.map(\.key).filter(fetchedWithinConfirmation))
@@ -390,12 +390,12 @@ struct OtherClientRound {
     forgetEverything()
   }
 
-  /// Waits (a bounded poll) for the mount's background fetches to end: tree
-  /// walks', sibling prefetches', and the refreshes after stale reads.
+  /// Waits (a bounded poll) for the mount's background fetches of metadata
+  /// to end: tree walks' and the refreshes after stale reads. (Sibling
+  /// prefetches fetch bytes of a generation already known, no metadata.)
   private func settle() async throws {
     let settled = await eventually {
-      fs.directories.walks.fetchesUnderWay == 0 && fs.readService.prefetch.held == 0
-        && fs.readService.staleReads.isIdle
+      fs.directories.walks.fetchesUnderWay == 0 && fs.readService.staleReads.isIdle
     }
     guard settled else { throw RoundMismatch("the mount's background work never ended") }
   }
@@ -557,7 +557,7 @@ struct OtherClientRound {
   /// metadata fetched less than a second ago (docs/SEMANTICS.md#xattrs-set),
   /// so when the mount fetched the old version just before the change
   /// (`fetchedJustBefore`: by an open in step 1, or what one started, such
-  /// as a prefetch of its siblings; the same instant on the manual clock),
+  /// as a walk's fetch; the same instant on the manual clock),
   /// the old version's refusal may stand, and setting the value the old
   /// version had may send nothing.
   private mutating func setxattrAtOnce(
