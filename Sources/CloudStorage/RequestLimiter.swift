@@ -2,18 +2,22 @@ import NIOCore
 import ObjectStore
 import Synchronization
 
-/// A token bucket: `rate` tokens a second, holding at most one second's
-/// worth, so no second ever carries more than twice the rate. Pure: the
-/// caller says what time it is (seconds on any monotonic clock).
+/// A token bucket: `rate` tokens a second, holding at most half a second's
+/// worth (and at least one token), so no second ever carries more than one
+/// and a half times the rate. Pure: the caller says what time it is
+/// (seconds on any monotonic clock).
 public struct TokenBucket: Sendable, Equatable {
   public let rate: Double
+  /// The most it holds: what may go at once after an idle spell.
+  public let capacity: Double
   private(set) var available: Double
   private var updated: Double
 
   /// Starts full.
   public init(rate: Double, now: Double) {
     self.rate = rate
-    self.available = rate
+    self.capacity = max(1, rate / 2)
+    self.available = capacity
     self.updated = now
   }
 
@@ -22,7 +26,7 @@ public struct TokenBucket: Sendable, Equatable {
   /// come later wait behind the ones already waiting.
   public mutating func take(_ amount: Double, now: Double) -> Double {
     if now > updated {
-      available = min(rate, available + (now - updated) * rate)
+      available = min(capacity, available + (now - updated) * rate)
       updated = now
     }
     available -= amount
@@ -31,13 +35,15 @@ public struct TokenBucket: Sendable, Equatable {
 
   /// Gives back what a caller took and did not use (it gave up waiting).
   public mutating func giveBack(_ amount: Double) {
-    available = min(rate, available + amount)
+    available = min(capacity, available + amount)
   }
 }
 
 /// `--max-requests-per-second` and `--max-bytes-per-second`, shared by every
 /// request of a mount: each attempt waits here for its turn before it is
-/// sent, never failing for the limit itself. A wait ends early, with an
+/// sent, never failing for the limit itself. Bytes are counted before
+/// sending where they are known (a body, a download's range) and charged
+/// after the answer otherwise (a listing page, metadata). A wait ends early, with an
 /// error, when the task is cancelled (an interrupted read) or would pass the
 /// request's deadline.
 public final class RequestLimiter: Sendable {
@@ -84,6 +90,13 @@ public final class RequestLimiter: Sendable {
       throw StorageError.cancelled
     }
     if Task.isCancelled { throw StorageError.cancelled }
+  }
+
+  /// Counts bytes learnt only from an answer (a listing's or an object's
+  /// metadata): no wait now, but later requests wait behind them.
+  public func charge(byteCount: Int) {
+    guard byteCount > 0 else { return }
+    _ = bytes?.withLock { $0.take(Double(byteCount), now: now()) }
   }
 
   private func giveBack(_ amount: Double) {

@@ -78,6 +78,8 @@ extension CloudStorageClient {
       switch outcome {
       case .success(let status, let headers, let body):
         logger.trace("\(request.method) \(request.operation): \(status) after \(attempt) attempt(s)")
+        // A download's range was counted before sending; any other answer's size is known only now.
+        if request.window == nil { limiter?.charge(byteCount: body.readableBytes) }
         return (status, headers, body)
       case .failure(let error):
         throw error

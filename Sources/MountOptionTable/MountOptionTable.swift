@@ -244,11 +244,11 @@ public enum MountOptionTable {
   )
   public static let maxRequestsPerSecond = MountOption<Double>(
     "max-requests-per-second", value: "R", default: nil, note: "off",
-    "requests a second the mount sends at most, reads, writes and listings together; a request waits its turn (a token bucket holding one second's worth), it never fails for it"
+    "requests a second the mount sends at most, reads, writes and listings together; a request waits its turn (a token bucket holding half a second's worth), it never fails for it"
   )
   public static let maxBytesPerSecond = MountOption<Int>(
     "max-bytes-per-second", value: "B", default: nil, note: "off",
-    "bytes a second the mount sends and asks for at most, all requests together, paced like `--max-requests-per-second`"
+    "bytes a second the mount sends and receives at most, all requests together, paced like `--max-requests-per-second`"
   )
   public static let appName = MountOption<String>(
     "app-name", value: "NAME", default: nil,

@@ -43,7 +43,7 @@ func withFakeServer(
   bucket: String = "bkt", clientBucket: String? = nil, retry: RetryPolicy = .fast(),
   uploads: UploadPolicy = UploadPolicy(), tokens: (any AccessTokenProvider)? = nil,
   metrics: StorageMetrics = StorageMetrics(), maxConnections: Int = CloudStorageClient.defaultMaxConnections,
-  _ body: (FakeStorageServer, CloudStorageClient) async throws -> Void
+  limiter: RequestLimiter? = nil, _ body: (FakeStorageServer, CloudStorageClient) async throws -> Void
 ) async throws {
   let server = FakeStorageServer(bucket: bucket)
   try await server.start()
@@ -53,7 +53,7 @@ func withFakeServer(
     let endpoint = try Endpoint(server.endpoint)
     let client = CloudStorageClient(
       bucket: clientBucket ?? bucket, endpoint: endpoint, http: http, tokens: tokens, retry: retry,
-      uploads: uploads, logger: testLogger(), metrics: metrics)
+      uploads: uploads, logger: testLogger(), metrics: metrics, limiter: limiter)
     try await body(server, client)
     outcome = .success(())
   } catch {
