@@ -26,7 +26,9 @@ extension Span {
       attributes.set("http.request.method", value: .string(request.method.rawValue))
       attributes.set("storage.attempts", value: .int64(Int64(tally.attempts)))
       attributes.set("storage.bytes_sent", value: .int64(Int64(sent)))
-      if let status = tally.status { attributes.set("http.response.status_code", value: .int64(Int64(status))) }
+      if let status = tally.status {
+        attributes.set("http.response.status_code", value: .int64(Int64(status)))
+      }
       if let received { attributes.set("storage.bytes_received", value: .int64(Int64(received))) }
     }
   }

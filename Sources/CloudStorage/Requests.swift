@@ -36,7 +36,9 @@ extension CloudStorageClient {
     var tally = AttemptTally()
     defer { span.end() }
     do {
-      let answer = try await ServiceContext.withValue(span.context) { try await sendAttempts(request, tally: &tally) }
+      let answer = try await ServiceContext.withValue(span.context) {
+        try await sendAttempts(request, tally: &tally)
+      }
       span.record(request, tally, received: answer.body.readableBytes)
       return answer
     } catch {

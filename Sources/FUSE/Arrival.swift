@@ -21,7 +21,7 @@ struct Arrival: Sendable {
   init(_ operation: FUSEOperation, inode: UInt64? = nil, parent: UInt64? = nil, size: Int? = nil) {
     self.operation = operation
     self.instant = .now
-    self.started = .now
+    self.started = DefaultTracerClock.now
     self.inode = inode
     self.parent = parent
     self.size = size

@@ -12,7 +12,6 @@ public enum FUSEOperation: String, CaseIterable, Sendable {
   case symlink, readlink, link, mknod
 }
 
-
 /// Counts answered requests: `bucketfs_fuse_requests_total{op}`,
 /// `bucketfs_fuse_request_duration_seconds{op}` (arrival to answer) and
 /// `bucketfs_fuse_errors_total{op,errno}`. The per-operation series are made

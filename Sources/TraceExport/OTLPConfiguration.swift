@@ -57,14 +57,16 @@ public struct OTLPConfiguration: Sendable, Equatable {
       case "http/json": break
       case "http/protobuf":
         // Every OTLP/HTTP receiver takes JSON at the same path.
-        warnings.append("\(name)=http/protobuf: bucketfs sends OTLP/HTTP as JSON (http/json) to the same endpoint")
+        warnings.append(
+          "\(name)=http/protobuf: bucketfs sends OTLP/HTTP as JSON (http/json) to the same endpoint")
       default:
         throw OTLPConfigurationError(
           message: "\(name)=\(value) is not supported: bucketfs exports traces only as http/json")
       }
       break  // the traces-specific variable, when set, is the one that applies
     }
-    var headers = try parseHeaders(variable("OTEL_EXPORTER_OTLP_HEADERS"), source: "OTEL_EXPORTER_OTLP_HEADERS")
+    var headers = try parseHeaders(
+      variable("OTEL_EXPORTER_OTLP_HEADERS"), source: "OTEL_EXPORTER_OTLP_HEADERS")
     let specific = try parseHeaders(
       variable("OTEL_EXPORTER_OTLP_TRACES_HEADERS"), source: "OTEL_EXPORTER_OTLP_TRACES_HEADERS")
     // The traces-specific variable's value wins for a name both give.
@@ -90,7 +92,8 @@ public struct OTLPConfiguration: Sendable, Equatable {
     let authority = rest.prefix { $0 != "/" && $0 != "?" && $0 != "#" }
     let host = authority.split(separator: "@").last.map(String.init) ?? ""
     guard !host.isEmpty, !host.hasPrefix(":"), !url.contains(where: { $0 == " " || $0 == "\t" }) else {
-      throw OTLPConfigurationError(message: "\(source) must be an http:// or https:// URL with a host, not '\(url)'")
+      throw OTLPConfigurationError(
+        message: "\(source) must be an http:// or https:// URL with a host, not '\(url)'")
     }
   }
 
@@ -103,14 +106,16 @@ public struct OTLPConfiguration: Sendable, Equatable {
         throw OTLPConfigurationError(message: "\(source): '\(entry.trimmed)' is not name=value")
       }
       let name = entry[..<equals].trimmed
-      guard !name.isEmpty, name.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || "-_.".contains($0)) })
+      guard !name.isEmpty,
+        name.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || "-_.".contains($0)) })
       else {
         throw OTLPConfigurationError(message: "\(source): '\(name)' is not a header name")
       }
       guard let value = percentDecoded(entry[entry.index(after: equals)...].trimmed),
         !value.unicodeScalars.contains(where: { $0 == "\r" || $0 == "\n" })
       else {
-        throw OTLPConfigurationError(message: "\(source): the value of '\(name)' is not valid percent-encoding")
+        throw OTLPConfigurationError(
+          message: "\(source): the value of '\(name)' is not valid percent-encoding")
       }
       headers.append(Header(name, value))
     }

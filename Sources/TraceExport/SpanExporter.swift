@@ -145,7 +145,8 @@ public final class SpanExporter: Sendable {
     request.body = .bytes(ByteBuffer(string: TraceRequestJSON.encode(batch, resource: resource)))
     let failure: String?
     do {
-      let response = try await http.execute(request, timeout: .nanoseconds(settings.requestTimeout.nanoseconds))
+      let response = try await http.execute(
+        request, timeout: .nanoseconds(settings.requestTimeout.nanoseconds))
       // The answer (an ExportTraceServiceResponse) says nothing needed; read it to free the connection.
       _ = try await response.body.collect(upTo: 1 << 20)
       failure = (200..<300).contains(response.status.code) ? nil : "HTTP \(response.status.code)"

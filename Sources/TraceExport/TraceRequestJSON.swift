@@ -36,7 +36,8 @@ public enum TraceRequestJSON {
     if let parent = span.parentSpanID { out += ",\"parentSpanId\":\"\(hex(parent))\"" }
     out += ",\"name\":" + quoted(span.name)
     out += ",\"kind\":\(kindNumber(span.kind))"
-    out += ",\"startTimeUnixNano\":\"\(span.startNanoseconds)\",\"endTimeUnixNano\":\"\(span.endNanoseconds)\""
+    out +=
+      ",\"startTimeUnixNano\":\"\(span.startNanoseconds)\",\"endTimeUnixNano\":\"\(span.endNanoseconds)\""
     out += ",\"attributes\":" + attributes(span.attributes)
     if !span.events.isEmpty {
       out += ",\"events\":["
@@ -89,7 +90,9 @@ public enum TraceRequestJSON {
 
   /// OTLP's AnyValue.
   static func anyValue(_ value: SpanAttribute) -> String {
-    func array(_ values: [String]) -> String { "{\"arrayValue\":{\"values\":[" + values.joined(separator: ",") + "]}}" }
+    func array(_ values: [String]) -> String {
+      "{\"arrayValue\":{\"values\":[" + values.joined(separator: ",") + "]}}"
+    }
     switch value {
     case .int32(let number): return int(Int64(number))
     case .int64(let number): return int(number)

@@ -5,7 +5,9 @@ import XCTest
 /// `--otlp-endpoint` and the `OTEL_EXPORTER_OTLP_*` variables: which wins,
 /// how the traces URL is made, and what is refused.
 final class OTLPConfigurationTests: XCTestCase {
-  private func resolve(_ flag: String?, _ environment: [String: String] = [:]) throws -> OTLPConfiguration? {
+  private func resolve(_ flag: String?, _ environment: [String: String] = [:]) throws(OTLPConfigurationError)
+    -> OTLPConfiguration?
+  {
     try OTLPConfiguration.resolve(flag: flag, environment: environment)
   }
 
@@ -22,7 +24,8 @@ final class OTLPConfigurationTests: XCTestCase {
     XCTAssertNil(try resolve(nil))
     XCTAssertNil(try resolve("", ["OTEL_EXPORTER_OTLP_ENDPOINT": " "]))
     // The protocol and headers alone configure nothing, and are not checked then.
-    XCTAssertNil(try resolve(nil, ["OTEL_EXPORTER_OTLP_PROTOCOL": "grpc", "OTEL_EXPORTER_OTLP_HEADERS": "bad"]))
+    XCTAssertNil(
+      try resolve(nil, ["OTEL_EXPORTER_OTLP_PROTOCOL": "grpc", "OTEL_EXPORTER_OTLP_HEADERS": "bad"]))
   }
 
   func testFlagIsABaseURL() throws {
@@ -42,7 +45,10 @@ final class OTLPConfigurationTests: XCTestCase {
     XCTAssertEqual(
       try resolve(
         nil,
-        ["OTEL_EXPORTER_OTLP_ENDPOINT": "http://base:4318", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://t:9/x"]
+        [
+          "OTEL_EXPORTER_OTLP_ENDPOINT": "http://base:4318",
+          "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://t:9/x",
+        ]
       )?.tracesURL, "http://t:9/x")
     XCTAssertEqual(
       try resolve(nil, ["OTEL_EXPORTER_OTLP_ENDPOINT": "http://base:4318/"])?.tracesURL,
@@ -51,10 +57,15 @@ final class OTLPConfigurationTests: XCTestCase {
 
   func testOnlyHTTPURLsWithAHost() {
     XCTAssertEqual(
-      refusal("grpc://127.0.0.1:4317"), "--otlp-endpoint must be an http:// or https:// URL, not 'grpc://127.0.0.1:4317'")
-    XCTAssertEqual(refusal("127.0.0.1:4318"), "--otlp-endpoint must be an http:// or https:// URL, not '127.0.0.1:4318'")
-    XCTAssertEqual(refusal("http://"), "--otlp-endpoint must be an http:// or https:// URL with a host, not 'http://'")
-    XCTAssertEqual(refusal("http://:4318/"), "--otlp-endpoint must be an http:// or https:// URL with a host, not 'http://:4318/'")
+      refusal("grpc://127.0.0.1:4317"),
+      "--otlp-endpoint must be an http:// or https:// URL, not 'grpc://127.0.0.1:4317'")
+    XCTAssertEqual(
+      refusal("127.0.0.1:4318"), "--otlp-endpoint must be an http:// or https:// URL, not '127.0.0.1:4318'")
+    XCTAssertEqual(
+      refusal("http://"), "--otlp-endpoint must be an http:// or https:// URL with a host, not 'http://'")
+    XCTAssertEqual(
+      refusal("http://:4318/"),
+      "--otlp-endpoint must be an http:// or https:// URL with a host, not 'http://:4318/'")
     XCTAssertEqual(
       refusal(nil, ["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "ftp://x"]),
       "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT must be an http:// or https:// URL, not 'ftp://x'")
@@ -65,14 +76,17 @@ final class OTLPConfigurationTests: XCTestCase {
     XCTAssertEqual(try resolve("http://c", ["OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"])?.warnings, [])
     XCTAssertEqual(
       try resolve("http://c", ["OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf"])?.warnings,
-      ["OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf: bucketfs sends OTLP/HTTP as JSON (http/json) to the same endpoint"])
+      [
+        "OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf: bucketfs sends OTLP/HTTP as JSON (http/json) to the same endpoint"
+      ])
     XCTAssertEqual(
       refusal("http://c", ["OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"]),
       "OTEL_EXPORTER_OTLP_PROTOCOL=grpc is not supported: bucketfs exports traces only as http/json")
     // The traces-specific variable is the one that applies.
     XCTAssertEqual(
       try resolve(
-        "http://c", ["OTEL_EXPORTER_OTLP_PROTOCOL": "grpc", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/json"])?
+        "http://c",
+        ["OTEL_EXPORTER_OTLP_PROTOCOL": "grpc", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/json"])?
         .warnings, [])
   }
 

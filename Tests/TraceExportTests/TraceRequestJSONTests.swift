@@ -13,7 +13,7 @@ final class TraceRequestJSONTests: XCTestCase {
     return try XCTUnwrap(JSONSerialization.jsonObject(with: Data(text.utf8)) as? [String: Any])
   }
 
-  private func spans(of request: [String: Any]) throws -> [[String: Any]] {
+  private func encodedSpans(of request: [String: Any]) throws -> [[String: Any]] {
     let resourceSpans = try XCTUnwrap(request["resourceSpans"] as? [[String: Any]])
     XCTAssertEqual(resourceSpans.count, 1)
     let scopeSpans = try XCTUnwrap(resourceSpans[0]["scopeSpans"] as? [[String: Any]])
@@ -23,7 +23,7 @@ final class TraceRequestJSONTests: XCTestCase {
   }
 
   /// key → AnyValue, from OTLP's list of key/value pairs.
-  private func attributes(_ value: Any?) throws -> [String: [String: Any]] {
+  private func attributeMap(_ value: Any?) throws -> [String: [String: Any]] {
     let list = try XCTUnwrap(value as? [[String: Any]])
     var result: [String: [String: Any]] = [:]
     for pair in list { result[try XCTUnwrap(pair["key"] as? String)] = pair["value"] as? [String: Any] }
@@ -50,12 +50,13 @@ final class TraceRequestJSONTests: XCTestCase {
       status: SpanStatus(code: .error, message: "unavailable: HTTP 503"))
 
     let request = try parsed([root, child])
-    let resource = try XCTUnwrap((request["resourceSpans"] as? [[String: Any]])?.first?["resource"] as? [String: Any])
-    let resourceAttributes = try attributes(resource["attributes"])
+    let resource = try XCTUnwrap(
+      (request["resourceSpans"] as? [[String: Any]])?.first?["resource"] as? [String: Any])
+    let resourceAttributes = try attributeMap(resource["attributes"])
     XCTAssertEqual(resourceAttributes["service.name"]?["stringValue"] as? String, "bucketfs")
     XCTAssertEqual(resourceAttributes["service.version"]?["stringValue"] as? String, "1.2.3")
 
-    let encoded = try spans(of: request)
+    let encoded = try encodedSpans(of: request)
     XCTAssertEqual(encoded.count, 2)
     let first = encoded[0]
     XCTAssertEqual(first["traceId"] as? String, "0123456789abcdef0000000000000001")
@@ -67,12 +68,13 @@ final class TraceRequestJSONTests: XCTestCase {
     XCTAssertEqual(first["startTimeUnixNano"] as? String, "1700000000000000001")
     XCTAssertEqual(first["endTimeUnixNano"] as? String, "1700000000500000000")
     XCTAssertNil(first["status"])
-    let values = try attributes(first["attributes"])
+    let values = try attributeMap(first["attributes"])
     XCTAssertEqual(values["fuse.inode"]?["intValue"] as? String, "42")
     XCTAssertEqual(values["name"]?["stringValue"] as? String, "a \"quoted\"\nline\u{1}")
     XCTAssertEqual(values["ratio"]?["doubleValue"] as? Double, 0.5)
     XCTAssertEqual(values["cached"]?["boolValue"] as? Bool, false)
-    let array = try XCTUnwrap((values["sizes"]?["arrayValue"] as? [String: Any])?["values"] as? [[String: Any]])
+    let array = try XCTUnwrap(
+      (values["sizes"]?["arrayValue"] as? [String: Any])?["values"] as? [[String: Any]])
     XCTAssertEqual(array.map { $0["intValue"] as? String }, ["1", "2"])
 
     let second = encoded[1]
@@ -88,7 +90,7 @@ final class TraceRequestJSONTests: XCTestCase {
   }
 
   func testEmptyBatchIsStillARequest() throws {
-    XCTAssertEqual(try spans(of: try parsed([])).count, 0)
+    XCTAssertEqual(try encodedSpans(of: try parsed([])).count, 0)
   }
 
   func testTracerMakesTrees() async throws {
@@ -115,7 +117,7 @@ final class TraceRequestJSONTests: XCTestCase {
     XCTAssertEqual(childSpan.status, SpanStatus(code: .error, message: "HTTP 503"))
     XCTAssertGreaterThanOrEqual(rootSpan.endNanoseconds, rootSpan.startNanoseconds)
     // The JSON of this batch names the parent as the tracer made it.
-    let encoded = try spans(of: try parsed(spans))
+    let encoded = try encodedSpans(of: try parsed(spans))
     XCTAssertEqual(encoded[0]["parentSpanId"] as? String, rootSpan.identity.spanIDHex)
   }
 
