@@ -46,8 +46,10 @@ struct Arrival: Sendable {
 
 extension Span {
   /// Ends a request's span with its answer: `error` (0: success) and, for
-  /// data, the bytes replied. A missing name or attribute (ENOENT, ENODATA)
-  /// is an answer, not a failure; any other errno marks the span an error.
+  /// data, the bytes replied. A missing name or attribute, or a namespace
+  /// not offered (ENOENT, ENODATA, EOPNOTSUPP: `ls -l` asks for
+  /// `security.selinux`) is an answer, not a failure; any other errno marks
+  /// the span an error.
   func answered(error: Int32, bytes: Int?) {
     if isRecording {
       updateAttributes { attributes in
@@ -55,7 +57,7 @@ extension Span {
         if error != 0 { attributes.set("fuse.errno.name", value: .string(RequestMetrics.errnoName(error))) }
         if let bytes { attributes.set("fuse.reply.bytes", value: .int64(Int64(bytes))) }
       }
-      if error != 0 && error != ENOENT && error != ENODATA {
+      if error != 0 && error != ENOENT && error != ENODATA && error != EOPNOTSUPP {
         setStatus(SpanStatus(code: .error, message: RequestMetrics.errnoName(error)))
       }
     }
