@@ -12,6 +12,9 @@ let package = Package(
     .package(url: "https://github.com/swift-server/async-http-client", from: "1.37.0"),
     .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
     .package(url: "https://github.com/apple/swift-crypto", "3.12.3"..<"5.0.0"),
+    // Already in the graph through async-http-client: the Tracing API the FUSE layer and the
+    // client instrument with (no exporter package: TraceExport speaks OTLP/HTTP JSON itself).
+    .package(url: "https://github.com/apple/swift-distributed-tracing.git", from: "1.3.0"),
     .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
     .package(url: "https://github.com/apple/swift-metrics", from: "2.13.0"),
     .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
@@ -33,6 +36,7 @@ let package = Package(
         "CFuse", .product(name: "Logging", package: "swift-log"),
         .product(name: "CoreMetrics", package: "swift-metrics"),
         .product(name: "NIOCore", package: "swift-nio"),
+        .product(name: "Tracing", package: "swift-distributed-tracing"),
       ]
     ),
     // The storage model and protocol the filesystem is written against.
@@ -78,6 +82,7 @@ let package = Package(
         .product(name: "NIOCore", package: "swift-nio"),
         .product(name: "NIOHTTP1", package: "swift-nio"),
         .product(name: "Logging", package: "swift-log"),
+        .product(name: "Tracing", package: "swift-distributed-tracing"),
       ],
       // Version.current, from the file VERSION.
       plugins: ["VersionSource"]
@@ -121,6 +126,19 @@ let package = Package(
         .product(name: "Prometheus", package: "swift-prometheus"),
       ]
     ),
+    // Finished spans batched and sent as OTLP/HTTP JSON (POST {endpoint}/v1/traces), a
+    // Tracer installed only when an OTLP endpoint is configured.
+    .target(
+      name: "TraceExport",
+      dependencies: [
+        .product(name: "AsyncHTTPClient", package: "async-http-client"),
+        .product(name: "Logging", package: "swift-log"),
+        .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+        .product(name: "NIOCore", package: "swift-nio"),
+        .product(name: "NIOHTTP1", package: "swift-nio"),
+        .product(name: "Tracing", package: "swift-distributed-tracing"),
+      ]
+    ),
     // The options of `bucketfs mount` (name, default, meaning): the CLI's
     // ArgumentParser options and README's options table are built from it.
     .target(name: "MountOptionTable"),
@@ -130,7 +148,7 @@ let package = Package(
         "BucketFS", "CFuse", "CloudStorage", "ContentCache", "Credentials", "FUSE", "IOThreads",
         "MetricsExport",
         "MountOptionTable",
-        "ObjectStore", "ServiceAccess", "TLSTrust",
+        "ObjectStore", "ServiceAccess", "TLSTrust", "TraceExport",
         .product(name: "ArgumentParser", package: "swift-argument-parser"),
         .product(name: "AsyncHTTPClient", package: "async-http-client"),
         .product(name: "Logging", package: "swift-log"),
@@ -179,6 +197,15 @@ let package = Package(
         .product(name: "CoreMetrics", package: "swift-metrics"),
         .product(name: "NIOCore", package: "swift-nio"),
         .product(name: "NIOHTTP1", package: "swift-nio"),
+      ]
+    ),
+    .testTarget(
+      name: "TraceExportTests",
+      dependencies: [
+        "TraceExport",
+        .product(name: "Logging", package: "swift-log"),
+        .product(name: "NIOCore", package: "swift-nio"),
+        .product(name: "Tracing", package: "swift-distributed-tracing"),
       ]
     ),
     .testTarget(

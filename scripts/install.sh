@@ -133,7 +133,7 @@ is \-\-anonymous,
 sets GOOGLE_APPLICATION_CREDENTIALS,
 .BR endpoint= ", " page_size= ", " metadata_ttl= ", " negative_ttl= ", "
 .BR request_timeout= ", " retry_deadline= ", " log_level= ", " log_file= ", "
-.BR access_token_file= ", " metrics_addr=
+.BR access_token_file= ", " metrics_addr= ", " otlp_endpoint=
 are the options of the same names;
 .BR _netdev ", " nofail ", " noauto ", " x\-systemd.*
 and the other generic options are for mount(8) and systemd.

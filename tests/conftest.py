@@ -59,6 +59,9 @@ os.makedirs(LOG_DIR, exist_ok=True)
 TOOL_ENV = {**os.environ, "LC_ALL": "C.UTF-8", "LANG": "C.UTF-8"}
 for _k in ("STORAGE_EMULATOR_HOST", "GOOGLE_APPLICATION_CREDENTIALS"):
     TOOL_ENV.pop(_k, None)
+# A developer's OpenTelemetry settings would make every mount export traces.
+for _k in [k for k in TOOL_ENV if k.startswith("OTEL_")]:
+    TOOL_ENV.pop(_k)
 
 _counter = itertools.count(1)
 _certificates: TLS.Certificates | None = None

@@ -4,6 +4,7 @@ import NIOHTTP1
 import NIOPosix
 import ObjectStore
 import ServiceAccess
+import Tracing
 
 #if canImport(FoundationEssentials)
   import FoundationEssentials
@@ -25,8 +26,33 @@ extension CloudStorageClient {
   }
 
   /// One logical request: attempts, back-off and the overall deadline. Each
-  /// attempt is counted under the request's kind (``StorageMetrics``).
+  /// attempt is counted under the request's kind (``StorageMetrics``). The
+  /// request is one client span (`GET download`, …), a child of the task's
+  /// current span (a FUSE operation's), no-op unless a tracer is bootstrapped.
   func exchange(_ request: StorageRequest) async throws -> (
+    status: Int, headers: HTTPHeaders, body: ByteBuffer
+  ) {
+    let span = startSpan("\(request.method.rawValue) \(request.kind.rawValue)", ofKind: .client)
+    var tally = AttemptTally()
+    defer { span.end() }
+    do {
+      let answer = try await ServiceContext.withValue(span.context) {
+        try await sendAttempts(request, tally: &tally)
+      }
+      span.record(request, tally, received: answer.body.readableBytes)
+      return answer
+    } catch {
+      span.record(request, tally, received: nil)
+      span.recordError(error)
+      // A missing object or a failed precondition is an answer; the rest are failures.
+      let answer = (error as? StorageError).map { $0 == .notFound || $0 == .preconditionFailed } ?? false
+      if !answer { span.setStatus(SpanStatus(code: .error, message: String(describing: error))) }
+      throw error
+    }
+  }
+
+  /// ``exchange(_:)``'s attempts, noting in `tally` how many and the last status.
+  private func sendAttempts(_ request: StorageRequest, tally: inout AttemptTally) async throws -> (
     status: Int, headers: HTTPHeaders, body: ByteBuffer
   ) {
     // A caller's bound (one user-visible read, OperationDeadline) can only shorten it.
@@ -41,6 +67,7 @@ extension CloudStorageClient {
     var refreshNext = false
     while true {
       attempt += 1
+      tally.attempts = attempt
       try checkCancelled()
       let refresh = refreshNext
       refreshNext = false
@@ -58,7 +85,8 @@ extension CloudStorageClient {
           + .milliseconds(Int64((retry.attemptTimeout + Double(request.sending) / 65536) * 1000))
         outcome = try await attemptOnce(
           request, deadline: request.sending > 0 ? max(deadline, slowest) : deadline, refreshToken: refresh,
-          accepting: reachedBefore ? request.accepting.union(request.settledAfterRetry) : request.accepting)
+          accepting: reachedBefore ? request.accepting.union(request.settledAfterRetry) : request.accepting,
+          status: &tally.status)
       } catch let error as StorageError {
         throw error
       } catch {
@@ -121,7 +149,8 @@ extension CloudStorageClient {
 
   /// One attempt: `accepting` widens the request's own after an attempt that may have reached the service.
   private func attemptOnce(
-    _ storageRequest: StorageRequest, deadline: NIODeadline, refreshToken: Bool, accepting: Set<Int>
+    _ storageRequest: StorageRequest, deadline: NIODeadline, refreshToken: Bool, accepting: Set<Int>,
+    status answered: inout Int?
   ) async throws -> Outcome {
     let kind = storageRequest.kind
     var request = HTTPClientRequest(url: billed(storageRequest.url))
@@ -177,6 +206,7 @@ extension CloudStorageClient {
       throw error
     }
     let status = Int(response.status.code)
+    answered = status
     metrics.attempted(kind, status: String(status), since: start)
     switch kind {
     case .download where (200..<300).contains(status): metrics.received(payload.readableBytes)

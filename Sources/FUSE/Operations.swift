@@ -28,12 +28,12 @@ extension FUSESession {
       session.fileSystem.mounted(kernel: KernelCache(session: session))
     }
     ops.lookup = { req, parent, name in
-      let arrival = Arrival(.lookup)
+      let arrival = Arrival(.lookup, parent: parent)
       guard let name = utf8Name(req, name) else { return answer(req, arrival, error: ENOENT) }
       serveEntry(req, arrival) { try await $0.lookup(parent: parent, name: name) }
     }
     ops.forget = { req, inode, count in
-      let arrival = Arrival(.forget)
+      let arrival = Arrival(.forget, inode: inode)
       let current = session(req)
       current.fileSystem.forget(inode: inode, count: count)
       fuse_reply_none(req)
@@ -49,7 +49,7 @@ extension FUSESession {
       current.answered(arrival)
     }
     ops.getattr = { req, inode, _ in
-      let arrival = Arrival(.getattr)
+      let arrival = Arrival(.getattr, inode: inode)
       let fs = session(req).fileSystem
       session(req).serve(req, arrival, { try await fs.getattr(inode: inode) }) { request, answer in
         var st = answer.0.stat
@@ -58,7 +58,7 @@ extension FUSESession {
     }
     ops.readlink = { req, inode in
       let fs = session(req).fileSystem
-      session(req).serve(req, Arrival(.readlink), { try await fs.readlink(inode: inode) }) {
+      session(req).serve(req, Arrival(.readlink, inode: inode), { try await fs.readlink(inode: inode) }) {
         request, target in
         // A C string: the target's bytes and a NUL.
         _ = (target + [0]).withUnsafeBufferPointer { bytes in
@@ -67,7 +67,7 @@ extension FUSESession {
       }
     }
     ops.opendir = { req, inode, _ in
-      let arrival = Arrival(.opendir)
+      let arrival = Arrival(.opendir, inode: inode)
       let fs = session(req).fileSystem
       session(req).serve(req, arrival, { try await fs.opendir(inode: inode) }) { request, result in
         var info = fuse_file_info()
@@ -80,25 +80,25 @@ extension FUSESession {
       }
     }
     ops.readdir = { req, inode, size, offset, info in
-      let arrival = Arrival(.readdir)
+      let arrival = Arrival(.readdir, inode: inode, size: size)
       guard let handle = fileHandle(req, info, arrival), let offset = checkedOffset(req, offset, arrival)
       else { return }
       serveReaddir(req, arrival, inode: inode, size: size, offset: offset, handle: handle, plus: false)
     }
     ops.readdirplus = { req, inode, size, offset, info in
-      let arrival = Arrival(.readdirplus)
+      let arrival = Arrival(.readdirplus, inode: inode, size: size)
       guard let handle = fileHandle(req, info, arrival), let offset = checkedOffset(req, offset, arrival)
       else { return }
       serveReaddir(req, arrival, inode: inode, size: size, offset: offset, handle: handle, plus: true)
     }
     ops.releasedir = { req, inode, info in
-      let arrival = Arrival(.releasedir)
+      let arrival = Arrival(.releasedir, inode: inode)
       guard let handle = fileHandle(req, info, arrival) else { return }
       session(req).fileSystem.releasedir(inode: inode, handle: handle)
       answer(req, arrival, error: 0)
     }
     ops.open = { req, inode, info in
-      let arrival = Arrival(.open)
+      let arrival = Arrival(.open, inode: inode)
       guard let info else { return missing(req, arrival, "file info") }
       let flags = info.pointee.flags
       let fs = session(req).fileSystem
@@ -112,7 +112,7 @@ extension FUSESession {
       }
     }
     ops.read = { req, inode, size, offset, info in
-      let arrival = Arrival(.read)
+      let arrival = Arrival(.read, inode: inode, size: size)
       guard let req, let handle = fileHandle(req, info, arrival),
         let offset = checkedOffset(req, offset, arrival)
       else { return }
@@ -124,7 +124,7 @@ extension FUSESession {
       }
     }
     ops.release = { req, inode, info in
-      let arrival = Arrival(.release)
+      let arrival = Arrival(.release, inode: inode)
       guard let handle = fileHandle(req, info, arrival) else { return }
       session(req).fileSystem.release(inode: inode, handle: handle)
       answer(req, arrival, error: 0)
@@ -146,7 +146,7 @@ extension FUSESession {
       current.answered(arrival)
     }
     ops.getxattr = { req, inode, name, size in
-      let arrival = Arrival(.getxattr)
+      let arrival = Arrival(.getxattr, inode: inode)
       guard let req else { return }
       guard let name = name.map({ String(cString: $0) }) else { return missing(req, arrival, "name") }
       let current = session(req)
@@ -157,7 +157,7 @@ extension FUSESession {
       }
     }
     ops.listxattr = { req, inode, size in
-      let arrival = Arrival(.listxattr)
+      let arrival = Arrival(.listxattr, inode: inode)
       guard let req else { return }
       let current = session(req)
       let fs = current.fileSystem
@@ -169,7 +169,7 @@ extension FUSESession {
       }
     }
     ops.setxattr = { req, inode, name, value, size, flags in
-      let arrival = Arrival(.setxattr)
+      let arrival = Arrival(.setxattr, inode: inode)
       guard let name = name.map({ String(cString: $0) }) else { return missing(req, arrival, "name") }
       let bytes =
         size == 0 || value == nil
@@ -179,12 +179,12 @@ extension FUSESession {
       }
     }
     ops.removexattr = { req, inode, name in
-      let arrival = Arrival(.removexattr)
+      let arrival = Arrival(.removexattr, inode: inode)
       guard let name = name.map({ String(cString: $0) }) else { return missing(req, arrival, "name") }
       serveEmpty(req, arrival) { try await $0.removexattr(inode: inode, name: name) }
     }
     ops.create = { req, parent, name, mode, info in
-      let arrival = Arrival(.create)
+      let arrival = Arrival(.create, parent: parent)
       guard let name = utf8Name(req, name) else { return answer(req, arrival, error: EINVAL) }
       guard let info else { return missing(req, arrival, "file info") }
       let flags = info.pointee.flags
@@ -202,7 +202,7 @@ extension FUSESession {
       }
     }
     ops.write = { req, inode, buf, size, offset, info in
-      let arrival = Arrival(.write)
+      let arrival = Arrival(.write, inode: inode, size: size)
       guard let req, let handle = fileHandle(req, info, arrival),
         let offset = checkedOffset(req, offset, arrival)
       else { return }
@@ -218,17 +218,17 @@ extension FUSESession {
       }
     }
     ops.flush = { req, inode, info in
-      let arrival = Arrival(.flush)
+      let arrival = Arrival(.flush, inode: inode)
       guard let handle = fileHandle(req, info, arrival) else { return }
       serveEmpty(req, arrival) { try await $0.flush(inode: inode, handle: handle) }
     }
     ops.fsync = { req, inode, dataOnly, info in
-      let arrival = Arrival(.fsync)
+      let arrival = Arrival(.fsync, inode: inode)
       guard let handle = fileHandle(req, info, arrival) else { return }
       serveEmpty(req, arrival) { try await $0.fsync(inode: inode, handle: handle, dataOnly: dataOnly != 0) }
     }
     ops.setattr = { req, inode, attr, toSet, info in
-      let arrival = Arrival(.setattr)
+      let arrival = Arrival(.setattr, inode: inode)
       guard let attr else { return missing(req, arrival, "attributes") }
       // off_t: a size past Int64.max arrives negative. Never a truncation to 0.
       if toSet & FUSE_SET_ATTR_SIZE != 0 && attr.pointee.st_size < 0 {
@@ -248,22 +248,22 @@ extension FUSESession {
       }
     }
     ops.mkdir = { req, parent, name, mode in
-      let arrival = Arrival(.mkdir)
+      let arrival = Arrival(.mkdir, parent: parent)
       guard let name = utf8Name(req, name) else { return answer(req, arrival, error: EINVAL) }
       serveEntry(req, arrival) { try await $0.mkdir(parent: parent, name: name, mode: UInt32(mode)) }
     }
     ops.unlink = { req, parent, name in
-      let arrival = Arrival(.unlink)
+      let arrival = Arrival(.unlink, parent: parent)
       guard let name = utf8Name(req, name) else { return answer(req, arrival, error: ENOENT) }
       serveEmpty(req, arrival) { try await $0.unlink(parent: parent, name: name) }
     }
     ops.rmdir = { req, parent, name in
-      let arrival = Arrival(.rmdir)
+      let arrival = Arrival(.rmdir, parent: parent)
       guard let name = utf8Name(req, name) else { return answer(req, arrival, error: ENOENT) }
       serveEmpty(req, arrival) { try await $0.rmdir(parent: parent, name: name) }
     }
     ops.rename = { req, parent, name, newParent, newName, flags in
-      let arrival = Arrival(.rename)
+      let arrival = Arrival(.rename, parent: parent)
       guard let name = utf8Name(req, name) else { return answer(req, arrival, error: ENOENT) }
       guard let newName = utf8Name(req, newName) else { return answer(req, arrival, error: EINVAL) }
       serveEmpty(req, arrival) {
@@ -273,7 +273,7 @@ extension FUSESession {
       }
     }
     ops.symlink = { req, target, parent, name in
-      let arrival = Arrival(.symlink)
+      let arrival = Arrival(.symlink, parent: parent)
       guard let name = utf8Name(req, name) else { return answer(req, arrival, error: EINVAL) }
       guard let target else { return missing(req, arrival, "symlink target") }
       let bytes = Array(
@@ -286,7 +286,7 @@ extension FUSESession {
     // Regular files, FIFOs, sockets and (as root, the kernel checks) devices;
     // the filesystem decides which it stores.
     ops.mknod = { req, parent, name, mode, device in
-      let arrival = Arrival(.mknod)
+      let arrival = Arrival(.mknod, parent: parent)
       guard let name = utf8Name(req, name) else { return answer(req, arrival, error: EINVAL) }
       serveEntry(req, arrival) {
         try await $0.mknod(parent: parent, name: name, mode: UInt32(mode), device: UInt64(device))
@@ -308,7 +308,8 @@ extension FUSESession {
   ) {
     switch inline {
     case nil: serveWithStatus(req, arrival, later()) { request, value in reply(request.raw, value) }
-    case .success(let value): answered(arrival, error: reply(req, value))
+    case .success(let value):
+      answered(arrival, error: reply(req, value), bytes: replyBytes(Result<T, Errno>.success(value)))
     case .failure(let errno):
       fuse_reply_err(req, errno.code)
       answered(arrival, error: errno.code)

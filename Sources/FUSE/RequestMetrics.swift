@@ -12,18 +12,6 @@ public enum FUSEOperation: String, CaseIterable, Sendable {
   case symlink, readlink, link, mknod
 }
 
-/// What request arrived, and when: taken first thing in each callback and
-/// handed to the one place that answers it.
-struct Arrival {
-  let operation: FUSEOperation
-  let instant: ContinuousClock.Instant
-
-  init(_ operation: FUSEOperation) {
-    self.operation = operation
-    self.instant = .now
-  }
-}
-
 /// Counts answered requests: `bucketfs_fuse_requests_total{op}`,
 /// `bucketfs_fuse_request_duration_seconds{op}` (arrival to answer) and
 /// `bucketfs_fuse_errors_total{op,errno}`. The per-operation series are made

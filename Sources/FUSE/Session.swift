@@ -1,6 +1,8 @@
 import CFuse
 import Logging
+import NIOCore
 import Synchronization
+import Tracing
 
 #if canImport(Glibc)
   import Glibc
@@ -186,9 +188,13 @@ public final class FUSESession: @unchecked Sendable {
     let context = fuse_req_ctx(raw).pointee
     let caller = Caller(uid: context.uid, gid: context.gid)
     let task = Task {
+      let span = arrival.startSpan()
       let result: Result<T, Errno>
       do {
-        result = .success(try await Caller.$current.withValue(caller) { try await operation() })
+        result = .success(
+          try await ServiceContext.withValue(span.context) {
+            try await Caller.$current.withValue(caller) { try await operation() }
+          })
       } catch let error as Errno {
         result = .failure(error)
       } catch is CancellationError {
@@ -207,13 +213,18 @@ public final class FUSESession: @unchecked Sendable {
         error = errno.code
       }
       self.metrics.answered(arrival, error: error)
+      span.answered(error: error, bytes: error == 0 ? replyBytes(result) : nil)
     }
     record.attach(task)
   }
 
-  /// Counts a request answered on the loop thread (`error` 0: success).
-  func answered(_ arrival: Arrival, error: Int32 = 0) {
+  /// Counts a request answered on the loop thread (`error` 0: success), and
+  /// records its span (no task and no storage request under it). `forget`s
+  /// have no answer and no span.
+  func answered(_ arrival: Arrival, error: Int32 = 0, bytes: Int? = nil) {
     metrics.answered(arrival, error: error)
+    guard arrival.operation != .forget && arrival.operation != .forgetMulti else { return }
+    arrival.startSpan().answered(error: error, bytes: bytes)
   }
 
   func interrupt(_ raw: fuse_req_t) {
@@ -228,6 +239,12 @@ public final class FUSESession: @unchecked Sendable {
     action.sa_flags = 0  // no SA_RESTART: the read must fail with EINTR
     sigaction(SIGUSR1, &action, nil)
   }
+}
+
+/// The bytes of data a reply carries (a read's), for its span.
+func replyBytes<T>(_ result: Result<T, Errno>) -> Int? {
+  guard case .success(let value) = result, let pieces = value as? [ByteBuffer] else { return nil }
+  return pieces.reduce(0) { $0 + $1.readableBytes }
 }
 
 /// The session's address for calls from other threads, and how many are under way.

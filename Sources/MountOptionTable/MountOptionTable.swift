@@ -267,6 +267,10 @@ public enum MountOptionTable {
     "metrics-addr", value: "HOST:PORT", default: nil, note: "off",
     "serve Prometheus metrics at `http://HOST:PORT/metrics`, bound to that host only (`[::1]:PORT` for IPv6), while the mount is up; the series are in docs/SEMANTICS.md"
   )
+  public static let otlpEndpoint = MountOption<String>(
+    "otlp-endpoint", value: "URL", default: nil, note: "off (or `OTEL_EXPORTER_OTLP_ENDPOINT`)",
+    "export traces as OTLP/HTTP JSON to `URL/v1/traces` (http or https): a span per FUSE operation with a child per storage request; wins over `OTEL_EXPORTER_OTLP_ENDPOINT` and `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` (a full URL); `OTEL_EXPORTER_OTLP_HEADERS` are sent; unset, nothing is exported and no connection is made (docs/SEMANTICS.md)"
+  )
 
   /// Every option, in README's order.
   public static let rows: [MountOptionRow] = [
@@ -279,7 +283,7 @@ public enum MountOptionTable {
     firebaseDownloadTokens.row, refuseReadOnlyXattrs.row, renameDirLimit.row, readAheadBudget.row,
     maxConnections.row, maxRequestsPerSecond.row, maxBytesPerSecond.row, appName.row, logLevel.row,
     logFile.row, logFormat.row,
-    metricsAddr.row,
+    metricsAddr.row, otlpEndpoint.row,
   ]
 
   /// README.md's options table, exactly.

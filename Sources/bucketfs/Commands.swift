@@ -109,6 +109,7 @@ struct Mount: ParsableCommand {
   @Flag(name: .customLong(T.refuseReadOnlyXattrs.name), help: help(T.refuseReadOnlyXattrs))
   var refuseReadOnlyXattrs = T.refuseReadOnlyXattrs.value
   @Option(name: .customLong(T.metricsAddr.name), help: help(T.metricsAddr)) var metricsAddr: String?
+  @Option(name: .customLong(T.otlpEndpoint.name), help: help(T.otlpEndpoint)) var otlpEndpoint: String?
   @Option(help: .hidden) var readyFd: Int32?
 
   func validate() throws {
@@ -216,6 +217,10 @@ struct Mount: ParsableCommand {
     var retry = RetryPolicy()
     retry.attemptTimeout = requestTimeout
     retry.deadline = retryDeadline
+    // Before any HTTP client: async-http-client takes the process's tracer when one is made.
+    let traces = try startTraceExport(logger: logger)
+    // Last out, after the unmount's settling: the spans of the mount's end are sent too.
+    defer { if let traces { _ = blocking { await traces.shutdown(patience: .seconds(5)) } } }
     let trust = try certificateTrust(caFile: caFile, logger: logger)
     let http = CloudStorageClient.makeHTTPClient(retry: retry, trust: trust, maxConnections: maxConnections)
     defer { blocking { try? await http.shutdown() } }
@@ -375,21 +380,4 @@ struct Mount: ParsableCommand {
       LineLogHandler(label: label, sink: sink, format: format, logLevel: level)
     }
   }
-}
-
-/// Waits on the calling (non-async) thread for async work; only used before
-/// and after the FUSE loop, never inside a FUSE callback.
-func blocking<T: Sendable>(_ work: @escaping @Sendable () async -> T) -> T {
-  let semaphore = DispatchSemaphore(value: 0)
-  let box = ResultBox<T>()
-  Task {
-    box.value = await work()
-    semaphore.signal()
-  }
-  semaphore.wait()
-  return box.value!
-}
-
-private final class ResultBox<T>: @unchecked Sendable {
-  var value: T?
 }
