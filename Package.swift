@@ -13,7 +13,7 @@ let package = Package(
     .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
     .package(url: "https://github.com/apple/swift-crypto", "3.12.3"..<"5.0.0"),
     // Already in the graph through async-http-client: the Tracing API the FUSE layer and the
-    // client instrument with (no exporter package: TraceExport speaks OTLP/HTTP JSON itself).
+    // client instrument with (no exporter package: OTLPExport speaks OTLP/HTTP JSON itself).
     .package(url: "https://github.com/apple/swift-distributed-tracing.git", from: "1.3.0"),
     .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
     .package(url: "https://github.com/apple/swift-metrics", from: "2.13.0"),
@@ -61,6 +61,8 @@ let package = Package(
     .target(name: "ServiceAccess"),
     // RFC 3339 times: the metadata's, and the token endpoints' expiries.
     .target(name: "TimeFormats"),
+    // JSON's string escaping, for the JSON written by hand (log lines, OTLP, the fake).
+    .target(name: "JSONText"),
     // Which CA certificates a mount trusts (--ca-file, SSL_CERT_FILE/DIR) and
     // what a refused certificate or failed handshake says, for the client and
     // the token endpoints alike.
@@ -127,10 +129,13 @@ let package = Package(
       ]
     ),
     // Finished spans batched and sent as OTLP/HTTP JSON (POST {endpoint}/v1/traces), a
-    // Tracer installed only when an OTLP endpoint is configured.
+    // Tracer installed only when an OTLP endpoint is configured; the metrics pushed
+    // to {endpoint}/v1/metrics from a swift-metrics backend of its own.
     .target(
-      name: "TraceExport",
+      name: "OTLPExport",
       dependencies: [
+        "JSONText",
+        .product(name: "CoreMetrics", package: "swift-metrics"),
         .product(name: "AsyncHTTPClient", package: "async-http-client"),
         .product(name: "Logging", package: "swift-log"),
         .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
@@ -145,10 +150,10 @@ let package = Package(
     .executableTarget(
       name: "bucketfs",
       dependencies: [
-        "BucketFS", "CFuse", "CloudStorage", "ContentCache", "Credentials", "FUSE", "IOThreads",
+        "BucketFS", "CFuse", "CloudStorage", "ContentCache", "Credentials", "FUSE", "IOThreads", "JSONText",
         "MetricsExport",
         "MountOptionTable",
-        "ObjectStore", "ServiceAccess", "TLSTrust", "TraceExport",
+        "ObjectStore", "ServiceAccess", "TLSTrust", "OTLPExport",
         .product(name: "ArgumentParser", package: "swift-argument-parser"),
         .product(name: "AsyncHTTPClient", package: "async-http-client"),
         .product(name: "Logging", package: "swift-log"),
@@ -163,7 +168,7 @@ let package = Package(
     .target(
       name: "StorageFake",
       dependencies: [
-        "ObjectStore",
+        "JSONText", "ObjectStore",
         .product(name: "NIOCore", package: "swift-nio"),
         .product(name: "NIOPosix", package: "swift-nio"),
         .product(name: "NIOHTTP1", package: "swift-nio"),
@@ -200,9 +205,9 @@ let package = Package(
       ]
     ),
     .testTarget(
-      name: "TraceExportTests",
+      name: "OTLPExportTests",
       dependencies: [
-        "TraceExport",
+        "OTLPExport",
         .product(name: "Logging", package: "swift-log"),
         .product(name: "NIOCore", package: "swift-nio"),
         .product(name: "Tracing", package: "swift-distributed-tracing"),

@@ -154,6 +154,25 @@ It is Type=notify: bucketfs sends READY=1 once the mount answers and
 STOPPING=1 on SIGTERM, SIGINT or SIGHUP, after which it finishes what is in
 flight, unmounts and exits 0. A systemd .mount unit with
 Type=fuse.bucketfs works through the mount helper.
+.SH ENVIRONMENT
+.TP
+.B GOOGLE_APPLICATION_CREDENTIALS
+the credentials file, when \-\-credentials is not given.
+.TP
+.B STORAGE_EMULATOR_HOST
+an emulator's address (plain http, anonymous).
+.TP
+.BR SSL_CERT_FILE ", " SSL_CERT_DIR
+the CA certificates trusted for the service, unless \-\-ca\-file names them.
+.TP
+.BR OTEL_EXPORTER_OTLP_ENDPOINT ", " OTEL_EXPORTER_OTLP_TRACES_ENDPOINT ", " OTEL_EXPORTER_OTLP_METRICS_ENDPOINT
+where traces and metrics go without \-\-otlp\-endpoint;
+.BR OTEL_EXPORTER_OTLP_HEADERS " (and the per-signal " *_HEADERS )
+are sent with every export;
+.B OTEL_METRIC_EXPORT_INTERVAL
+is the metrics' push interval in milliseconds (60000);
+.BR OTEL_TRACES_EXPORTER=none " or " OTEL_METRICS_EXPORTER=none
+turns one signal off.
 .SH FILES
 .I /etc/bucketfs/*.env
 .br

@@ -1,8 +1,9 @@
 """End to end (issue 42 item 3): with `--otlp-endpoint URL` (or
 OTEL_EXPORTER_OTLP_ENDPOINT) a mount exports traces as OTLP/HTTP JSON to
 URL/v1/traces: a span per FUSE operation, with a child span per storage
-request (kind, method, status, attempts, bytes). A local sink takes the
-posts. Without an endpoint the sink sees no connection at all."""
+request (kind, method, status, attempts, bytes); and its metrics, the
+series /metrics serves, to URL/v1/metrics. A local sink takes the posts.
+Without an endpoint the sink sees no connection at all."""
 
 from __future__ import annotations
 
@@ -63,15 +64,19 @@ class OTLPSink:
         self.server.shutdown()
         self.server.server_close()
 
-    def spans(self) -> list[dict]:
-        """Every span posted so far, with its attributes as a plain dict."""
-        found = []
+    def bodies(self, path: str) -> list[dict]:
+        """The JSON bodies posted to ``path`` so far, in order."""
         with self.lock:
             posts = list(self.posts)
         for post in posts:
-            assert post["path"] == "/v1/traces", post["path"]
+            assert post["path"] in ("/v1/traces", "/v1/metrics"), post["path"]
             assert post["headers"].get("Content-Type") == "application/json", post["headers"]
-            request = json.loads(post["body"])
+        return [json.loads(post["body"]) for post in posts if post["path"] == path]
+
+    def spans(self) -> list[dict]:
+        """Every span posted so far, with its attributes as a plain dict."""
+        found = []
+        for request in self.bodies("/v1/traces"):
             for resource_spans in request["resourceSpans"]:
                 resource = attributes(resource_spans["resource"]["attributes"])
                 assert resource["service.name"] == "bucketfs", resource
@@ -80,6 +85,24 @@ class OTLPSink:
                     for span in scope_spans["spans"]:
                         found.append({**span, "attrs": attributes(span.get("attributes", []))})
         return found
+
+    def metrics(self) -> dict[str, dict] | None:
+        """The newest metrics export: {name: metric}, each data point's
+        attributes as a plain dict under "attrs"; None before the first."""
+        bodies = self.bodies("/v1/metrics")
+        if not bodies:
+            return None
+        out = {}
+        for resource_metrics in bodies[-1]["resourceMetrics"]:
+            resource = attributes(resource_metrics["resource"]["attributes"])
+            assert resource["service.name"] == "bucketfs", resource
+            for scope_metrics in resource_metrics["scopeMetrics"]:
+                for metric in scope_metrics["metrics"]:
+                    data = next(metric[k] for k in ("sum", "gauge", "histogram") if k in metric)
+                    for point in data["dataPoints"]:
+                        point["attrs"] = attributes(point.get("attributes", []))
+                    out[metric["name"]] = metric
+        return out
 
 
 def attributes(pairs: list[dict]) -> dict:
@@ -201,3 +224,59 @@ def test_bad_endpoint_fails_the_mount(bucket, mount):
         assert len(lines) == 1, r.stderr
         assert ("--otlp-endpoint" in lines[0] or "OTEL_EXPORTER_OTLP_PROTOCOL" in lines[0]), r.stderr
         assert not os.path.ismount(mp)
+
+
+def point(metric: dict, **attrs) -> dict | None:
+    """The data point of ``metric`` whose attributes include ``attrs``."""
+    data = next(metric[k] for k in ("sum", "gauge", "histogram") if k in metric)
+    return next((p for p in data["dataPoints"] if attrs.items() <= p["attrs"].items()), None)
+
+
+def test_metrics_are_pushed_as_well(client, bucket, mount, bucketfs_bin, sink, monkeypatch):
+    """The series /metrics serves go to URL/v1/metrics every
+    OTEL_METRIC_EXPORT_INTERVAL, cumulative, and once more at unmount."""
+    from test_metrics import free_port, scrape
+    data = os.urandom(300_000)
+    client.upload(bucket, F.Obj("file.bin", data))
+    monkeypatch.setitem(conftest.TOOL_ENV, "OTEL_METRIC_EXPORT_INTERVAL", "300")
+    port = free_port()
+    m = mount(bucket, "", "--otlp-endpoint", sink.url, "--metrics-addr", f"127.0.0.1:{port}",
+              "--read-cache-size", "0")
+    with open(m.p("file.bin"), "rb") as f:
+        assert f.read() == data
+
+    def downloaded() -> int:
+        metrics = sink.metrics() or {}
+        found = metrics.get("bucketfs_storage_bytes_downloaded_total")
+        return int(point(found)["asInt"]) if found and point(found) else 0
+
+    # Pushed while mounted, on the interval: no unmount needed to see the read.
+    assert wait_for(lambda: downloaded() >= len(data), 15), sink.metrics()
+    metrics = sink.metrics()
+    counter = metrics["bucketfs_fuse_requests_total"]
+    assert counter["sum"]["isMonotonic"] is True and counter["sum"]["aggregationTemporality"] == 2, counter
+    reads = point(counter, op="read")
+    assert reads and int(reads["asInt"]) >= 1, counter
+    assert int(reads["startTimeUnixNano"]) <= int(reads["timeUnixNano"]), reads
+    # A timer is a histogram in seconds, the same buckets as /metrics.
+    durations = metrics["bucketfs_fuse_request_duration_seconds"]
+    assert durations["unit"] == "s", durations
+    h = point(durations, op="read")
+    assert h and len(h["bucketCounts"]) == len(h["explicitBounds"]) + 1, h
+    assert sum(int(c) for c in h["bucketCounts"]) == int(h["count"]) >= 1, h
+    assert 0 < h["min"] <= h["max"] and h["sum"] > 0, h
+    assert "gauge" in metrics["bucketfs_staged_bytes"], metrics["bucketfs_staged_bytes"]
+    # Both backends are fed by every series: the names /metrics shows are pushed too.
+    scraped = scrape(port)
+    names = {name for name, _, _ in scraped}
+    for name in ("bucketfs_fuse_requests_total", "bucketfs_storage_bytes_downloaded_total",
+                 "bucketfs_storage_requests_total"):
+        assert name in names and name in metrics, (name, sorted(names), sorted(metrics))
+    scraped_reads = next(v for n, labels, v in scraped if n == "bucketfs_fuse_requests_total"
+                         and labels.get("op") == "read")
+    exports = len(sink.bodies("/v1/metrics"))
+    unmount_and_wait(m, bucketfs_bin)
+    # The unmount's last push counts at least what the scrape saw.
+    assert wait_for(lambda: len(sink.bodies("/v1/metrics")) > exports, 10)
+    final = point(sink.metrics()["bucketfs_fuse_requests_total"], op="read")
+    assert int(final["asInt"]) >= scraped_reads, (final, scraped_reads)

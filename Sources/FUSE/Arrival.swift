@@ -50,8 +50,9 @@ extension Span {
   /// not offered (ENOENT, ENODATA, EOPNOTSUPP: `ls -l` asks for
   /// `security.selinux`) is an answer, not a failure; any other errno marks
   /// the span an error.
-  func answered(error: Int32, bytes: Int?) {
+  func answered(error: Int32, bytes: @autoclosure () -> Int?) {
     if isRecording {
+      let bytes = bytes()  // only when recording: the reply's cast costs on every request
       updateAttributes { attributes in
         attributes.set("fuse.errno", value: .int64(Int64(error)))
         if error != 0 { attributes.set("fuse.errno.name", value: .string(RequestMetrics.errnoName(error))) }

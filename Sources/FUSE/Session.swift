@@ -221,10 +221,10 @@ public final class FUSESession: @unchecked Sendable {
   /// Counts a request answered on the loop thread (`error` 0: success), and
   /// records its span (no task and no storage request under it). `forget`s
   /// have no answer and no span.
-  func answered(_ arrival: Arrival, error: Int32 = 0, bytes: Int? = nil) {
+  func answered(_ arrival: Arrival, error: Int32 = 0, bytes: @autoclosure () -> Int? = nil) {
     metrics.answered(arrival, error: error)
     guard arrival.operation != .forget && arrival.operation != .forgetMulti else { return }
-    arrival.startSpan().answered(error: error, bytes: bytes)
+    arrival.startSpan().answered(error: error, bytes: bytes())
   }
 
   func interrupt(_ raw: fuse_req_t) {

@@ -3,7 +3,7 @@ import Prometheus
 
 /// The process's metrics in Prometheus form: a registry, and the
 /// swift-metrics factory that fills it. The libraries make their counters
-/// from `MetricsSystem.factory`, which is a no-op until ``bootstrap()``.
+/// from `MetricsSystem.factory`, which is a no-op until the mount bootstraps it.
 public struct MetricsRegistry: Sendable {
   let registry: PrometheusCollectorRegistry
   public let factory: any MetricsFactory
@@ -24,12 +24,6 @@ public struct MetricsRegistry: Sendable {
     factory.defaultDurationHistogramBuckets = Self.durationBuckets
     self.registry = registry
     self.factory = factory
-  }
-
-  /// Makes this registry the process's metrics backend. Once per process,
-  /// before the libraries make their metrics.
-  public func bootstrap() {
-    MetricsSystem.bootstrap(factory)
   }
 
   /// The Prometheus text exposition of every series.

@@ -269,7 +269,7 @@ public enum MountOptionTable {
   )
   public static let otlpEndpoint = MountOption<String>(
     "otlp-endpoint", value: "URL", default: nil, note: "off (or `OTEL_EXPORTER_OTLP_ENDPOINT`)",
-    "export traces as OTLP/HTTP JSON to `URL/v1/traces` (http or https): a span per FUSE operation with a child per storage request; wins over `OTEL_EXPORTER_OTLP_ENDPOINT` and `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` (a full URL); `OTEL_EXPORTER_OTLP_HEADERS` are sent; unset, nothing is exported and no connection is made (docs/SEMANTICS.md)"
+    "export traces as OTLP/HTTP JSON to `URL/v1/traces` (http or https): a span per FUSE operation with a child per storage request; and the metrics to `URL/v1/metrics` every `OTEL_METRIC_EXPORT_INTERVAL` ms (60,000); wins over `OTEL_EXPORTER_OTLP_ENDPOINT` and `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` (a full URL); `OTEL_EXPORTER_OTLP_HEADERS` are sent; unset, nothing is exported and no connection is made (docs/SEMANTICS.md)"
   )
 
   /// Every option, in README's order.

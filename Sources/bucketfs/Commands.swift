@@ -232,8 +232,8 @@ struct Mount: ParsableCommand {
     }
     // Before the client, filesystem and session make their series; off, they count into a no-op.
     let metricsAddress = metricsAddr.flatMap { MetricsAddress($0) }  // validate() checked it
-    let metrics = metricsAddress.map { _ in MetricsRegistry() }
-    metrics?.bootstrap()
+    let metrics = try MetricsBackends(
+      prometheus: metricsAddress != nil, otlpEndpoint: otlpEndpoint, environment: processEnvironment())
     let client = CloudStorageClient(
       bucket: source.bucket, endpoint: endpoint, http: http, tokens: tokens, retry: retry, uploads: uploads,
       logger: logger, userProject: billingProject, appName: appName,
@@ -313,15 +313,16 @@ struct Mount: ParsableCommand {
     }
     // Served from the mount's start to its end; a taken port fails the mount.
     var metricsServer: MetricsServer?
-    if let metricsAddress, let metrics {
+    if let metricsAddress, let registry = metrics.prometheus {
       do {
-        metricsServer = try MetricsServer.start(at: metricsAddress, registry: metrics)
+        metricsServer = try MetricsServer.start(at: metricsAddress, registry: registry)
       } catch {
         session.shutdown(grace: 0)
         throw MountFailure(message: error.description)
       }
       logger.info("serving metrics at http://\(metricsAddress)/metrics")
     }
+    let metricExport = metrics.startOTLPExport(logger: logger)
     Signals.onSignal { signal in
       logger.info("signal \(signal): unmounting")
       ServiceManager.notify("STOPPING=1")
@@ -347,6 +348,8 @@ struct Mount: ParsableCommand {
       logger.warning("read cache: disk work still running after 10 s; not waiting for it")
     }
     metricsServer?.stop()
+    // The counts of the mount's end go out too.
+    if let metricExport { _ = blocking { await metricExport.shutdown(patience: .seconds(5)) } }
     logger.info("unmounted \(mountpoint)")
   }
 

@@ -1,3 +1,4 @@
+import JSONText
 import Logging
 
 #if canImport(Glibc)
@@ -51,24 +52,7 @@ enum LogLineFormat: String, Sendable, CaseIterable {
     }
   }
 
-  /// A JSON string: quotes, backslashes and control characters escaped (RFC 8259).
-  static func quoted(_ text: String) -> String {
-    var out = "\""
-    for scalar in text.unicodeScalars {
-      switch scalar {
-      case "\"": out += "\\\""
-      case "\\": out += "\\\\"
-      case "\n": out += "\\n"
-      case "\r": out += "\\r"
-      case "\t": out += "\\t"
-      case let c where c.value < 0x20:
-        let hex = String(c.value, radix: 16)
-        out += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
-      default: out.unicodeScalars.append(scalar)
-      }
-    }
-    return out + "\""
-  }
+  static func quoted(_ text: String) -> String { JSONText.quoted(text) }
 
   /// Now in RFC 3339, UTC: 2026-12-01T21:06:06Z, or 2026-12-01T21:06:06.123Z with milliseconds.
   static func timestamp(milliseconds: Bool = true) -> String {

@@ -1,3 +1,4 @@
+import JSONText
 import ObjectStore
 
 // MARK: - URL encoding
@@ -126,23 +127,7 @@ extension StringProtocol {
 struct JSONWriter {
   private(set) var text = ""
 
-  static func quote(_ value: String) -> String {
-    var out = "\""
-    for scalar in value.unicodeScalars {
-      switch scalar {
-      case "\"": out += "\\\""
-      case "\\": out += "\\\\"
-      case "\n": out += "\\n"
-      case "\r": out += "\\r"
-      case "\t": out += "\\t"
-      case _ where scalar.value < 0x20:
-        let hex = String(scalar.value, radix: 16)
-        out += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
-      default: out.unicodeScalars.append(scalar)
-      }
-    }
-    return out + "\""
-  }
+  static func quote(_ value: String) -> String { JSONText.quoted(value) }
 
   static func object(_ members: [(String, String?)]) -> String {
     let parts = members.compactMap { key, raw in raw.map { quote(key) + ":" + $0 } }

@@ -1,8 +1,5 @@
-import AsyncHTTPClient
 import Logging
 import NIOConcurrencyHelpers
-import NIOCore
-import NIOHTTP1
 
 /// Finished spans queued and sent in batches as OTLP/HTTP JSON, from one
 /// task of its own: ``add(_:)`` only appends under a short lock (or drops
@@ -34,7 +31,7 @@ public final class SpanExporter: Sendable {
   private let resource: TraceResource
   private let settings: Settings
   private let logger: Logger
-  private let http: HTTPClient
+  private let poster: OTLPPoster
   private let state = NIOLockedValueBox(State())
   private let wake: AsyncStream<Void>.Continuation
   private let loop: NIOLockedValueBox<Task<Void, Never>?> = NIOLockedValueBox(nil)
@@ -47,12 +44,7 @@ public final class SpanExporter: Sendable {
     self.resource = resource
     self.settings = settings
     self.logger = logger
-    var http = HTTPClient.Configuration()
-    // The exporter's own requests are never traced: each would make a span to export.
-    http.tracing.tracer = nil
-    http.timeout.connect = .seconds(5)
-    http.connectionPool.concurrentHTTP1ConnectionsPerHostSoftLimit = 1
-    self.http = HTTPClient(eventLoopGroupProvider: .singleton, configuration: http)
+    self.poster = OTLPPoster(configuration: configuration, requestTimeout: settings.requestTimeout)
     let (signals, wake) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
     self.wake = wake
     let task = Task { [self] in
@@ -94,22 +86,8 @@ public final class SpanExporter: Sendable {
   public func shutdown(patience: Duration) async -> Bool {
     wake.finish()
     let task = loop.withLockedValue { $0 }
-    let finished = await withTaskGroup(of: Bool.self) { group in
-      group.addTask {
-        await task?.value
-        return true
-      }
-      group.addTask {
-        try? await Task.sleep(for: patience)
-        return false
-      }
-      let first = await group.next() ?? false
-      // Out of patience: the batch under way is abandoned, so the group can end.
-      if !first { task?.cancel() }
-      group.cancelAll()
-      return first
-    }
-    try? await http.shutdown()
+    let finished = await awaitEnd(of: task, patience: patience)
+    await poster.shutdown()
     let left = state.withLockedValue { state -> Int in
       defer { state.queue = [] }
       state.dropped += state.queue.count
@@ -138,21 +116,7 @@ public final class SpanExporter: Sendable {
   }
 
   private func send(_ batch: [FinishedSpan]) async {
-    var request = HTTPClientRequest(url: configuration.tracesURL)
-    request.method = .POST
-    request.headers.add(name: "Content-Type", value: "application/json")
-    for header in configuration.headers { request.headers.add(name: header.name, value: header.value) }
-    request.body = .bytes(ByteBuffer(string: TraceRequestJSON.encode(batch, resource: resource)))
-    let failure: String?
-    do {
-      let response = try await http.execute(
-        request, timeout: .nanoseconds(settings.requestTimeout.nanoseconds))
-      // The answer (an ExportTraceServiceResponse) says nothing needed; read it to free the connection.
-      _ = try await response.body.collect(upTo: 1 << 20)
-      failure = (200..<300).contains(response.status.code) ? nil : "HTTP \(response.status.code)"
-    } catch {
-      failure = String(describing: error)
-    }
+    let failure = await poster.post(TraceRequestJSON.encode(batch, resource: resource))
     let firstOfStreak = state.withLockedValue { state -> Bool? in
       if failure != nil {
         state.dropped += batch.count
@@ -166,14 +130,8 @@ public final class SpanExporter: Sendable {
     }
     if let failure, firstOfStreak == true {
       logger.warning(
-        "traces: export to \(configuration.tracesURL) failed (\(failure)); \(batch.count) span(s) dropped, later failures not logged until one succeeds"
+        "traces: export to \(configuration.url) failed (\(failure)); \(batch.count) span(s) dropped, later failures not logged until one succeeds"
       )
     }
-  }
-}
-
-extension Duration {
-  fileprivate var nanoseconds: Int64 {
-    components.seconds * 1_000_000_000 + components.attoseconds / 1_000_000_000
   }
 }

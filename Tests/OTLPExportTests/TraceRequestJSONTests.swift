@@ -3,7 +3,7 @@ import Logging
 import Tracing
 import XCTest
 
-@testable import TraceExport
+@testable import OTLPExport
 
 /// A batch of spans as OTLP/JSON (the ExportTraceServiceRequest mapping), and
 /// the tracer's trees: a child shares its parent's trace and names it.
@@ -129,7 +129,7 @@ final class TraceRequestJSONTests: XCTestCase {
     settings.requestTimeout = .seconds(2)
     // Port 9 on loopback: nothing listens, so the one export at shutdown fails.
     let exporter = SpanExporter(
-      configuration: OTLPConfiguration(tracesURL: "http://127.0.0.1:9/v1/traces"),
+      configuration: OTLPConfiguration(url: "http://127.0.0.1:9/v1/traces"),
       resource: TraceResource(serviceVersion: "test"), settings: settings, logger: Logger(label: "test"))
     let span = FinishedSpan(
       name: "FUSE getattr", kind: .server, identity: SpanIdentity(traceHigh: 1, traceLow: 2, spanID: 3),

@@ -1,6 +1,6 @@
 import XCTest
 
-@testable import TraceExport
+@testable import OTLPExport
 
 /// `--otlp-endpoint` and the `OTEL_EXPORTER_OTLP_*` variables: which wins,
 /// how the traces URL is made, and what is refused.
@@ -29,8 +29,8 @@ final class OTLPConfigurationTests: XCTestCase {
   }
 
   func testFlagIsABaseURL() throws {
-    XCTAssertEqual(try resolve("http://127.0.0.1:4318")?.tracesURL, "http://127.0.0.1:4318/v1/traces")
-    XCTAssertEqual(try resolve("https://collector/otlp/")?.tracesURL, "https://collector/otlp/v1/traces")
+    XCTAssertEqual(try resolve("http://127.0.0.1:4318")?.url, "http://127.0.0.1:4318/v1/traces")
+    XCTAssertEqual(try resolve("https://collector/otlp/")?.url, "https://collector/otlp/v1/traces")
   }
 
   func testFlagWinsOverTheVariables() throws {
@@ -38,7 +38,7 @@ final class OTLPConfigurationTests: XCTestCase {
       "OTEL_EXPORTER_OTLP_ENDPOINT": "http://base:4318",
       "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://traces:4318/custom",
     ]
-    XCTAssertEqual(try resolve("http://flag:1", environment)?.tracesURL, "http://flag:1/v1/traces")
+    XCTAssertEqual(try resolve("http://flag:1", environment)?.url, "http://flag:1/v1/traces")
   }
 
   func testTracesVariableIsTheFullURLAndWinsOverTheBase() throws {
@@ -49,9 +49,9 @@ final class OTLPConfigurationTests: XCTestCase {
           "OTEL_EXPORTER_OTLP_ENDPOINT": "http://base:4318",
           "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://t:9/x",
         ]
-      )?.tracesURL, "http://t:9/x")
+      )?.url, "http://t:9/x")
     XCTAssertEqual(
-      try resolve(nil, ["OTEL_EXPORTER_OTLP_ENDPOINT": "http://base:4318/"])?.tracesURL,
+      try resolve(nil, ["OTEL_EXPORTER_OTLP_ENDPOINT": "http://base:4318/"])?.url,
       "http://base:4318/v1/traces")
   }
 
@@ -112,5 +112,43 @@ final class OTLPConfigurationTests: XCTestCase {
     XCTAssertEqual(
       refusal("http://c", ["OTEL_EXPORTER_OTLP_HEADERS": "k=a%0D%0Ab"]),
       "OTEL_EXPORTER_OTLP_HEADERS: the value of 'k' is not valid percent-encoding")
+  }
+
+  func testMetricsHaveTheirOwnPathAndVariables() throws {
+    XCTAssertEqual(
+      try OTLPConfiguration.resolve(.metrics, flag: "http://c:4318/", environment: [:])?.url,
+      "http://c:4318/v1/metrics")
+    let environment = [
+      "OTEL_EXPORTER_OTLP_ENDPOINT": "http://base:4318",
+      "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT": "http://m:9/custom",
+      "OTEL_EXPORTER_OTLP_METRICS_HEADERS": "k=metrics",
+      "OTEL_EXPORTER_OTLP_TRACES_HEADERS": "k=traces",
+    ]
+    let metrics = try OTLPConfiguration.resolve(.metrics, flag: nil, environment: environment)
+    XCTAssertEqual(metrics?.url, "http://m:9/custom")
+    XCTAssertEqual(metrics?.headers, [.init("k", "metrics")])
+    XCTAssertEqual(try resolve(nil, environment)?.url, "http://base:4318/v1/traces")
+    XCTAssertEqual(try resolve(nil, environment)?.headers, [.init("k", "traces")])
+  }
+
+  func testAnExporterOfNoneTurnsThatSignalOff() throws {
+    let environment = ["OTEL_METRICS_EXPORTER": "none"]
+    XCTAssertNil(try OTLPConfiguration.resolve(.metrics, flag: "http://c", environment: environment))
+    XCTAssertNotNil(try resolve("http://c", environment))
+    XCTAssertNil(try resolve("http://c", ["OTEL_TRACES_EXPORTER": "none"]))
+    XCTAssertEqual(
+      refusal("http://c", ["OTEL_TRACES_EXPORTER": "zipkin"]),
+      "OTEL_TRACES_EXPORTER=zipkin is not supported: bucketfs exports traces only over otlp (or none)")
+  }
+
+  func testMetricExportInterval() throws {
+    XCTAssertEqual(try OTLPConfiguration.metricExportInterval(environment: [:]), .seconds(60))
+    XCTAssertEqual(
+      try OTLPConfiguration.metricExportInterval(environment: ["OTEL_METRIC_EXPORT_INTERVAL": "500"]),
+      .milliseconds(500))
+    for bad in ["50", "soon", "-1"] {
+      XCTAssertThrowsError(
+        try OTLPConfiguration.metricExportInterval(environment: ["OTEL_METRIC_EXPORT_INTERVAL": bad]))
+    }
   }
 }

@@ -1,8 +1,17 @@
-/// Where finished spans go and with which extra headers: `--otlp-endpoint`, or
-/// the standard `OTEL_EXPORTER_OTLP_*` variables (docs/SEMANTICS.md, "Traces").
+/// What OTLP carries: each is sent to its own path and may be configured apart.
+public enum OTLPSignal: String, Sendable, CaseIterable {
+  case traces, metrics
+
+  /// The signal's part of a variable's name: `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`.
+  var variablePart: String { rawValue.uppercased() }
+}
+
+/// Where one signal goes and with which extra headers: `--otlp-endpoint`, or
+/// the standard `OTEL_EXPORTER_OTLP_*` variables (docs/SEMANTICS.md, "Traces"
+/// and "Metrics").
 public struct OTLPConfiguration: Sendable, Equatable {
-  /// The full URL spans are POSTed to (`…/v1/traces`).
-  public var tracesURL: String
+  /// The full URL batches are POSTed to (`…/v1/traces`, `…/v1/metrics`).
+  public var url: String
   /// Sent with every export (`OTEL_EXPORTER_OTLP_HEADERS`), in order.
   public var headers: [Header]
   /// Said once at mount when the environment asks for something bucketfs does
@@ -19,39 +28,52 @@ public struct OTLPConfiguration: Sendable, Equatable {
     }
   }
 
-  public init(tracesURL: String, headers: [Header] = [], warnings: [String] = []) {
-    self.tracesURL = tracesURL
+  public init(url: String, headers: [Header] = [], warnings: [String] = []) {
+    self.url = url
     self.headers = headers
     self.warnings = warnings
   }
 
-  /// The configuration for a mount, or nil when no endpoint is given (then
-  /// nothing is exported and no connection is made). The flag is a base URL
-  /// like `OTEL_EXPORTER_OTLP_ENDPOINT` (`/v1/traces` is appended) and wins
-  /// over both variables; `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` is used as
-  /// it is, per the OpenTelemetry specification. Empty variables count as unset.
-  public static func resolve(flag: String?, environment: [String: String]) throws(OTLPConfigurationError)
-    -> OTLPConfiguration?
-  {
+  /// The configuration of `signal` for a mount, or nil when no endpoint is
+  /// given or `OTEL_<SIGNAL>_EXPORTER=none` (then nothing of it is exported
+  /// and no connection is made). The flag is a base URL like
+  /// `OTEL_EXPORTER_OTLP_ENDPOINT` (`/v1/traces` or `/v1/metrics` is
+  /// appended) and wins over the variables; `OTEL_EXPORTER_OTLP_<SIGNAL>_ENDPOINT`
+  /// is used as it is, per the OpenTelemetry specification. Empty variables
+  /// count as unset.
+  public static func resolve(
+    _ signal: OTLPSignal = .traces, flag: String?, environment: [String: String]
+  ) throws(OTLPConfigurationError) -> OTLPConfiguration? {
     func variable(_ name: String) -> String? {
       guard let value = environment[name]?.trimmed, !value.isEmpty else { return nil }
       return value
     }
+    let part = signal.variablePart
+    let exporterName = "OTEL_\(part)_EXPORTER"
+    switch variable(exporterName)?.lowercased() {
+    case nil, "otlp": break
+    case "none": return nil
+    case let other?:
+      throw OTLPConfigurationError(
+        message:
+          "\(exporterName)=\(other) is not supported: bucketfs exports \(signal.rawValue) only over otlp (or none)"
+      )
+    }
     let url: String
     if let flag = flag?.trimmed, !flag.isEmpty {
       try checkURL(flag, source: "--otlp-endpoint")
-      url = appendingTracesPath(flag)
-    } else if let full = variable("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") {
-      try checkURL(full, source: "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+      url = appendingPath(of: signal, to: flag)
+    } else if let full = variable("OTEL_EXPORTER_OTLP_\(part)_ENDPOINT") {
+      try checkURL(full, source: "OTEL_EXPORTER_OTLP_\(part)_ENDPOINT")
       url = full
     } else if let base = variable("OTEL_EXPORTER_OTLP_ENDPOINT") {
       try checkURL(base, source: "OTEL_EXPORTER_OTLP_ENDPOINT")
-      url = appendingTracesPath(base)
+      url = appendingPath(of: signal, to: base)
     } else {
       return nil
     }
     var warnings: [String] = []
-    for name in ["OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"] {
+    for name in ["OTEL_EXPORTER_OTLP_\(part)_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"] {
       guard let value = variable(name) else { continue }
       switch value {
       case "http/json": break
@@ -61,25 +83,39 @@ public struct OTLPConfiguration: Sendable, Equatable {
           "\(name)=http/protobuf: bucketfs sends OTLP/HTTP as JSON (http/json) to the same endpoint")
       default:
         throw OTLPConfigurationError(
-          message: "\(name)=\(value) is not supported: bucketfs exports traces only as http/json")
+          message: "\(name)=\(value) is not supported: bucketfs exports \(signal.rawValue) only as http/json")
       }
-      break  // the traces-specific variable, when set, is the one that applies
+      break  // the signal's own variable, when set, is the one that applies
     }
     var headers = try parseHeaders(
       variable("OTEL_EXPORTER_OTLP_HEADERS"), source: "OTEL_EXPORTER_OTLP_HEADERS")
     let specific = try parseHeaders(
-      variable("OTEL_EXPORTER_OTLP_TRACES_HEADERS"), source: "OTEL_EXPORTER_OTLP_TRACES_HEADERS")
-    // The traces-specific variable's value wins for a name both give.
+      variable("OTEL_EXPORTER_OTLP_\(part)_HEADERS"), source: "OTEL_EXPORTER_OTLP_\(part)_HEADERS")
+    // The signal's own variable's value wins for a name both give.
     headers.removeAll { header in specific.contains { $0.name.lowercased() == header.name.lowercased() } }
     headers += specific
-    return OTLPConfiguration(tracesURL: url, headers: headers, warnings: warnings)
+    return OTLPConfiguration(url: url, headers: headers, warnings: warnings)
+  }
+
+  /// How often metrics are pushed: `OTEL_METRIC_EXPORT_INTERVAL` in
+  /// milliseconds, 60 s when unset (the specification's default), at least 100 ms.
+  public static func metricExportInterval(environment: [String: String]) throws(OTLPConfigurationError)
+    -> Duration
+  {
+    let name = "OTEL_METRIC_EXPORT_INTERVAL"
+    guard let text = environment[name]?.trimmed, !text.isEmpty else { return .seconds(60) }
+    guard let milliseconds = Int(text), milliseconds >= 100, milliseconds <= 86_400_000 else {
+      throw OTLPConfigurationError(
+        message: "\(name)=\(text) must be a whole number of milliseconds from 100 to 86400000")
+    }
+    return .milliseconds(milliseconds)
   }
 
   /// `http://host:4318` → `http://host:4318/v1/traces`; a trailing slash is not doubled.
-  static func appendingTracesPath(_ base: String) -> String {
+  static func appendingPath(of signal: OTLPSignal, to base: String) -> String {
     var base = base
     while base.hasSuffix("/") { base.removeLast() }
-    return base + "/v1/traces"
+    return base + "/v1/" + signal.rawValue
   }
 
   /// An http or https URL with a host; anything else is refused in one line.

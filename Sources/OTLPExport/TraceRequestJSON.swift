@@ -21,7 +21,7 @@ public enum TraceRequestJSON {
     out += ","
     out += keyValue("service.version", .string(resource.serviceVersion))
     out += "]},\"scopeSpans\":[{\"scope\":{\"name\":\"bucketfs\",\"version\":"
-    out += quoted(resource.serviceVersion)
+    out += OTLPJSON.quoted(resource.serviceVersion)
     out += "},\"spans\":["
     for (index, span) in spans.enumerated() {
       if index > 0 { out += "," }
@@ -34,7 +34,7 @@ public enum TraceRequestJSON {
   static func append(_ span: FinishedSpan, to out: inout String) {
     out += "{\"traceId\":\"\(span.identity.traceIDHex)\",\"spanId\":\"\(span.identity.spanIDHex)\""
     if let parent = span.parentSpanID { out += ",\"parentSpanId\":\"\(hex(parent))\"" }
-    out += ",\"name\":" + quoted(span.name)
+    out += ",\"name\":" + OTLPJSON.quoted(span.name)
     out += ",\"kind\":\(kindNumber(span.kind))"
     out +=
       ",\"startTimeUnixNano\":\"\(span.startNanoseconds)\",\"endTimeUnixNano\":\"\(span.endNanoseconds)\""
@@ -43,7 +43,7 @@ public enum TraceRequestJSON {
       out += ",\"events\":["
       for (index, event) in span.events.enumerated() {
         if index > 0 { out += "," }
-        out += "{\"timeUnixNano\":\"\(event.nanosecondsSinceEpoch)\",\"name\":" + quoted(event.name)
+        out += "{\"timeUnixNano\":\"\(event.nanosecondsSinceEpoch)\",\"name\":" + OTLPJSON.quoted(event.name)
         out += ",\"attributes\":" + attributes(event.attributes) + "}"
       }
       out += "]"
@@ -59,7 +59,7 @@ public enum TraceRequestJSON {
     }
     if let status = span.status {
       out += ",\"status\":{\"code\":\(status.code == .ok ? 1 : 2)"
-      if let message = status.message { out += ",\"message\":" + quoted(message) }
+      if let message = status.message { out += ",\"message\":" + OTLPJSON.quoted(message) }
       out += "}"
     }
     out += "}"
@@ -85,7 +85,7 @@ public enum TraceRequestJSON {
   }
 
   static func keyValue(_ key: String, _ value: SpanAttribute) -> String {
-    "{\"key\":" + quoted(key) + ",\"value\":" + anyValue(value) + "}"
+    "{\"key\":" + OTLPJSON.quoted(key) + ",\"value\":" + anyValue(value) + "}"
   }
 
   /// OTLP's AnyValue.
@@ -98,44 +98,22 @@ public enum TraceRequestJSON {
     case .int64(let number): return int(number)
     case .double(let number): return double(number)
     case .bool(let flag): return "{\"boolValue\":\(flag)}"
-    case .string(let text): return "{\"stringValue\":" + quoted(text) + "}"
+    case .string(let text): return "{\"stringValue\":" + OTLPJSON.quoted(text) + "}"
     case .int32Array(let numbers): return array(numbers.map { int(Int64($0)) })
     case .int64Array(let numbers): return array(numbers.map(int))
     case .doubleArray(let numbers): return array(numbers.map(double))
     case .boolArray(let flags): return array(flags.map { "{\"boolValue\":\($0)}" })
-    case .stringArray(let texts): return array(texts.map { "{\"stringValue\":" + quoted($0) + "}" })
-    case .stringConvertible(let item): return "{\"stringValue\":" + quoted(item.description) + "}"
+    case .stringArray(let texts): return array(texts.map { "{\"stringValue\":" + OTLPJSON.quoted($0) + "}" })
+    case .stringConvertible(let item): return "{\"stringValue\":" + OTLPJSON.quoted(item.description) + "}"
     case .stringConvertibleArray(let items):
-      return array(items.map { "{\"stringValue\":" + quoted($0.description) + "}" })
-    default: return "{\"stringValue\":" + quoted(String(describing: value)) + "}"
+      return array(items.map { "{\"stringValue\":" + OTLPJSON.quoted($0.description) + "}" })
+    default: return "{\"stringValue\":" + OTLPJSON.quoted(String(describing: value)) + "}"
     }
   }
 
   private static func int(_ number: Int64) -> String { "{\"intValue\":\"\(number)\"}" }
 
-  /// The protobuf JSON mapping's spellings for what JSON numbers cannot say.
   private static func double(_ number: Double) -> String {
-    if number.isNaN { return "{\"doubleValue\":\"NaN\"}" }
-    if number.isInfinite { return "{\"doubleValue\":\"\(number < 0 ? "-" : "")Infinity\"}" }
-    return "{\"doubleValue\":\(number)}"
-  }
-
-  /// A JSON string: quotes, backslashes and control characters escaped.
-  static func quoted(_ text: String) -> String {
-    var out = "\""
-    for scalar in text.unicodeScalars {
-      switch scalar {
-      case "\"": out += "\\\""
-      case "\\": out += "\\\\"
-      case "\n": out += "\\n"
-      case "\r": out += "\\r"
-      case "\t": out += "\\t"
-      case _ where scalar.value < 0x20:
-        let digits = String(scalar.value, radix: 16)
-        out += "\\u" + String(repeating: "0", count: 4 - digits.count) + digits
-      default: out.unicodeScalars.append(scalar)
-      }
-    }
-    return out + "\""
+    "{\"doubleValue\":" + OTLPJSON.number(number) + "}"
   }
 }
