@@ -89,6 +89,8 @@ extension CloudStorageClient {
           status: &tally.status)
       } catch let error as StorageError {
         throw error
+      } catch let refusal as ChecksumRefusal where request.refusalIsFinal {
+        throw refusal
       } catch {
         // Cancellation surfaces here as the HTTP client's error; it is not an outage.
         if Task.isCancelled || error is CancellationError { throw StorageError.cancelled }

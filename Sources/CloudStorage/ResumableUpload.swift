@@ -27,11 +27,28 @@ extension CloudStorageClient {
             "upload \(name): the service lost the upload session \(restarts) times")
         }
         logger.warning("upload \(name): the service forgot the upload session; starting a new one")
+      } catch SessionGone.refused(let refusal) {
+        // The bytes the session holds are not the file's: only a new session can take the right ones.
+        restarts += 1
+        guard restarts <= Self.sessionRestarts else {
+          throw StorageError.unavailable("upload \(name): \(refusal) (\(restarts) sessions)")
+        }
+        logger.warning("upload \(name): \(refusal); sending the file again in a new session")
       }
     }
   }
 
-  private enum SessionGone: Error { case gone }
+  private enum SessionGone: Error {
+    case gone
+    /// The last chunk was refused for the whole object's CRC-32C.
+    case refused(ChecksumRefusal)
+  }
+
+  /// The last request of a session carries at most this much (a whole
+  /// number of 256 KiB pieces), read into memory before it is sent: its
+  /// headers declare the whole object's CRC-32C, known once every byte
+  /// before them was read for sending and these are.
+  static let lastPiece = 1 << 20
 
   /// Starts a session; its URI comes back in Location. Starting one stores
   /// nothing, so it is repeated after transient failures whatever the
@@ -141,7 +158,16 @@ extension CloudStorageClient {
     running: RunningChecksum
   ) async throws -> SessionState {
     let size = source.size
-    let count = Int(min(Int64(uploads.chunkSize), size - offset))
+    var count = Int(min(Int64(uploads.chunkSize), size - offset))
+    if offset + Int64(count) == size {
+      if count <= Self.lastPiece {
+        return try await sendLast(
+          session, name: name, from: source, at: offset, contentType: contentType, running: running)
+      }
+      // The end goes in a request of its own, small enough to read first.
+      let granularity = UploadPolicy.chunkGranularity
+      count -= count % granularity == 0 ? granularity : count % granularity
+    }
     let chunk = SourceBody(source: source, offset: offset, count: count, running: running)
     let range = "bytes \(offset)-\(offset + Int64(count) - 1)/\(size)"
     let answer: (status: Int, headers: HTTPHeaders, body: ByteBuffer)
@@ -160,6 +186,40 @@ extension CloudStorageClient {
     }
     let (status, headers, body) = answer
     return try sessionState(status, headers, body, name: name, size: size)
+  }
+
+  /// The session's last bytes, read and summed before they are sent, with
+  /// the whole object's CRC-32C (`X-Goog-Hash`) when every byte before them
+  /// was summed as it was sent. The service refuses a mismatch with 400;
+  /// the session then holds bytes that are not the file's (one changed on
+  /// the way), so the refusal ends it (``SessionGone/refused(_:)``).
+  private func sendLast(
+    _ session: String, name: String, from source: any UploadSource, at offset: Int64, contentType: String,
+    running: RunningChecksum
+  ) async throws -> SessionState {
+    let size = source.size
+    let count = Int(size - offset)
+    var bytes = try await source.load(at: offset, count: count)
+    guard bytes.readableBytes >= count else {
+      throw StorageError.badRequest(
+        "upload source ended at \(offset + Int64(bytes.readableBytes)) of \(size) bytes")
+    }
+    bytes.moveWriterIndex(to: bytes.readerIndex + count)
+    running.add(bytes, at: offset)
+    var headers = [("Content-Range", "bytes \(offset)-\(size - 1)/\(size)"), ("Content-Type", contentType)]
+    if let whole = running.sum(of: size) { headers.append(("X-Goog-Hash", "crc32c=\(CRC32C.base64(whole))")) }
+    let answer: (status: Int, headers: HTTPHeaders, body: ByteBuffer)
+    do {
+      answer = try await exchange(
+        StorageRequest(
+          method: .PUT, kind: .upload, url: session, headers: headers, body: .bytes(bytes),
+          operation: "upload \(name) bytes \(offset)-\(size - 1)/\(size)", maxBody: 4 << 20,
+          idempotent: false,
+          sending: count, accepting: [308, 404, 410], refusalIsFinal: true))
+    } catch let refusal as ChecksumRefusal {
+      throw SessionGone.refused(refusal)
+    }
+    return try sessionState(answer.status, answer.headers, answer.body, name: name, size: size)
   }
 
   private enum SessionState {

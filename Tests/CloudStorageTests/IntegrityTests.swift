@@ -112,4 +112,55 @@ final class IntegrityTests: XCTestCase {
       } catch StorageError.unavailable {}
     }
   }
+
+  /// A resumable session's last request is at most 1 MiB, read before it is
+  /// sent, and declares the whole object's CRC-32C; the chunks before it are
+  /// whole multiples of 256 KiB and declare none.
+  func testResumableSessionDeclaresTheWholeCRC32CWithItsLastRequest() async throws {
+    let data = pattern((3 << 20) + 1000)
+    let policy = try UploadPolicy(threshold: 512 << 10, chunkSize: 8 << 20)
+    try await withFakeServer(retry: patient, uploads: policy) { server, client in
+      _ = try await client.upload("r", from: BytesSource(data), attributes: .init(), ifGenerationMatch: nil)
+      let chunks = server.requests(.uploadChunk)
+      XCTAssertEqual(chunks.count, 2, "the file but its end, then its end")
+      let last = try XCTUnwrap(chunks.last)
+      XCTAssertEqual(
+        last.header("X-Goog-Hash"), "crc32c=\(CRC32C.base64(CRC32C.update(0, ByteBuffer(bytes: data))))")
+      XCTAssertLessThanOrEqual(last.body.count, 1 << 20)
+      for chunk in chunks.dropLast() {
+        XCTAssertNil(chunk.header("X-Goog-Hash"))
+        XCTAssertEqual(chunk.body.count % (256 << 10), 0)
+      }
+      XCTAssertTrue(server.store.data("r") == data)
+    }
+  }
+
+  func testResumableChunkCorruptedOnceIsSentAgainInANewSession() async throws {
+    let data = pattern(3 << 20)
+    let policy = try UploadPolicy(threshold: 512 << 10, chunkSize: 1 << 20)
+    try await withFakeServer(retry: patient, uploads: policy) { server, client in
+      server.corrupt { $0.chunks = 1 }
+      _ = try await client.upload("r", from: BytesSource(data), attributes: .init(), ifGenerationMatch: 0)
+      XCTAssertEqual(server.requests(.uploadSession).count, 2, "the refused session, then a new one")
+      XCTAssertTrue(server.store.data("r") == data)
+    }
+  }
+
+  func testResumableChunksAlwaysCorruptedFailAndStoreNothing() async throws {
+    let policy = try UploadPolicy(threshold: 512 << 10, chunkSize: 1 << 20)
+    try await withFakeServer(retry: patient, uploads: policy) { server, client in
+      server.corrupt { $0.chunks = Int.max }
+      do {
+        _ = try await client.upload(
+          "r", from: BytesSource(pattern(2 << 20)), attributes: .init(), ifGenerationMatch: nil)
+        XCTFail("a session whose bytes are refused must fail")
+      } catch StorageError.unavailable(let message) {
+        XCTAssertTrue(message.contains("CRC32C"), message)
+      }
+      XCTAssertNil(server.store.object("r"))
+      XCTAssertEqual(
+        server.requests(.uploadSession).count, 1 + CloudStorageClient.sessionRestarts,
+        "a bounded few sessions")
+    }
+  }
 }

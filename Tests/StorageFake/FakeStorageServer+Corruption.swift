@@ -7,6 +7,8 @@ public struct Corruption: Sendable {
   public var downloads = 0
   /// Multipart uploads' media, before the service checks a declared crc32c.
   public var uploads = 0
+  /// Resumable sessions' chunks, before they are appended to the session.
+  public var chunks = 0
   /// Final composes (not under the parts' folder): the answer's crc32c is not the bytes'.
   public var composes = 0
 

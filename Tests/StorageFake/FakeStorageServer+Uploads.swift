@@ -135,8 +135,8 @@ extension FakeStorageServer {
           400, "Chunk of \(body.count) bytes: chunks but the last must be multiples of 262144 bytes.",
           reason: "invalid")
       }
-      var taken = body
-      if case .persistPrefix(let count)? = modifier { taken = Array(body.prefix(count)) }
+      var taken = takeCorruption(\.chunks) ? Self.flipped(body) : body
+      if case .persistPrefix(let count)? = modifier { taken = Array(taken.prefix(count)) }
       let overlap = Int64(session.data.count) - first
       if overlap < Int64(taken.count) { session.data += taken[Int(overlap)...] }
     }
@@ -148,6 +148,16 @@ extension FakeStorageServer {
     guard let size = session.size, Int64(session.data.count) == size else {
       let held = session.data.count
       return Response(status: 308, headers: held == 0 ? [] : [("Range", "bytes=0-\(held - 1)")], body: [])
+    }
+    // The last request may declare the whole object's crc32c (`X-Goog-Hash`):
+    // held bytes that do not match end the session, and nothing is stored.
+    if session.commit == nil, let declared = Self.declaredHash(headers, "crc32c") {
+      do {
+        try Self.checkDeclared(declared, media: session.data)
+      } catch {
+        _ = state.withLock { $0.sessions.removeValue(forKey: id) }
+        throw error
+      }
     }
     let complete = session
     let commit = state.withLock { s -> Task<ObjectMetadata, any Error> in
@@ -182,6 +192,17 @@ extension FakeStorageServer {
   }
 
   /// The name (if any) and writable properties of an object resource in JSON.
+  /// A hash an `X-Goog-Hash` header declares (`crc32c=…,md5=…`), if any.
+  static func declaredHash(_ headers: HTTPHeaders, _ kind: String) -> String? {
+    for value in headers["X-Goog-Hash"] {
+      for item in value.split(separator: ",") {
+        let item = item.drop { $0 == " " }
+        if item.hasPrefix(kind + "=") { return String(item.dropFirst(kind.count + 1)) }
+      }
+    }
+    return nil
+  }
+
   /// The `crc32c` an object resource declares, if any.
   static func declaredCRC32C(_ body: [UInt8]) -> String? {
     guard let json = try? JSONSerialization.jsonObject(with: Data(body)), let fields = json as? [String: Any]
