@@ -117,7 +117,11 @@ extension BucketFileSystem {
 
   public func flush(inode: UInt64, handle: UInt64) async throws {
     try await boundary("flush") {
-      if let staged = writer(handle) { try await uploader.commit(staged) }
+      switch handles.find(handle) {
+      case .write(let staged, _): try await uploader.commit(staged)
+      case .object(let reader): try readService.closing(inode: inode, reader)
+      case .stageReader, .directory, nil: break
+      }
     }
   }
 

@@ -79,7 +79,8 @@ public final class BucketFileSystem: FileSystem, MountComponent, Sendable {
     let readAhead = ReadAheadBudget(capacity: configuration.readAheadBudget, metrics: metrics)
     let prefetch = SiblingPrefetch(context: context, budget: readAhead, directoryCache: directoryCache)
     let readService = ReadService(
-      context: context, nodes: nodes, known: known, handles: handles, budget: readAhead, prefetch: prefetch)
+      context: context, nodes: nodes, known: known, handles: handles, budget: readAhead, prefetch: prefetch,
+      metrics: metrics)
     let provenance = Provenance(configuration: configuration, clock: clock)
     let streams = WriteStreams(context: context)
     let stageStore = StageStore(

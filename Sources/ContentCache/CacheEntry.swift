@@ -43,16 +43,18 @@ final class CacheEntry: Sendable {
   /// The object's CRC-32C, when the map knows it.
   var objectCRC: UInt32? { state.withLock { $0.map.objectCRC } }
 
-  /// Whether the map lists every block of `range` (and the entry is not removed).
+  /// Whether the entry may serve `range`: its whole object matched its
+  /// CRC-32C (bytes that arrived changed never become servable), and it is
+  /// not removed.
   func lists(_ range: Range<Int64>) -> Bool {
-    state.withLock { !$0.removed && $0.map.covers(range) != nil }
+    state.withLock { !$0.removed && $0.map.verified && $0.map.covers(range) != nil }
   }
 
   /// The blocks `range` falls in, their sums and the object's size, when the
-  /// map lists them all.
+  /// entry is verified and lists them all.
   func plan(_ range: Range<Int64>) -> (blocks: Range<Int64>, sums: [UInt32], size: Int64?)? {
     state.withLock { state in
-      guard !state.removed, let blocks = state.map.covers(range) else { return nil }
+      guard !state.removed, state.map.verified, let blocks = state.map.covers(range) else { return nil }
       return (blocks, blocks.map { state.map.blocks[$0] ?? 0 }, state.map.size)
     }
   }

@@ -233,6 +233,20 @@ public final class CachingStore: ForwardingObjectStore {
     }
   }
 
+  /// A read of the object did not match its CRC-32C: its entry is served no
+  /// more from now on, and its files go on the pool (or here, if the pool
+  /// refuses: two unlinks).
+  public func forgetCopies(of name: String, generation: Int64) {
+    inner.forgetCopies(of: name, generation: generation)
+    guard let entry = readCache.index.peek(EntryKey(name: name, generation: generation)) else { return }
+    entry.markRemoved()
+    let readCache = self.readCache
+    let reason = "a read of it did not match the object's crc32c"
+    if !pool.submit(holding: 0, { readCache.discard(entry, because: reason) }) {
+      readCache.discard(entry, because: reason)
+    }
+  }
+
   // MARK: What metadata teaches
 
   public func metadata(of name: String) async throws -> ObjectMetadata {

@@ -66,4 +66,8 @@ extension ForwardingObjectStore {
   public var partPlan: PartPlan? { inner.partPlan }
 
   public func partedUpload() -> (any PartedUpload)? { inner.partedUpload() }
+
+  public func forgetCopies(of name: String, generation: Int64) {
+    inner.forgetCopies(of: name, generation: generation)
+  }
 }

@@ -66,12 +66,19 @@ public protocol ObjectStore: Sendable {
 
   /// A new object made of parts (``PartedUpload``); nil when the store has none.
   func partedUpload() -> (any PartedUpload)?
+
+  /// Bytes read of this generation were not the object's (their CRC-32C
+  /// did not match): a store that keeps copies of what it read drops them,
+  /// so the next read fetches again. Never waits for the disk.
+  func forgetCopies(of name: String, generation: Int64)
 }
 
 extension ObjectStore {
   public var partPlan: PartPlan? { nil }
 
   public func partedUpload() -> (any PartedUpload)? { nil }
+
+  public func forgetCopies(of name: String, generation: Int64) {}
 
   /// A patch guarded by the metageneration alone.
   public func patch(_ name: String, _ patch: MetadataPatch, ifMetagenerationMatch: Int64?) async throws

@@ -6,6 +6,7 @@ import NIOCore
 import ObjectStore
 import ServiceAccess
 import StorageFake
+import Synchronization
 import XCTest
 
 @testable import BucketFS
@@ -108,6 +109,49 @@ final class StreamingWriteTests: XCTestCase {
     XCTAssertEqual(composes.first?.query["ifGenerationMatch"], "0")
     XCTAssertEqual(try sources(of: try XCTUnwrap(composes.first)), 24)
     try await waitForNoParts()
+  }
+
+  /// A part the service keeps refusing (its bytes arrive changed every
+  /// time) ends the stream; the close then uploads the stage whole, which is
+  /// refused too, and fails with EIO: it returns, and stores nothing.
+  func testAPartNeverStoredEndsTheStreamAndTheCloseFailsWithoutHanging() async throws {
+    var retry = RetryPolicy()
+    retry.initialBackoff = 0.01
+    retry.maxBackoff = 0.05
+    retry.attemptTimeout = 30
+    retry.deadline = 0.5
+    let client = CloudStorageClient(
+      bucket: "demo", endpoint: try Endpoint(server.endpoint), http: http, tokens: nil, retry: retry,
+      uploads: try UploadPolicy(
+        threshold: 256 << 10, chunkSize: 256 << 10, compositeThreshold: 1 << 20, partSize: 256 << 10,
+        parallelParts: 2),
+      logger: quietLogger)
+    let fs = makeWritingFileSystem(client, stageDirectory: stages, streamDiskLimit: bound)
+    server.corrupt { $0.uploads = Int.max }
+    server.corrupt { $0.chunks = Int.max }
+    let data = pattern(3 << 20)
+    let (inode, handle) = try await fs.createFile("big.bin")
+    for start in stride(from: 0, to: data.count, by: 128 << 10) {
+      _ = try await fs.writeBytes(inode, handle, at: UInt64(start), Array(data[start..<start + (128 << 10)]))
+    }
+    // Polled, not awaited: a close that never returns must fail the test, not hang it.
+    let outcome = Mutex<String?>(nil)
+    Task {
+      let result: String
+      do {
+        try await fs.close(inode, handle)
+        result = "stored"
+      } catch let error as Errno {
+        result = "errno \(error.code)"
+      } catch {
+        result = "\(error)"
+      }
+      outcome.withLock { $0 = result }
+    }
+    for _ in 0..<600 where outcome.withLock({ $0 }) == nil { try await Task.sleep(for: .milliseconds(50)) }
+    let closed = outcome.withLock { $0 } ?? "still closing after 30 s"
+    XCTAssertEqual(closed, "errno \(EIO)")
+    XCTAssertNil(server.store.object("big.bin"))
   }
 
   /// The sources a compose request names.

@@ -146,10 +146,44 @@ final class CachingStoreTests: XCTestCase {
     XCTAssertEqual(store.bytesInUse, 2 * 65536 + overhead)
     let inside = try await store.readSettled("f", generation: object.generation, range: 131_072..<262_144)
     XCTAssertEqual(inside.bytes, Array(data[131_072..<262_144]))
-    XCTAssertEqual(bucketReads, 1)
+    XCTAssertEqual(bucketReads, 2, "kept, but served only once the whole object matched its crc32c")
+    // The rest makes the entry whole (its size known); it matches, and is served from then on.
+    _ = try await readAll(store, "f")
     let across = try await store.readSettled("f", generation: object.generation, range: 120_000..<140_000)
     XCTAssertEqual(across.bytes, Array(data[120_000..<140_000]))
-    XCTAssertEqual(bucketReads, 2, "block 1 was never whole")
+    XCTAssertEqual(bucketReads, 3)
+  }
+
+  /// An entry whose blocks do not all match the object's crc32c (a byte
+  /// changed on the way) is never served, and goes once it is whole.
+  func testAnEntryIsServedOnlyOnceItsWholeObjectMatched() async throws {
+    let data = pattern(200_000)
+    let object = bucket.put("f", data: data)
+    let flipping = FlippingStore(inner: bucket, reads: 1)
+    let store = try open(store: flipping)
+    _ = try await store.metadata(of: "f")
+    _ = try await store.readSettled("f", generation: object.generation, range: 0..<object.size)
+    XCTAssertEqual(store.bytesInUse, 0, "the whole entry did not match: discarded")
+    let again = try await store.readSettled("f", generation: object.generation, range: 0..<object.size)
+    XCTAssertEqual(again.bytes, data)
+    XCTAssertEqual(bucketReads, 2)
+    let third = try await store.readSettled("f", generation: object.generation, range: 0..<object.size)
+    XCTAssertEqual(third.bytes, data)
+    XCTAssertEqual(bucketReads, 2, "the right bytes, matched, are served from disk")
+  }
+
+  func testForgettingCopiesDropsTheEntry() async throws {
+    let data = pattern(100_000)
+    let object = bucket.put("f", data: data)
+    let store = try open()
+    _ = try await store.metadata(of: "f")
+    _ = try await store.readSettled("f", generation: object.generation, range: 0..<object.size)
+    XCTAssertGreaterThan(store.bytesInUse, 0)
+    store.forgetCopies(of: "f", generation: object.generation)
+    await store.settled()
+    XCTAssertEqual(store.bytesInUse, 0)
+    _ = try await store.readSettled("f", generation: object.generation, range: 0..<object.size)
+    XCTAssertEqual(bucketReads, 2, "fetched again")
   }
 
   func testTheShortLastBlockIsKeptOnlyWithTheSizeKnown() async throws {
@@ -399,9 +433,8 @@ final class CachingStoreTests: XCTestCase {
     let again = try await store.readSettled("f", generation: object.generation, range: 0..<131_072)
     XCTAssertEqual(again.bytes, Array(data[0..<131_072]))
     XCTAssertEqual(bucketReads, 2, "a miss again")
-    // Within the limit, the same read is kept.
-    _ = try await store.readSettled("f", generation: object.generation, range: 0..<131_072)
-    XCTAssertEqual(bucketReads, 2)
+    // Within the limit, the same read is kept (served once the object is whole).
+    XCTAssertEqual(store.bytesInUse, 131_072 + overhead)
     let stopped = await small.shutdown(patience: .seconds(10))
     XCTAssertTrue(stopped)
   }
@@ -479,14 +512,17 @@ final class CachingStoreTests: XCTestCase {
     await store.settled()
     XCTAssertEqual(paced.heldBytes, 0)
     let reads = bucketReads
-    let kept = try await store.readSettled("f", generation: object.generation, range: 0..<3 * 65536)
-    XCTAssertEqual(kept.bytes, Array(data[0..<3 * 65536]))
+    XCTAssertEqual(store.bytesInUse, 4 * 65536 + 2 * overhead, "three pieces of f kept, and g")
     _ = try await store.readSettled("g", generation: other.generation, range: 0..<other.size)
     XCTAssertEqual(bucketReads, reads, "served from disk")
     let dropped = try await store.readSettled(
       "f", generation: object.generation, range: 3 * 65536..<4 * 65536)
     XCTAssertEqual(dropped.bytes, Array(data[3 * 65536..<4 * 65536]))
     XCTAssertEqual(bucketReads, reads + 1, "the dropped piece is a miss")
+    // It made f whole: matched, f is served from disk.
+    let kept = try await store.readSettled("f", generation: object.generation, range: 0..<object.size)
+    XCTAssertEqual(kept.bytes, data)
+    XCTAssertEqual(bucketReads, reads + 1)
     let stopped = await paced.shutdown(patience: .seconds(10))
     XCTAssertTrue(stopped)
   }
@@ -558,5 +594,31 @@ final class CachingStoreTests: XCTestCase {
     let bytes = try await store.readSettled("new", generation: object.generation, range: 0..<object.size)
     XCTAssertEqual(bytes.bytes, data)
     XCTAssertEqual(bucketReads, 1)
+  }
+}
+
+/// Flips the middle byte of the next `reads` answers, as a faulty network would.
+private final class FlippingStore: ForwardingObjectStore {
+  let inner: any ObjectStore
+  private let left: Mutex<Int>
+
+  init(inner: any ObjectStore, reads: Int) {
+    self.inner = inner
+    self.left = Mutex(reads)
+  }
+
+  func read(_ name: String, generation: Int64, range: Range<Int64>, reusing spare: SpareBuffer?)
+    async throws -> ByteBuffer
+  {
+    var bytes = try await inner.read(name, generation: generation, range: range, reusing: spare)
+    let flip = left.withLock { left in
+      defer { left = max(left - 1, 0) }
+      return left > 0
+    }
+    if flip, bytes.readableBytes > 0 {
+      let at = bytes.readerIndex + bytes.readableBytes / 2
+      bytes.setInteger(bytes.getInteger(at: at, as: UInt8.self)! ^ 0x5a, at: at)
+    }
+    return bytes
   }
 }

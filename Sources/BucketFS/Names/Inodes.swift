@@ -268,6 +268,8 @@ struct FileFacts: Sendable, Equatable {
   private let accessedNanoseconds: Int64
   /// A device's number (0 for anything else).
   let device: UInt64
+  /// The object's CRC-32C, which a whole sequential read is checked against.
+  let crc32c: UInt32?
   private let storedMode: UInt32
   private let storedUid: UInt32
   private let storedGid: UInt32
@@ -298,6 +300,7 @@ struct FileFacts: Sendable, Equatable {
     storedUid = stored.uid ?? Self.noValue
     storedGid = stored.gid ?? Self.noValue
     device = stored.device ?? 0
+    crc32c = metadata.crc32c.flatMap { CRC32C.value(base64: $0) }
   }
 
   private static let absent = Int64.min

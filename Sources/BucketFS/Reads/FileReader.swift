@@ -38,6 +38,8 @@ final class FileReader: Sendable {
   private let budget: ReadAheadBudget
   /// The smallest segment worth fetching ahead when the budget is short.
   private static let minimumGrant = 64 << 10
+  /// Whether segments are summed (the object's CRC-32C is known).
+  private let summing: Bool
 
   private struct Segment {
     let id: Int
@@ -69,13 +71,19 @@ final class FileReader: Sendable {
     /// The last segment requested before the streams last grew: only a wait
     /// for a later one (fetched with the larger window) grows them again.
     var grownAfter = -1
+    /// The object's CRC-32C as a read from its start sums it; nil when the
+    /// object's is not known.
+    var sum: SequentialSum?
+    /// A mismatch was answered (a read or the close failed with it).
+    var mismatchReported = false
   }
   /// Enough to cycle while a sequential reader consumes one segment at a time.
   private static let maxSpares = 2
   private let state = Mutex(State())
 
   init(
-    key: String, generation: Int64, size: UInt64, store: any ObjectStore, maxSegment: Int, maxAhead: Int,
+    key: String, generation: Int64, size: UInt64, crc32c: UInt32? = nil, store: any ObjectStore,
+    maxSegment: Int, maxAhead: Int,
     maxStreams: Int = 16, streamBytes: Int = 8 << 20, budget: ReadAheadBudget,
     prefetched: (task: Task<ByteBuffer, any Error>, grant: Int)? = nil, tasks: BackgroundTasks
   ) {
@@ -89,11 +97,14 @@ final class FileReader: Sendable {
     let warranted = size / UInt64(max(streamBytes, 1))
     self.wideStreams = Int(min(UInt64(self.maxStreams), max(UInt64(Self.initialStreams), warranted)))
     self.budget = budget
+    self.summing = crc32c != nil
+    if let crc32c { state.withLock { $0.sum = SequentialSum(size: size, expected: crc32c) } }
     // The whole file, fetched ahead (SiblingPrefetch): the first segment, holding its grant.
     if let prefetched {
+      let summing = self.summing
       let task = tasks.start(.cancel) { [weak self] in
         let bytes = try Self.whole(try await prefetched.task.value, 0, size)
-        self?.arrived(0, bytes)
+        self?.arrived(0, bytes, 0..<size, sum: summing ? Self.sum(of: bytes, 0, size) : nil)
         return bytes
       }
       state.withLock { state in
@@ -122,6 +133,8 @@ final class FileReader: Sendable {
     guard offset < size, count > 0 else { return [] }
     let end = min(offset + UInt64(count), size)
     return state.withLock { state -> [ByteBuffer]? in
+      // The end of the file waits for the verdict (``read(offset:count:)``).
+      if end == size, let sum = state.sum, sum.verdict != .matched { return nil }
       guard let first = state.segments.firstIndex(where: { $0.start <= offset && offset < $0.end }) else {
         return nil
       }
@@ -144,6 +157,12 @@ final class FileReader: Sendable {
   }
 
   func read(offset: UInt64, count: Int) async throws -> [ByteBuffer] {
+    let pieces = try await gather(offset: offset, count: count)
+    if offset < size, count > 0, UInt64(count) >= size - offset { try await checkWhole() }
+    return pieces
+  }
+
+  private func gather(offset: UInt64, count: Int) async throws -> [ByteBuffer] {
     if let pieces = buffered(offset: offset, count: count) { return pieces }
     let end = min(offset + UInt64(count), size)
     let planned = state.withLock { state -> [Segment]? in
@@ -214,6 +233,39 @@ final class FileReader: Sendable {
     return pieces
   }
 
+  /// Before the read that ends the file is answered: once the segments
+  /// before it are in (a reader's reads may overlap), the bytes read from
+  /// the start must sum to the object's CRC-32C. A mismatch fails this read
+  /// and starts the reader afresh, so a read again fetches again.
+  private func checkWhole() async throws {
+    let earlier = state.withLock { state -> [Task<ByteBuffer, any Error>] in
+      guard state.sum?.verdict == .open else { return [] }
+      return state.segments.filter { $0.bytes == nil }.map(\.task)
+    }
+    for task in earlier { _ = try? await task.value }
+    if let failure = takeMismatch() { throw failure }
+  }
+
+  /// The mismatch found and not yet answered, if any; the reader then
+  /// starts afresh. The read that ends the file answers it, or else the close.
+  func takeMismatch() -> IntegrityFailure? {
+    let (key, generation) = target.withLock { $0 }
+    return state.withLock { state -> IntegrityFailure? in
+      guard let sum = state.sum, case .mismatched(let found) = sum.verdict, !state.mismatchReported else {
+        return nil
+      }
+      state.mismatchReported = true
+      drop(&state)
+      state.sum = SequentialSum(size: size, expected: sum.expected)
+      return IntegrityFailure(key: key, generation: generation, found: found, expected: sum.expected)
+    }
+  }
+
+  /// The CRC-32C of bytes [start, end) of a segment's buffer.
+  private static func sum(of bytes: ByteBuffer, _ start: UInt64, _ end: UInt64) -> UInt32 {
+    CRC32C.update(0, bytes.getSlice(at: bytes.readerIndex, length: Int(end - start)) ?? bytes)
+  }
+
   /// A segment's bytes once they arrive. A failed or short fetch is started
   /// again once, alone (the segments around it keep going), if the error is
   /// one a retry may cure and the read's deadline (``OperationDeadline``) has
@@ -279,7 +331,15 @@ final class FileReader: Sendable {
 
   private func direct(_ offset: UInt64, _ end: UInt64) async throws -> ByteBuffer {
     let (key, generation) = target.withLock { $0 }
-    return try await store.read(key, generation: generation, range: Int64(offset)..<Int64(end), reusing: nil)
+    let bytes = try await store.read(
+      key, generation: generation, range: Int64(offset)..<Int64(end), reusing: nil)
+    // Bytes that continue the sum count too (a reader the budget left without segments).
+    if summing, state.withLock({ $0.sum?.summed == offset }) {
+      let reached = min(end, offset + UInt64(bytes.readableBytes))
+      let sum = Self.sum(of: bytes, offset, reached)
+      state.withLock { $0.sum?.add(offset, reached, sum: sum) }
+    }
+    return bytes
   }
 
   /// Keeps `streams` segments in flight ahead of the reader, as far as the
@@ -339,19 +399,22 @@ final class FileReader: Sendable {
     -> Task<ByteBuffer, any Error>
   {
     let store = self.store
+    let summing = self.summing
     let (key, generation) = target.withLock { $0 }
     return tasks.start(.cancel) { [weak self] in
       let read = try await store.read(
         key, generation: generation, range: Int64(start)..<Int64(end), reusing: spare)
       let bytes = try Self.whole(read, start, end)
-      self?.arrived(id, bytes)
+      // Summed here, on the fetching task: each byte once, never on the loop thread.
+      self?.arrived(id, bytes, start..<end, sum: summing ? Self.sum(of: bytes, start, end) : nil)
       return bytes
     }
   }
 
-  private func arrived(_ id: Int, _ bytes: ByteBuffer) {
+  private func arrived(_ id: Int, _ bytes: ByteBuffer, _ range: Range<UInt64>, sum: UInt32?) {
     state.withLock { state in
       if let index = state.segments.firstIndex(where: { $0.id == id }) { state.segments[index].bytes = bytes }
+      if let sum { state.sum?.add(range.lowerBound, range.upperBound, sum: sum) }
     }
   }
 
@@ -377,6 +440,7 @@ final class FileReader: Sendable {
       budget.release(segment.grant)
     }
     state.segments = []
+    state.sum?.dropWaiting()
   }
 
   /// The same bytes now live at `key`, `generation` (a rename by this

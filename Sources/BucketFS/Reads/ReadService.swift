@@ -1,3 +1,4 @@
+import CoreMetrics
 import FUSE
 import NIOCore
 import ObjectStore
@@ -21,12 +22,18 @@ final class ReadService: MountComponent, Sendable {
   let budget: ReadAheadBudget
   /// Small files fetched ahead of a reader going through a directory.
   let prefetch: SiblingPrefetch
+  /// `bucketfs_storage_crc32c_mismatches_total{direction="download"}`: a
+  /// whole sequential read that did not match.
+  private let mismatches: Counter
 
   init(
     context: MountContext, nodes: NodeTable, known: KnownMetadata, handles: HandleTable,
     budget: ReadAheadBudget,
-    prefetch: SiblingPrefetch
+    prefetch: SiblingPrefetch, metrics: any MetricsFactory = MetricsSystem.factory
   ) {
+    self.mismatches = Counter(
+      label: "bucketfs_storage_crc32c_mismatches_total", dimensions: [("direction", "download")],
+      factory: metrics)
     self.context = context
     self.readDeadlines = Mutex(ReadDeadlines(seconds: context.configuration.retryDeadline))
     self.staleReads = StaleReads(
@@ -49,7 +56,7 @@ final class ReadService: MountComponent, Sendable {
       facts = FileFacts(try await known.fetch(node.key, context: .inode))
     }
     let reader = FileReader(
-      key: node.key, generation: facts.generation, size: facts.size, store: store,
+      key: node.key, generation: facts.generation, size: facts.size, crc32c: facts.crc32c, store: store,
       maxSegment: configuration.readAheadMaxChunk, maxAhead: configuration.readAheadMaxBytes,
       maxStreams: configuration.readAheadMaxStreams,
       budget: budget, prefetched: prefetch.opened(node.key, generation: facts.generation), tasks: tasks)
@@ -61,7 +68,8 @@ final class ReadService: MountComponent, Sendable {
   /// holds the bytes).
   func reader(of base: ObjectMetadata) -> FileReader {
     FileReader(
-      key: base.name, generation: base.generation, size: UInt64(base.size), store: store,
+      key: base.name, generation: base.generation, size: UInt64(base.size),
+      crc32c: base.crc32c.flatMap { CRC32C.value(base64: $0) }, store: store,
       maxSegment: configuration.readAheadMaxChunk, maxAhead: configuration.readAheadMaxBytes,
       maxStreams: configuration.readAheadMaxStreams,
       budget: budget, tasks: tasks)
@@ -88,8 +96,26 @@ final class ReadService: MountComponent, Sendable {
       if StaleReads.isGenerationGone(error) {
         staleReads.generationGone(inode: inode, key: reader.key, generation: reader.generation)
       }
+      if error is IntegrityFailure { mismatched(inode: inode, reader) }
       throw diagnostics.failure(error, operation: "read", key: reader.key, context: .read)
     }
+  }
+
+  /// A close (flush) of a read handle: a mismatch no read has answered
+  /// (the reads that ended the file were answered before the sum was
+  /// complete) fails it with EIO.
+  func closing(inode: UInt64, _ reader: FileReader) throws {
+    guard let failure = reader.takeMismatch() else { return }
+    mismatched(inode: inode, reader)
+    throw diagnostics.failure(failure, operation: "close", key: reader.key, context: .read)
+  }
+
+  /// The bytes read were not the object's: the kernel's pages of the file
+  /// (after this reply) and any cached copy go, so the next read fetches anew.
+  private func mismatched(inode: UInt64, _ reader: FileReader) {
+    mismatches.increment()
+    staleReads.dropPages(inode: inode)
+    store.forgetCopies(of: reader.key, generation: reader.generation)
   }
 
   /// Whether a read of `size` bytes at `offset` reaches the end of a file of

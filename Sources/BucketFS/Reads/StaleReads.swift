@@ -70,6 +70,13 @@ final class StaleReads: Sendable {
     }
   }
 
+  /// Drops the kernel's pages of the inode, after the failing reply (this
+  /// runs apart from the request): they may hold bytes that were not the object's.
+  func dropPages(inode: UInt64) {
+    let kernel = self.kernel.withLock { $0 }
+    Self.notifications.async { kernel.invalidate(inode: inode) }
+  }
+
   /// An open waits for the refresh a failed read started, so it pins the new version.
   func settle(_ inode: UInt64) async {
     if let pending = refreshes.withLock({ $0[inode] }) { _ = await pending.valueUnlessCancelled() }

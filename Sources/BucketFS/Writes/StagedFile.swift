@@ -312,11 +312,11 @@ final class StagedFile: Sendable {
     state.withLock { s in if s.stream?.id == id { s.stream?.gone += Int64(range.count) } }
   }
 
-  /// A part of stream `id` could not be stored: it ends at the next write
-  /// or commit. Returns the key, for the log.
-  func notePartFailed(stream id: UInt64) -> String {
+  /// Stream `id`'s part of `range` could not be stored: it ends at the next
+  /// write or commit. Returns the key, for the log.
+  func notePartFailed(at range: Range<Int64>, stream id: UInt64) -> String {
     state.withLock { s in
-      if s.stream?.id == id { s.stream?.failed = true }
+      if s.stream?.id == id { s.stream?.partFailed(at: range) }
       return s.key
     }
   }

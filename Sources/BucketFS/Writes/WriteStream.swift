@@ -143,6 +143,14 @@ extension WriteStream {
 
   /// The part of bytes `range` is stored as `stored`; false when the stream
   /// no longer has it.
+  /// The part of `range` could not be stored: its upload is over (an
+  /// ending stream waits for it no more), and the stream ends at the next
+  /// write or commit.
+  mutating func partFailed(at range: Range<Int64>) {
+    failed = true
+    if let index = parts.firstIndex(where: { $0.range == range }) { parts[index].task = nil }
+  }
+
   mutating func store(_ stored: StoredPart, at range: Range<Int64>) -> Bool {
     guard let index = parts.firstIndex(where: { $0.range == range }) else { return false }
     parts[index].stored = stored

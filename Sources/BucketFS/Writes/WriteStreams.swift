@@ -118,7 +118,7 @@ final class WriteStreams: MountComponent, Sendable {
       // The next complete part goes up whether or not the writer writes again.
       launchParts(staged)
     } catch {
-      let key = staged.notePartFailed(stream: id)
+      let key = staged.notePartFailed(at: range, stream: id)
       logger.warning(
         "\(key): a part of bytes \(range) could not be stored (\(error)); the file is staged whole")
     }
