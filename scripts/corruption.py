@@ -93,6 +93,16 @@ def hash_header_crc(headers: dict[str, str]) -> int | None:
     return None
 
 
+def metadata_crc(text: bytes) -> int | None:
+    """The ``crc32c`` an object resource (JSON) declares, None when none."""
+    try:
+        meta = json.loads(text)
+    except ValueError:
+        return None
+    crc = meta.get("crc32c") if isinstance(meta, dict) else None
+    return from_b64(crc) if isinstance(crc, str) else None
+
+
 def multipart_spans(body: bytes, content_type: str) -> list[tuple[int, int]]:
     """[start, end) of each part's content (after its headers) in a
     multipart/related body."""
@@ -219,12 +229,7 @@ class Corruption:
             if len(spans) < 2:
                 return Upload(body)
             (meta_start, meta_end), (start, end) = spans[0], spans[1]
-            try:
-                meta = json.loads(body[meta_start:meta_end])
-                if declared is None and isinstance(meta.get("crc32c"), str):
-                    declared = from_b64(meta["crc32c"])
-            except ValueError:
-                pass
+            declared = declared if declared is not None else metadata_crc(body[meta_start:meta_end])
         else:
             start, end = 0, len(body)
         if end > start and self.claim("upload"):
@@ -238,12 +243,7 @@ class Corruption:
     def _start(self, headers, body: bytes | None) -> Upload:
         """A session's start: its metadata may declare the whole object's CRC-32C."""
         declared = hash_header_crc(headers)
-        try:
-            meta = json.loads(body or b"{}")
-            if declared is None and isinstance(meta, dict) and isinstance(meta.get("crc32c"), str):
-                declared = from_b64(meta["crc32c"])
-        except ValueError:
-            pass
+        declared = declared if declared is not None else metadata_crc(body or b"{}")
 
         def answered(status: int, answer: dict[str, str]) -> None:
             location = header(answer, "Location")

@@ -26,9 +26,12 @@ failures quick.
 
 from __future__ import annotations
 
+import http.client
+import json
 import os
 import subprocess
 import tempfile
+import urllib.parse
 
 import pytest
 
@@ -209,3 +212,90 @@ def test_an_upload_corrupted_always_fails_with_eio_and_stores_no_wrong_bytes(
         problems.append(f"{tool} failed without EIO: {r.stderr.strip()}")
     problems += wrong_objects(client, bucket, "f.bin", data)
     assert not problems, "\n".join(problems) + f"\n{report(m)}"
+
+
+# ---------------------------------------------------------------------------
+# the proxy itself: what the cases above rely on
+
+
+def ask(proxy, method: str, path: str, body: bytes | None = None, headers: dict | None = None):
+    conn = http.client.HTTPConnection("127.0.0.1", proxy.port, timeout=30)
+    try:
+        conn.request(method, path, body=body, headers=headers or {})
+        r = conn.getresponse()
+        return r.status, {k.lower(): v for k, v in r.getheaders()}, r.read()
+    finally:
+        conn.close()
+
+
+def multipart(proxy, bucket: str, name: str, media: bytes, crc: str | None):
+    meta = {"name": name, **({"crc32c": crc} if crc else {})}
+    body = (b"--B\r\nContent-Type: application/json; charset=UTF-8\r\n\r\n" + json.dumps(meta).encode()
+            + b"\r\n--B\r\nContent-Type: application/octet-stream\r\n\r\n" + media + b"\r\n--B--\r\n")
+    return ask(proxy, "POST", f"/upload/storage/v1/b/{bucket}/o?uploadType=multipart", body,
+               {"Content-Type": "multipart/related; boundary=B"})
+
+
+def session(proxy, bucket: str, name: str, data: bytes, crc: str | None = None, final_hash: str | None = None):
+    """A resumable upload of `data` in two chunks (the first 256 KiB, the rest);
+    `crc` declared in the start's metadata, `final_hash` with the last chunk."""
+    meta = {"name": name, **({"crc32c": crc} if crc else {})}
+    _, headers, _ = ask(proxy, "POST", f"/upload/storage/v1/b/{bucket}/o?uploadType=resumable",
+                        json.dumps(meta).encode(), {"Content-Type": "application/json"})
+    where = urllib.parse.urlsplit(headers["location"])
+    path, cut = f"{where.path}?{where.query}", 256 * KiB
+    status, headers, _ = ask(proxy, "PUT", path, data[:cut], {"Content-Range": f"bytes 0-{cut - 1}/{len(data)}"})
+    assert status == 308, status
+    last = {"Content-Range": f"bytes {cut}-{len(data) - 1}/{len(data)}"}
+    if final_hash:
+        last["X-Goog-Hash"] = f"crc32c={final_hash}"
+    return ask(proxy, "PUT", path, data[cut:], last)
+
+
+def refused_as_the_service_does(status: int, body: bytes, data: bytes) -> bool:
+    error = json.loads(body)["error"]
+    return (status == 400 and error["errors"][0]["reason"] == "invalid"
+            and error["message"].startswith(f'Provided CRC32C "{crc_of(data)}" doesn\'t match calculated CRC32C'))
+
+
+def test_the_proxy_flips_the_middle_byte_of_a_download_and_keeps_its_headers(client, bucket, gcs):
+    data = os.urandom(MiB)
+    client.upload(bucket, F.Obj("f.bin", data))
+    with F.CountingProxy(gcs.url) as proxy:
+        path = f"/storage/v1/b/{bucket}/o/f.bin?alt=media"
+        _, clean, _ = ask(proxy, "GET", path)
+        proxy.set_corruption("once", "download")
+        # Once: the next answer only; always: every one, whole or ranged.
+        for mode, first, last, flipped in (("once", 0, MiB - 1, True), ("once", 0, MiB - 1, False),
+                                           ("always", 1000, 300_999, True)):
+            if mode == "always":
+                proxy.set_corruption("always", "download")
+            status, headers, got = ask(proxy, "GET", path, headers={"Range": f"bytes={first}-{last}"})
+            want = data[first:last + 1]
+            assert status == 206 and headers["x-goog-hash"] == clean["x-goog-hash"]
+            assert [i for i in range(len(want)) if got[i] != want[i]] == ([len(want) // 2] if flipped else [])
+        assert proxy.corruption.counts["download"] == 2
+
+
+def test_the_proxy_refuses_uploads_whose_declared_crc32c_does_not_match(client, bucket, gcs):
+    media = os.urandom(300 * KiB)
+    with F.CountingProxy(gcs.url) as proxy:
+        proxy.set_corruption("always", "upload")
+        status, _, body = multipart(proxy, bucket, "declared", media, crc_of(media))
+        assert refused_as_the_service_does(status, body, media), body
+        assert not client.exists(bucket, "declared")
+        status, _, body = multipart(proxy, bucket, "undeclared", media, None)
+        stored = client.download(bucket, "undeclared")
+        assert status == 200 and json.loads(body)["name"] == "undeclared"
+        assert [i for i in range(len(media)) if stored[i] != media[i]] == [len(media) // 2]
+        # A session: the first chunk flipped, judged by the final chunk's X-Goog-Hash or the start's crc32c.
+        proxy.set_corruption("once", "upload")
+        status, _, body = session(proxy, bucket, "hashed", media, final_hash=crc_of(media))
+        assert refused_as_the_service_does(status, body, media), body
+        proxy.set_corruption("once", "upload")
+        status, _, body = session(proxy, bucket, "started", media, crc=crc_of(media))
+        assert refused_as_the_service_does(status, body, media), body
+        assert not client.exists(bucket, "hashed") and not client.exists(bucket, "started")
+        assert proxy.corruption.counts["upload"] == 4 and proxy.corruption.refusals == 3
+        status, _, _ = session(proxy, bucket, "clean", media, final_hash=crc_of(media))
+        assert status == 200 and client.download(bucket, "clean") == media
