@@ -31,6 +31,9 @@ What is in here:
   ``x-retry-test-id`` on requests of chosen operations (``set_retry_test``;
   see ``operation``), and passes the emulator's injected resets and broken
   streams on to the client as resets.
+  ``set_corruption`` flips one byte in the middle of a download's or an
+  upload's body and refuses an upload whose declared CRC-32C does not match,
+  as the service does (scripts/corruption.py).
   With ``latency`` and ``stream_bps`` it models a WAN: each request waits one
   round trip, and each request's body and each response's body move at most
   ``stream_bps`` bytes a second, as one TCP stream would (``Pace``).
@@ -61,6 +64,8 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
+
+import corruption as C
 
 # ---------------------------------------------------------------------------
 # The emulator binary
@@ -126,7 +131,6 @@ def wait_until_answers(url: str, timeout: float = 20.0, proc: subprocess.Popen |
 _LIVE: set["FakeGCS"] = set()
 
 
-@atexit.register
 def live_processes():
     """(pid, argv) of every running process but this one; zombies left out."""
     for d in os.listdir("/proc"):
@@ -143,6 +147,7 @@ def live_processes():
         yield int(d), argv
 
 
+@atexit.register
 def _stop_all() -> None:
     for s in list(_LIVE):
         s.stop()
@@ -479,7 +484,9 @@ class Record:
         return json.loads(self.body or b"null")
 
     def __str__(self) -> str:
-        return f"{self.kind:8} {self.method} {self.raw_path}{'?' + self.query if self.query else ''} -> {self.status}"
+        ranged = next((f" [{k}: {v}]" for k, v in self.headers.items() if k.lower() in ("range", "content-range")), "")
+        return (f"{self.kind:8} {self.method} {self.raw_path}{'?' + self.query if self.query else ''}{ranged}"
+                f" -> {self.status}")
 
 
 class Pace:
@@ -555,6 +562,8 @@ class CountingProxy:
         # When set, the bucket is requester-pays: a request without userProject=<this>
         # gets the service's 400 instead of being forwarded.
         self.require_user_project: str | None = None
+        # set_corruption: what is corrupted, and counts of what was.
+        self.corruption = C.Corruption()
         proxy = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -663,6 +672,14 @@ class CountingProxy:
                     rec.status = 0
                     self._reset()
                     return
+                upload = None
+                if proxy.corruption.armed("upload"):
+                    upload = proxy.corruption.upload(rec.operation, query, rec.headers, body)
+                    if upload.refusal is not None:
+                        rec.status = 400
+                        self._answer_json(400, upload.refusal)
+                        return
+                    body = upload.body if body else body
                 hdrs = {k: v for k, v in self.headers.items() if k.lower() not in _HOP and k.lower() != "host"}
                 hdrs["Host"] = f"{proxy.upstream_host}:{proxy.upstream_port}"
                 if body is not None:
@@ -689,6 +706,8 @@ class CountingProxy:
                     self.wfile.write(msg)
                     return
                 rec.status = resp.status
+                if upload is not None:
+                    upload.answered(resp.status, dict(resp.getheaders()))
                 if chaos == "lost-answer":  # the service acted, the client never hears of it
                     try:
                         resp.read()
@@ -699,8 +718,11 @@ class CountingProxy:
                     rec.status = 0
                     self._reset()
                     return
+                length = resp.getheader("Content-Length")
+                flip = proxy.corruption.download_flip(self.command, rec.kind, resp.status,
+                                                      None if length is None else int(length))
                 try:
-                    self._relay(resp)
+                    self._relay(resp, flip)
                     rec.answered = time.monotonic()
                 except (ConnectionError, http.client.HTTPException):
                     # The answer broke off upstream (an injected broken stream), or
@@ -722,7 +744,17 @@ class CountingProxy:
                 self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
                 self.connection.close()
 
-            def _relay(self, resp: http.client.HTTPResponse):
+            def _answer_json(self, status: int, answer: dict) -> None:
+                msg = json.dumps(answer).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json; charset=UTF-8")
+                self.send_header("Content-Length", str(len(msg)))
+                self.end_headers()
+                self.wfile.write(msg)
+
+            def _relay(self, resp: http.client.HTTPResponse, flip: int | None = None):
+                """Relays the answer; `flip`: the offset in its body of a byte to
+                invert (-1: the middle of a body of unknown length)."""
                 pace = Pace(proxy.stream_bps)
                 piece = Pace.PIECE if pace.bps > 0 else 256 * 1024
                 self.send_response_only(resp.status, resp.reason)
@@ -739,6 +771,8 @@ class CountingProxy:
                         self.send_header(k, v)
                 if rewrite:
                     data = resp.read().replace(proxy.upstream_base.encode(), proxy.url.encode())
+                    if flip is not None and data:
+                        data = C.flipped(data, len(data) // 2 if flip < 0 else min(flip, len(data) - 1))
                     self.send_header("Content-Length", str(len(data)))
                     self.end_headers()
                     self._write(data, pace)
@@ -758,6 +792,8 @@ class CountingProxy:
                         chunk = resp.read(piece)
                         if not chunk:
                             break
+                        if flip is not None and sent <= flip < sent + len(chunk):
+                            chunk = C.flipped(chunk, flip - sent)
                         pace(len(chunk))
                         self.wfile.write(chunk)
                         sent += len(chunk)
@@ -766,8 +802,15 @@ class CountingProxy:
                 else:
                     self.send_header("Transfer-Encoding", "chunked")
                     self.end_headers()
+                    whole = None
+                    if flip is not None:  # its middle is known once it is all here
+                        whole = resp.read()
+                        whole = [C.flipped(whole, len(whole) // 2)] if whole else []
                     while True:
-                        chunk = resp.read1(piece) if hasattr(resp, "read1") else resp.read(65536)
+                        if whole is not None:
+                            chunk = whole.pop() if whole else b""
+                        else:
+                            chunk = resp.read1(piece) if hasattr(resp, "read1") else resp.read(65536)
                         if not chunk:
                             break
                         pace(len(chunk))
@@ -827,6 +870,8 @@ class CountingProxy:
         return self
 
     def stop(self) -> None:
+        self.set_corruption(None, "download")
+        self.set_corruption(None, "upload")
         self.set_fault(None)
         self.set_random_faults(0)
         self.set_retry_test(None)
@@ -844,6 +889,16 @@ class CountingProxy:
             old[2].set()
         if mode is not None:
             self._fault = (mode, frozenset(kinds), threading.Event())
+
+    def set_corruption(self, mode: str | None, direction: str = "download", times: int = 1) -> None:
+        """Flip one byte in the middle of bodies of ``direction``: "download", a
+        media GET's answer (headers unchanged); "upload", an upload's media
+        (scripts/corruption.py says which, and how a declared CRC-32C is then
+        judged and refused with the service's 400). ``mode``: "once", the next
+        ``times`` matching bodies; "always"; None stops (a session's CRC-32C is
+        then forgotten). ``corruption.counts[direction]`` counts the bodies
+        corrupted, ``corruption.refusals`` the uploads refused."""
+        self.corruption.set(mode, direction, times)
 
     def set_retry_test(self, test_id: str | None, operations: Iterable[str] = (),
                        where: Callable[[Record], bool] | None = None) -> None:

@@ -7,7 +7,7 @@
 #   4. the end-to-end suite on real FUSE mounts against fake-gcs-server,
 #      with the release binary (what ships is what is tested);
 #   5. the write, namespace, xattr, rename-round, backup, in-flight, symlink,
-#      metrics, composite-upload and read-cache tests again against
+#      metrics, composite-upload, integrity and read-cache tests again against
 #      storage-testbench, Google's faithful emulator (../shared/testbench.sh),
 #      and Google's retry conformance scenarios, which only it can inject;
 #      the xattr, rename-round, read-cache, list-cache and write tests of that run go
@@ -62,7 +62,7 @@ if [ "${BUCKETFS_SKIP_TESTBENCH:-0}" != 1 ]; then
     tests/test_backup.py tests/test_in_flight.py tests/test_symlinks.py tests/test_metrics.py \
     tests/test_composite.py tests/test_retry_conformance.py tests/test_posix.py \
     tests/test_streaming.py tests/test_streaming_faults.py \
-    tests/test_stale_names.py tests/test_billing.py "$@" ||
+    tests/test_stale_names.py tests/test_billing.py tests/test_integrity.py "$@" ||
     failed+=("e2e on storage-testbench")
   step "end-to-end tests against storage-testbench over TLS ($BUCKETFS_BIN)"
   BUCKETFS_E2E_EMULATOR=storage-testbench BUCKETFS_E2E_TLS=1 e2e \
