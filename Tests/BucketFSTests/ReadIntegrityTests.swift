@@ -39,7 +39,7 @@ final class ReadIntegrityTests: XCTestCase {
     }
   }
 
-  func testAByteChangedOnTheWayFailsTheReadThatEndsTheFileAndTheNextReadIsRight() async throws {
+  func testAByteChangedOnTheWayFailsTheHandleFromTheReadThatEndsTheFileAndANewOpenIsRight() async throws {
     let inner = InMemoryObjectStore(bucket: "demo")
     let data = bytes((3 << 20) + 4321)
     inner.put("big", data: data)
@@ -56,11 +56,23 @@ final class ReadIntegrityTests: XCTestCase {
     XCTAssertEqual(
       try metrics.expectCounter("bucketfs_storage_crc32c_mismatches_total", [("direction", "download")])
         .totalValue, 1)
-    // The same handle reads again: fetched anew, and right.
-    let again = await readThrough(fs, inode, opened.handle)
+    // The handle stays failed (the kernel retries a failed page with a read of its own)...
+    let retried = await readThrough(fs, inode, opened.handle)
+    XCTAssertEqual((retried.error as? FileSystemError)?.errno.code ?? (retried.error as? Errno)?.code, EIO)
+    XCTAssertEqual(retried.bytes.count, 0)
+    do {
+      try await fs.close(inode, opened.handle)
+      XCTFail("the close of a handle that read wrong bytes fails")
+    } catch {}
+    XCTAssertEqual(
+      try metrics.expectCounter("bucketfs_storage_crc32c_mismatches_total", [("direction", "download")])
+        .totalValue, 1, "counted once")
+    // ...and a new open reads anew, right.
+    let reopened = try await fs.open(inode: inode, flags: O_RDONLY)
+    let again = await readThrough(fs, inode, reopened.handle)
     XCTAssertNil(again.error)
     XCTAssertTrue(again.bytes == data)
-    try await fs.close(inode, opened.handle)
+    try await fs.close(inode, reopened.handle)
   }
 
   func testARightReadLeavesNoTrace() async throws {

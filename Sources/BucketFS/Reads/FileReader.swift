@@ -74,8 +74,10 @@ final class FileReader: Sendable {
     /// The object's CRC-32C as a read from its start sums it; nil when the
     /// object's is not known.
     var sum: SequentialSum?
-    /// A mismatch was answered (a read or the close failed with it).
-    var mismatchReported = false
+    /// The bytes read were not the object's: every read of this handle
+    /// fails with it from then on (the kernel retries a failed read-ahead
+    /// page with a read of its own, which must fail too); a new open reads anew.
+    var poisoned: IntegrityFailure?
   }
   /// Enough to cycle while a sequential reader consumes one segment at a time.
   private static let maxSpares = 2
@@ -133,6 +135,7 @@ final class FileReader: Sendable {
     guard offset < size, count > 0 else { return [] }
     let end = min(offset + UInt64(count), size)
     return state.withLock { state -> [ByteBuffer]? in
+      if state.poisoned != nil { return nil }
       // The end of the file waits for the verdict (``read(offset:count:)``).
       if end == size, let sum = state.sum, sum.verdict != .matched { return nil }
       guard let first = state.segments.firstIndex(where: { $0.start <= offset && offset < $0.end }) else {
@@ -157,6 +160,10 @@ final class FileReader: Sendable {
   }
 
   func read(offset: UInt64, count: Int) async throws -> [ByteBuffer] {
+    if var failure = state.withLock({ $0.poisoned }) {
+      failure.first = false
+      throw failure
+    }
     let pieces = try await gather(offset: offset, count: count)
     if offset < size, count > 0, UInt64(count) >= size - offset { try await checkWhole() }
     return pieces
@@ -236,7 +243,7 @@ final class FileReader: Sendable {
   /// Before the read that ends the file is answered: once the segments
   /// before it are in (a reader's reads may overlap), the bytes read from
   /// the start must sum to the object's CRC-32C. A mismatch fails this read
-  /// and starts the reader afresh, so a read again fetches again.
+  /// and every later one of the handle.
   private func checkWhole() async throws {
     let earlier = state.withLock { state -> [Task<ByteBuffer, any Error>] in
       guard state.sum?.verdict == .open else { return [] }
@@ -246,18 +253,21 @@ final class FileReader: Sendable {
     if let failure = takeMismatch() { throw failure }
   }
 
-  /// The mismatch found and not yet answered, if any; the reader then
-  /// starts afresh. The read that ends the file answers it, or else the close.
+  /// The mismatch found, if any (`first` when this call found it: the
+  /// handle is poisoned from now on and its segments dropped). The read that
+  /// ends the file asks, and the close.
   func takeMismatch() -> IntegrityFailure? {
     let (key, generation) = target.withLock { $0 }
     return state.withLock { state -> IntegrityFailure? in
-      guard let sum = state.sum, case .mismatched(let found) = sum.verdict, !state.mismatchReported else {
-        return nil
+      if var failure = state.poisoned {
+        failure.first = false
+        return failure
       }
-      state.mismatchReported = true
+      guard let sum = state.sum, case .mismatched(let found) = sum.verdict else { return nil }
+      let failure = IntegrityFailure(key: key, generation: generation, found: found, expected: sum.expected)
+      state.poisoned = failure
       drop(&state)
-      state.sum = SequentialSum(size: size, expected: sum.expected)
-      return IntegrityFailure(key: key, generation: generation, found: found, expected: sum.expected)
+      return failure
     }
   }
 

@@ -96,17 +96,17 @@ final class ReadService: MountComponent, Sendable {
       if StaleReads.isGenerationGone(error) {
         staleReads.generationGone(inode: inode, key: reader.key, generation: reader.generation)
       }
-      if error is IntegrityFailure { mismatched(inode: inode, reader) }
+      if let failure = error as? IntegrityFailure, failure.first { mismatched(inode: inode, reader) }
       throw diagnostics.failure(error, operation: "read", key: reader.key, context: .read)
     }
   }
 
-  /// A close (flush) of a read handle: a mismatch no read has answered
-  /// (the reads that ended the file were answered before the sum was
-  /// complete) fails it with EIO.
+  /// A close (flush) of a read handle whose bytes did not match fails with
+  /// EIO too: the reads answered it already, or (the reads that ended the
+  /// file were answered before the sum was complete) none did.
   func closing(inode: UInt64, _ reader: FileReader) throws {
     guard let failure = reader.takeMismatch() else { return }
-    mismatched(inode: inode, reader)
+    if failure.first { mismatched(inode: inode, reader) }
     throw diagnostics.failure(failure, operation: "close", key: reader.key, context: .read)
   }
 

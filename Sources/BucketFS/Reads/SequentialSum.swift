@@ -60,14 +60,18 @@ struct SequentialSum {
 }
 
 /// A whole sequential read's bytes did not sum to the object's CRC-32C: one
-/// changed on the way (EIO; the kernel's pages and any cached copy go).
+/// changed on the way (EIO for every later read of the handle; the kernel's
+/// pages and any cached copy go).
 struct IntegrityFailure: Error, CustomStringConvertible {
   let key: String
   let generation: Int64
   let found: UInt32
   let expected: UInt32
+  /// Whether this is the first time the handle answers it (it is counted
+  /// and its effects set off once).
+  var first = true
 
   var description: String {
-    "the bytes read of \(key) (generation \(generation)) have crc32c \(CRC32C.base64(found)), the object \(CRC32C.base64(expected)): one changed on the way; read it again"
+    "the bytes read of \(key) (generation \(generation)) have crc32c \(CRC32C.base64(found)), the object \(CRC32C.base64(expected)): one changed on the way; open it again to read it anew"
   }
 }
