@@ -3,8 +3,9 @@ read with the defaults and one cp with the defaults (and each with
 --read-cache-size 0), each on a fresh mount, recorded with
 `perf record -g -F FREQ -p DAEMON` from just before the command to just
 after it; then `perf report` by thread, by shared object and by symbol
-(self time), written beside each recording (DIR/NAME.txt, and the call
-graphs in DIR/NAME.callers.txt).
+(self time), and each sample's call chain sorted by cost (bench/perfstacks.py),
+written beside each recording (DIR/NAME.txt, and the call graphs in
+DIR/NAME.callers.txt).
 
 perf adds its own cost to the daemon: the walls and CPU of these runs are
 not the benchmark's figures.
@@ -18,6 +19,8 @@ import re
 import signal
 import subprocess
 import time
+
+import perfstacks
 
 PROFILES = (("read defaults", "read-defaults", lambda b, w, around: b.dd_read(w, True, around)),
             ("read cache off", "read-cache-off", lambda b, w, around: b.dd_read(w, False, around)),
@@ -73,10 +76,11 @@ def profile(bench, directory: str, frequency: int) -> dict:
         r = run(bench, wire, recorder(data, frequency))
         found = {"wall": r["wall"], "daemon": r["daemon"], "data": data,
                  "threads": report(data, "comm", 1), "objects": report(data, "dso", 0.5),
-                 "symbols": report(data, "dso,sym", 0.7)}
+                 "symbols": report(data, "dso,sym", 0.7), "stacks": perfstacks.analyse(data)}
         with open(os.path.join(directory, name + ".txt"), "w") as f:
             for k in ("threads", "objects", "symbols"):
                 f.write(f"# by {k}\n" + "".join(f"{p:6.2f}%  {key}\n" for p, key in found[k]) + "\n")
+            f.write("\n".join(perfstacks.markdown(found["stacks"], 40)) + "\n")
         with open(os.path.join(directory, name + ".callers.txt"), "w") as f:
             subprocess.run(["perf", "report", "-i", data, "--stdio", "--no-children", "-G", "--percent-limit", "1.5"],
                            stdout=f, stderr=subprocess.DEVNULL, timeout=900)
@@ -96,6 +100,7 @@ def summary(profiles: dict) -> str:
             lines.append(f"| {'' if t[0] is None else f'{t[0]:.1f}%'} | {t[1]} | | "
                          f"{'' if o[0] is None else f'{o[0]:.1f}%'} | `{o[1]}` |" if o[1] else
                          f"| {'' if t[0] is None else f'{t[0]:.1f}%'} | {t[1]} | | | |")
-        lines += ["", "| share | object, symbol |", "|---|---|"]
-        lines += [f"| {share:.1f}% | `{key[:110]}` |" for share, key in p["symbols"][:25]]
+        lines += ["", f"{p['stacks']['samples']} samples.", "", *perfstacks.markdown(p["stacks"], 12)]
+        lines += ["", "| share | object, symbol (self) |", "|---|---|"]
+        lines += [f"| {share:.1f}% | `{key[:110]}` |" for share, key in p["symbols"][:15]]
     return "\n".join(lines)
