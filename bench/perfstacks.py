@@ -94,7 +94,7 @@ def cost(frames: list[tuple[str, str]]) -> str:
         if caller.startswith(NIO_PREFIXES):
             return "memmove: NIO, AsyncHTTPClient"
         return "memmove: other callers"
-    low = leaf.lower()
+    low = " ".join(s.lower() for s in user[:2])
     if "crc32" in low or "md5" in low or "checksum" in low:
         return "checksums (crc32c, md5)"
     if leaf.startswith(("swift_retain", "swift_release", "swift_allocObject", "swift_deallocObject",
@@ -118,6 +118,17 @@ def cost(frames: list[tuple[str, str]]) -> str:
 def own_frame(frames: list[tuple[str, str]]) -> str:
     """The nearest frame of bucketfs's own modules (mangled), or ''."""
     return next((s for s, _ in frames if s.startswith(OWN_PREFIXES)), "")
+
+
+def own_path(frames: list[tuple[str, str]], depth: int = 3) -> tuple[str, ...]:
+    """The nearest `depth` distinct frames of bucketfs's own modules, leaf first (mangled)."""
+    out: list[str] = []
+    for s, _ in frames:
+        if s.startswith(OWN_PREFIXES) and s not in out:
+            out.append(s)
+            if len(out) == depth:
+                break
+    return tuple(out)
 
 
 def swift_frame(frames: list[tuple[str, str]]) -> str:
@@ -149,14 +160,17 @@ def analyse(data: str) -> dict:
     costs = Counter(cost(f) for _, f in samples)
     owns = Counter(own_frame(f) for _, f in samples)
     swifts = Counter(swift_frame(f) for _, f in samples)
+    paths = Counter((cost(f), own_path(f)) for _, f in samples)
     threads = Counter(re.sub(r"\d+$", "N", c) for c, _ in samples)
-    names = demangled(sorted({s for s in (*owns, *swifts) if s}))
+    names = demangled(sorted({s for s in (*owns, *swifts, *(x for _, p in paths for x in p)) if s}))
     return {"samples": len(samples),
             "costs": [(100 * k / n, c) for c, k in costs.most_common()],
             "functions": [(100 * k / n, short(names.get(s, s)) if s else "(no bucketfs frame: NIO's, the "
                            "runtime's or the kernel's own threads)") for s, k in owns.most_common()],
             "swift": [(100 * k / n, short(names.get(s, s)) if s else "(no Swift frame)")
                       for s, k in swifts.most_common()],
+            "paths": [(100 * k / n, c, " ← ".join(short(names.get(x, x), 60) for x in p) or "(no bucketfs frame)")
+                      for (c, p), k in paths.most_common()],
             "threads": [(100 * k / n, t) for t, k in threads.most_common()]}
 
 
@@ -165,6 +179,8 @@ def markdown(found: dict, top: int = 15) -> list[str]:
     lines += [f"| {p:.1f}% | {c} |" for p, c in found["costs"] if p >= 0.5]
     lines += ["", "| share | nearest bucketfs function on the stack |", "|---|---|"]
     lines += [f"| {p:.1f}% | `{f}` |" for p, f in found["functions"][:top]]
+    lines += ["", "| share | cost | bucketfs's frames on the stack, nearest first |", "|---|---|---|"]
+    lines += [f"| {p:.1f}% | {c} | `{f}` |" for p, c, f in found["paths"][:top]]
     lines += ["", "| share | nearest Swift function on the stack (any module) |", "|---|---|"]
     lines += [f"| {p:.1f}% | `{f}` |" for p, f in found["swift"][:top]]
     return lines

@@ -33,7 +33,9 @@ cache directory of its own (removed after it):
           connections that carried the mount's requests, from mount to
           unmount, by nginx's $connection; TLS sessions resumed; and every
           connection nginx accepted meanwhile (stub_status), used or not.
-CPU: the daemon's from its threads' schedstat (as bench/readcpu.py), the
+CPU: the daemon's from its threads' schedstat (as bench/readcpu.py), while
+the command runs and until the daemon is quiet after it (the read cache's
+fill waits for a pause; an upload's entry is checked after close), the
 client's (curl, dd, cp) from the children's rusage, nginx's and the
 emulator's from theirs. The client, daemon, nginx and emulator share the
 machine's cores: on a busy machine every figure is noisy; say so.
@@ -46,7 +48,6 @@ import contextlib
 import json
 import os
 import re
-import resource
 import shutil
 import subprocess
 import sys
@@ -61,6 +62,7 @@ import fakegcs as F  # noqa: E402
 import tlsfront as T  # noqa: E402
 import run as R  # noqa: E402  (bench/run.py: its mounts)
 import tlsperf  # noqa: E402
+from procstat import measured, process_tree  # noqa: E402
 import tlsreport  # noqa: E402
 
 BUCKET = "bench-tls"
@@ -73,60 +75,6 @@ WALKS = {"walk": (None, 1), "walk -c4": (4, 1), "walk ×8": (None, 8), "walk ×8
 
 def log(*a) -> None:
     print("[bench tls]", *a, file=sys.stderr, flush=True)
-
-
-def process_tree(pid: int) -> list[int]:
-    """`pid` and its children (nginx's master and its worker)."""
-    out = [pid]
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
-                        out.append(int(entry))
-            except (OSError, IndexError, ValueError):
-                continue
-    return out
-
-
-def cpu(pids: list[int]) -> float:
-    """CPU seconds of every live thread of `pids` (/proc/PID/task/*/schedstat)."""
-    total = 0
-    for pid in pids:
-        try:
-            tasks = os.listdir(f"/proc/{pid}/task")
-        except OSError:
-            continue
-        for task in tasks:
-            try:
-                with open(f"/proc/{pid}/task/{task}/schedstat") as f:
-                    total += int(f.read().split()[0])
-            except (OSError, IndexError, ValueError):
-                continue
-    return total / 1e9
-
-
-def child_seconds() -> float:
-    r = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return r.ru_utime + r.ru_stime
-
-
-def measured(command, pids: dict[str, list[int]]) -> dict:
-    """Runs `command` (a list, or a string for /bin/sh): its wall time, its own CPU
-    (rusage of the children) and that of each of `pids`, and its stderr."""
-    before = {name: cpu(p) for name, p in pids.items()}
-    client0 = child_seconds()
-    t0, wall0 = time.perf_counter(), time.time()
-    p = subprocess.run(command, shell=isinstance(command, str), env=R.ENV, stdout=subprocess.PIPE,
-                       stderr=subprocess.PIPE, timeout=900)
-    wall = time.perf_counter() - t0
-    if p.returncode != 0:
-        raise RuntimeError(f"{command!r} failed ({p.returncode}): {p.stderr.decode(errors='replace')[-500:]}")
-    out = {"wall": wall, "client": child_seconds() - client0, "began": wall0, "ended": wall0 + wall,
-           "stdout": p.stdout.decode(errors="replace"), "stderr": p.stderr.decode(errors="replace")}
-    for name, ps in pids.items():
-        out[name] = cpu(ps) - before[name]
-    return out
 
 
 class Wire:

@@ -44,7 +44,13 @@ def upload_timeline(entries: list[dict], began: float, ended: float) -> dict:
                 "part seconds": statistics.median(r["seconds"] for r in parts),
                 "parts at once": max(sum(1 for q in parts if q["start"] <= p["start"] < q["end"]) for p in parts)}
     if composes:
-        out |= {"compose from": min(r["start"] for r in composes), "compose to": max(r["end"] for r in composes)}
+        last = max(composes, key=lambda r: r["end"])
+        out |= {"compose from": min(r["start"] for r in composes), "compose to": last["end"],
+                "last compose from": last["start"], "last compose to": last["end"],
+                "last compose seconds": last["seconds"]}
+    deletes = [r for r in rows if r["op"] == "delete"]
+    if deletes:
+        out["deletes to"] = max(r["end"] for r in deletes)
     return out
 
 
@@ -81,59 +87,82 @@ def heading(a, binary: str, load0, load1, took: float) -> str:
             f"load average {load0[0]:.2f} at the start, {load1[0]:.2f} at the end; {took:.0f} s")
 
 
+def ref_runs(res: dict, wire: str, label: str, h1: bool = False) -> list[dict] | None:
+    """The curl runs a case is held against: the read's or the upload's, ALPN's or --http1.1."""
+    base = "curl read" if label in READS else "curl upload"
+    return res.get(wire, {}).get(base + (" h1" if h1 else ""))
+
+
+def speed(label: str, runs: list[dict], ref: list[dict] | None) -> str:
+    """Reads: curl's time ÷ this (speed against curl's); writes: this ÷ curl's time."""
+    if label.startswith("curl") or not ref:
+        return ""
+    if label in READS:
+        return (f"**{x(div(med(ref, 'wall'), med(runs, 'wall')))}** "
+                f"[{x(div(best(ref, 'wall'), best(runs, 'wall')))}]")
+    return f"**{x(div(med(runs, 'wall'), med(ref, 'wall')))}** [{x(div(best(runs, 'wall'), best(ref, 'wall')))}]"
+
+
 def time_table(res: dict) -> list[str]:
-    out = ["| | TLS | TLS ratio | plain | plain ratio |", "|---|---|---|---|---|"]
+    out = ["| | TLS | against curl (h2) | against curl --http1.1 | plain HTTP | against curl |",
+           "|---|---|---|---|---|---|"]
     for label in (*READS, *WRITES):
         cells = []
         for wire in ("TLS", "plain"):
             runs = res.get(wire, {}).get(label)
             if not runs:
-                cells += ["—", "—"]
+                cells += ["—", "—"] + (["—"] if wire == "TLS" else [])
                 continue
             proto = ""
             if runs[0].get("protocol"):
                 proto = f" ({', '.join(p.replace('HTTP/', 'h').replace('h2.0', 'h2') for p in runs[0]['protocol'])})"
             cells.append(f"{s(med(runs, 'wall'))} [{s(best(runs, 'wall'))}]{proto}")
-            ref = res[wire].get("curl read" if label in READS else "curl upload")
-            if label.startswith("curl") or not ref:
-                cells.append("")
-            elif label in READS:  # speed against curl's: curl's time ÷ this time
-                cells.append(f"**{x(div(med(ref, 'wall'), med(runs, 'wall')))}** curl's speed "
-                             f"[{x(div(best(ref, 'wall'), best(runs, 'wall')))}]")
-            else:  # time against curl's
-                cells.append(f"**{x(div(med(runs, 'wall'), med(ref, 'wall')))}** curl's time "
-                             f"[{x(div(best(runs, 'wall'), best(ref, 'wall')))}]")
+            cells.append(speed(label, runs, ref_runs(res, wire, label)))
+            if wire == "TLS":
+                cells.append(speed(label, runs, ref_runs(res, wire, label, h1=True)))
         out.append(f"| {LABELS[label]} | " + " | ".join(cells) + " |")
     return out
 
 
+def with_after(runs: list[dict]) -> float | None:
+    return med([{"t": r["daemon"] + r.get("daemon after", 0.0)} for r in runs], "t") if runs else None
+
+
 def cpu_table(res: dict) -> list[str]:
-    out = ["| CPU seconds (median) | TLS: client | daemon | daemon ÷ curl's | nginx | emulator "
-           "| plain: client | daemon | daemon ÷ curl's | emulator |",
-           "|---|---|---|---|---|---|---|---|---|---|"]
+    out = ["| CPU seconds (median) | TLS: client | daemon | + after | daemon ÷ curl's (h2; --http1.1) | nginx "
+           "| emulator | plain: client | daemon | + after | daemon ÷ curl's | emulator |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for label in (*READS, *WRITES):
         cells = []
         for wire in ("TLS", "plain"):
             runs = res.get(wire, {}).get(label)
-            ref = res.get(wire, {}).get("curl read" if label in READS else "curl upload")
             if not runs:
-                cells += ["—"] * (5 if wire == "TLS" else 4)
+                cells += ["—"] * (6 if wire == "TLS" else 5)
                 continue
             daemon = med(runs, "daemon")
-            cells += [s(med(runs, "client")), s(daemon),
-                      x(div(daemon, med(ref, "client"))) if daemon is not None and ref else ""]
+            cells += [s(med(runs, "client")), s(daemon), s(med(runs, "daemon after"))]
+            if daemon is None:
+                cells.append("")
+            else:
+                total = with_after(runs)
+                refs = [ref_runs(res, wire, label)] + ([ref_runs(res, wire, label, True)] if wire == "TLS" else [])
+                cells.append("; ".join(f"{x(div(daemon, med(r, 'client')))} ({x(div(total, med(r, 'client')))})"
+                                       for r in refs if r))
             if wire == "TLS":
                 cells.append(s(med(runs, "nginx")))
             cells.append(s(med(runs, "emulator")))
         out.append(f"| {LABELS[label]} | " + " | ".join(cells) + " |")
     out.append("")
-    out.append("client: curl, dd or cp (rusage); daemon: its threads' schedstat; "
+    out.append("client: curl, dd or cp (rusage); daemon: its threads' schedstat while the command ran; + after: "
+               "the daemon's CPU from the command's return until it was quiet (less than 4 ms in 400 ms: the read "
+               "cache's fill after a pause, an upload's background checks); the ratio in brackets counts it. "
                "nginx and the emulator likewise (plain HTTP has no nginx).")
     return out
 
 
 def cp_table(res: dict) -> list[str]:
-    out = ["| the cp's requests over TLS (its median run; nginx's log) | defaults | cache off |", "|---|---|---|"]
+    out = ["| the cp's requests over TLS (its median run; nginx's log), seconds from the cp's start "
+           "| defaults | cache off |", "|---|---|---|"]
     rows: dict[str, list[str]] = {}
     for label in ("cp defaults", "cp cache off"):
         runs = res.get("TLS", {}).get(label)
@@ -143,16 +172,21 @@ def cp_table(res: dict) -> list[str]:
         probe_plain = med([{"p": r["compose probe"]} for r in plain], "p") if plain else None
 
         def at(a, b):
-            return f"{t[a]:.2f} → {t[b]:.2f} s" if a in t and b in t else "—"
+            return f"{t[a]:.2f} → {t[b]:.2f}" if a in t and b in t else "—"
+        tail = div(t.get("cp", 0) - t.get("parts to", 0), 1) if "parts to" in t else None
         for k, v in (("cp, wall", s(t.get("cp"))),
                      ("requests by operation", ", ".join(f"{n} {op}" for op, n in sorted(t.get("by operation", {}).items()))),
-                     ("connections", str(t.get("connections", "—"))),
+                     ("TLS connections", str(t.get("connections", "—"))),
                      ("parts (uploads): count, MiB", f"{t.get('parts', 0)}, {t.get('part bytes', 0) / 2**20:.0f}"),
-                     ("parts: first start → last end (from the cp's start)", at("parts from", "parts to")),
+                     ("parts: first start → last end", at("parts from", "parts to")),
                      ("parts: median time each, most at once", f"{s(t.get('part seconds'))}, {t.get('parts at once', '—')}"),
-                     ("compose: count, time at nginx", f"{t.get('composes', 0)}, {s(t.get('compose seconds'))}"),
-                     ("compose: start → end (from the cp's start)", at("compose from", "compose to")),
-                     ("compose's share of the cp", x(div(t.get("compose seconds"), t.get("cp"))).replace("×", "")),
+                     ("composes before the last (of parts already up): count, time", f"{t.get('composes', 1) - 1 if t.get('composes') else 0}, "
+                      f"{s((t.get('compose seconds') or 0) - (t.get('last compose seconds') or 0))}"),
+                     ("the last compose: start → end", at("last compose from", "last compose to")),
+                     ("**the last compose's time** (share of the cp)",
+                      f"**{s(t.get('last compose seconds'))}** ({x(div(t.get('last compose seconds'), t.get('cp'))).replace('×', '')})"),
+                     ("the cp's time after its last part was stored", s(tail)),
+                     ("parts deleted: last end", f"{t['deletes to']:.2f}" if "deletes to" in t else "—"),
                      ("a compose of the stored object alone, curl over TLS (median)", s(probe_tls)),
                      ("the same, plain HTTP straight at the emulator (median)", s(probe_plain))):
             rows.setdefault(k, []).append(v)
@@ -190,7 +224,8 @@ def walk_table(res: dict) -> list[str]:
 
 def tables(res: dict, size_mib: int) -> str:
     parts = [f"### {size_mib} MiB: wall time\n", *time_table(res), "",
-             "Reads: curl's time ÷ bucketfs's (≥ 1.00× is as fast as curl); writes: bucketfs's time ÷ curl's.", "",
+             "Reads: curl's time ÷ bucketfs's (≥ 1.00× is as fast as curl); writes: bucketfs's time ÷ curl's "
+             "(≤ 1.00× is as fast). Ratios of the medians, of the bests in brackets.", "",
              "### CPU\n", *cpu_table(res)]
     if any(k.startswith("cp") for k in res.get("TLS", {})):
         parts += ["", "### The cp and the emulator's compose\n", *cp_table(res)]
