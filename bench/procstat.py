@@ -14,6 +14,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import run as R  # noqa: E402  (bench/run.py: the tools' environment)
 
+# The commands' environment, taken before bench/tls.py's --daemon-env adds to the mounts' (R.ENV).
+ENV = dict(R.ENV)
+
 
 def process_tree(pid: int) -> list[int]:
     """`pid` and its children (nginx's master and its worker)."""
@@ -73,7 +76,7 @@ def measured(command, pids: dict[str, list[int]]) -> dict:
     before = {name: cpu(p) for name, p in pids.items()}
     client0 = child_seconds()
     t0, wall0 = time.perf_counter(), time.time()
-    p = subprocess.run(command, shell=isinstance(command, str), env=R.ENV, stdout=subprocess.PIPE,
+    p = subprocess.run(command, shell=isinstance(command, str), env=ENV, stdout=subprocess.PIPE,
                        stderr=subprocess.PIPE, timeout=900)
     wall = time.perf_counter() - t0
     if p.returncode != 0:

@@ -94,8 +94,8 @@ class Bench:
         self.client = gcs.client()
         self.logs = os.path.join(root, "logs")
         os.makedirs(self.logs, exist_ok=True)
-        self.wires = [Wire("TLS", front.url, front.url, ["--cacert", ca], ["--ca-file", ca]),
-                      Wire("plain", gcs.url, front.plain_url, [], [])]
+        self.wires = [w for w in (Wire("TLS", front.url, front.url, ["--cacert", ca], ["--ca-file", ca]),
+                                  Wire("plain", gcs.url, front.plain_url, [], [])) if w.name in a.wires]
         self.serial = 0
         fd, self.src = tempfile.mkstemp(prefix="bench-tls-src-", dir="/dev/shm")
         os.close(fd)
@@ -281,6 +281,9 @@ def main() -> int:
     ap.add_argument("--bucketfs-bin", default=os.environ.get("BUCKETFS_BIN") or R.BucketFSMount.binary)
     ap.add_argument("--size-mib", type=int, default=256, help="the object read and the file written (256)")
     ap.add_argument("--repeat", type=int, default=3, help="repetitions, interleaved; median and best reported (3)")
+    ap.add_argument("--wires", default="TLS,plain", help="TLS, plain or both (default)")
+    ap.add_argument("--daemon-env", action="append", default=[], metavar="NAME=VALUE",
+                    help="an environment variable for the mounts only (repeatable), e.g. GLIBC_TUNABLES=...")
     ap.add_argument("--only", help="cases to run, comma-separated (default: all): " + ", ".join(
         (*READS, *WRITES, *WALKS)))
     ap.add_argument("--perf", metavar="DIR", help="then profile one cold read (defaults) and one cp (defaults) "
@@ -290,6 +293,10 @@ def main() -> int:
     ap.add_argument("--markdown", help="also write the tables here")
     a = ap.parse_args()
     a.only = set(a.only.split(",")) if a.only else None
+    a.wires = a.wires.split(",")
+    if a.perf and "TLS" not in a.wires:
+        sys.exit("bench: --perf profiles over TLS: --wires must name it")
+    R.ENV.update(kv.split("=", 1) for kv in a.daemon_env)  # bucketfs mount's, so its daemon's
     R.BucketFSMount.binary = a.bucketfs_bin
     if not os.access(a.bucketfs_bin, os.X_OK):
         sys.exit(f"bench: no bucketfs binary at {a.bucketfs_bin} (--bucketfs-bin or BUCKETFS_BIN)")

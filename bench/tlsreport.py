@@ -81,7 +81,8 @@ def div(a: float | None, b: float | None) -> float | None:
 
 
 def heading(a, binary: str, load0, load1, took: float) -> str:
-    return (f"bucketfs {binary}; {a.size_mib} MiB object and file, 500 small files; "
+    env = f"; the daemon's environment adds {', '.join(a.daemon_env)}" if a.daemon_env else ""
+    return (f"bucketfs {binary}{env}; {a.size_mib} MiB object and file, 500 small files; "
             f"{a.repeat} repetitions interleaved (TLS and plain alternate first), median (best in brackets); "
             f"{os.cpu_count()} cores shared by the client, the daemon, nginx and the emulator; "
             f"load average {load0[0]:.2f} at the start, {load1[0]:.2f} at the end; {took:.0f} s")
