@@ -4,7 +4,7 @@ plain HTTP as the second column, in one run.
 
     bench/run.sh --tls                          # 256 MiB, median of 3 (best shown too)
     bench/run.sh --tls --size-mib 32 --repeat 1 # a quick look
-    bench/run.sh --tls --perf DIR               # then one profiled read and cp (perf record -g)
+    bench/run.sh --tls --perf DIR               # then reads and cps over TLS under perf record -g
 
 One fake-gcs-server (memory backend) holds a SIZE object and 500 small files
 (walk/d0..d9/f000..f499). Before it stands one nginx (scripts/tlsfront.py:
@@ -286,8 +286,8 @@ def main() -> int:
                     help="an environment variable for the mounts only (repeatable), e.g. GLIBC_TUNABLES=...")
     ap.add_argument("--only", help="cases to run, comma-separated (default: all): " + ", ".join(
         (*READS, *WRITES, *WALKS)))
-    ap.add_argument("--perf", metavar="DIR", help="then profile one cold read (defaults) and one cp (defaults) "
-                    "over TLS with perf record -g into DIR")
+    ap.add_argument("--perf", metavar="DIR", help="then profile a cold read and a cp over TLS, each with the "
+                    "defaults and with the cache off, with perf record -g into DIR (bench/tlsperf.py)")
     ap.add_argument("--perf-frequency", type=int, default=4999, help="samples a second of CPU time (4999)")
     ap.add_argument("--json", help="also write the raw results here")
     ap.add_argument("--markdown", help="also write the tables here")
