@@ -67,7 +67,7 @@ if [ "${BUCKETFS_SKIP_TESTBENCH:-0}" != 1 ]; then
   step "end-to-end tests against storage-testbench over TLS ($BUCKETFS_BIN)"
   BUCKETFS_E2E_EMULATOR=storage-testbench BUCKETFS_E2E_TLS=1 e2e \
     tests/test_writes.py tests/test_xattr.py tests/test_rename_rounds.py tests/test_read_cache.py \
-    tests/test_list_cache.py tests/test_tls.py "$@" ||
+    tests/test_list_cache.py tests/test_tls.py tests/test_tls_connections.py "$@" ||
     failed+=("e2e on storage-testbench over TLS")
 fi
 

@@ -9,8 +9,12 @@ the service: TLS 1.2 and 1.3, ALPN offering h2 and http/1.1.
 * ``TLSFront``: one nginx on a free loopback port, proxying to a plain-HTTP
   upstream, requests and responses streamed (not buffered to disk). Each
   request is logged with its connection number and whether its TLS session
-  was resumed (``connections()``). Always stopped: ``stop()``, the context
-  manager and an ``atexit`` hook.
+  was resumed (``connections()``), and with its time and URI (``entries()``,
+  for bench/tls.py). ``plain=True`` adds a plain-HTTP listener before the
+  same upstream with the same log (``plain_url``: counting a plain-HTTP
+  client's connections the same way) and nginx's connection counters
+  (``accepted()``). Always stopped: ``stop()``, the context manager and an
+  ``atexit`` hook.
 
 Stdlib only.
 """
@@ -25,6 +29,7 @@ import socket
 import subprocess
 import time
 import urllib.parse
+import urllib.request
 
 NGINX = os.environ.get("BUCKETFS_NGINX") or shutil.which("nginx") or "/usr/sbin/nginx"
 
@@ -106,7 +111,7 @@ def _stop_all() -> None:
 class TLSFront:
     """One nginx: https://localhost:PORT -> ``upstream`` (http://host:port)."""
 
-    def __init__(self, upstream: str, certificate: str, key: str, directory: str):
+    def __init__(self, upstream: str, certificate: str, key: str, directory: str, plain: bool = False):
         u = urllib.parse.urlsplit(upstream)
         assert u.scheme == "http", "only plain http upstreams"
         self.upstream = f"{u.hostname}:{u.port or 80}"
@@ -114,6 +119,9 @@ class TLSFront:
         self.dir = directory
         os.makedirs(directory, exist_ok=True)
         self.port: int | None = None
+        self.plain = plain
+        self.plain_port: int | None = None
+        self._status_asked = 0
         self.proc: subprocess.Popen | None = None
 
     @property
@@ -121,11 +129,39 @@ class TLSFront:
         return f"https://localhost:{self.port}"
 
     @property
+    def plain_url(self) -> str:
+        assert self.plain_port, "a front started with plain=True"
+        return f"http://127.0.0.1:{self.plain_port}"
+
+    @property
     def access_log(self) -> str:
         return os.path.join(self.dir, "access.log")
 
-    def _config(self, port: int) -> str:
+    def _config(self, port: int, plain_port: int | None) -> str:
         d = self.dir
+        location = """location / {
+            proxy_pass http://emulator;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_set_header Host $http_host;
+            proxy_request_buffering off;
+            proxy_buffering off;
+            proxy_read_timeout 300s;
+            proxy_send_timeout 300s;
+        }"""
+        plain = ""
+        if plain_port:
+            plain = f"""
+    server {{
+        listen 127.0.0.1:{plain_port};
+        server_name localhost;
+        access_log {self.access_log} conns;
+        client_max_body_size 0;
+        keepalive_requests 100000;
+        keepalive_timeout 120s;
+        location = /.tlsfront/status {{ access_log off; stub_status; }}
+        {location}
+    }}"""
         return f"""
 daemon off;
 master_process on;
@@ -140,7 +176,8 @@ http {{
     fastcgi_temp_path {d}/fastcgi;
     uwsgi_temp_path {d}/uwsgi;
     scgi_temp_path {d}/scgi;
-    log_format conns '$connection $ssl_session_reused $ssl_protocol $request_method $status';
+    log_format conns '$connection $ssl_session_reused $ssl_protocol $request_method $status '
+                     '$request_time $server_protocol $request_length $bytes_sent $msec $request_uri';
     upstream emulator {{ server {self.upstream}; keepalive 64; }}
     server {{
         listen 127.0.0.1:{port} ssl http2;
@@ -153,17 +190,8 @@ http {{
         client_max_body_size 0;
         keepalive_requests 100000;
         keepalive_timeout 120s;
-        location / {{
-            proxy_pass http://emulator;
-            proxy_http_version 1.1;
-            proxy_set_header Connection "";
-            proxy_set_header Host $http_host;
-            proxy_request_buffering off;
-            proxy_buffering off;
-            proxy_read_timeout 300s;
-            proxy_send_timeout 300s;
-        }}
-    }}
+        {location}
+    }}{plain}
 }}
 """
 
@@ -171,19 +199,21 @@ http {{
         last = ""
         for _ in range(5):  # a free port can be taken between probe and bind: retry
             port = _free_port()
+            plain_port = _free_port() if self.plain else None
             conf = os.path.join(self.dir, "nginx.conf")
             with open(conf, "w") as f:
-                f.write(self._config(port))
+                f.write(self._config(port, plain_port))
             log = open(os.path.join(self.dir, "nginx.out"), "ab")
             self.proc = subprocess.Popen([NGINX, "-p", self.dir, "-c", conf], stdin=subprocess.DEVNULL,
                                          stdout=log, stderr=log, start_new_session=True)
             log.close()
-            self.port = port
+            self.port, self.plain_port = port, plain_port
             _LIVE.add(self)
             deadline = time.monotonic() + 10
             while time.monotonic() < deadline and self.proc.poll() is None:
                 try:
-                    socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                    for p in (port, plain_port) if plain_port else (port,):
+                        socket.create_connection(("127.0.0.1", p), timeout=0.5).close()
                     return self
                 except OSError:
                     time.sleep(0.02)
@@ -219,6 +249,43 @@ http {{
         except OSError:
             pass
         return out
+
+    def log_size(self) -> int:
+        """Where the access log ends now: ``entries(since=...)`` of what comes after."""
+        try:
+            return os.path.getsize(self.access_log)
+        except OSError:
+            return 0
+
+    def entries(self, since: int = 0) -> list[dict]:
+        """Every request logged after byte ``since`` of the access log: connection, resumed
+        (TLS session resumed; None on the plain listener), tls (protocol or None), method, status,
+        seconds (nginx's $request_time: first byte read to last byte sent), protocol (HTTP/1.1,
+        HTTP/2.0), bytes in and out, ended (the wall clock, time.time(), when it was logged), uri."""
+        out = []
+        try:
+            with open(self.access_log, "rb") as f:
+                f.seek(since)
+                text = f.read().decode(errors="replace")
+        except OSError:
+            return out
+        for line in text.splitlines():
+            p = line.split(" ", 10)
+            if len(p) < 11:
+                continue
+            out.append({"connection": int(p[0]), "resumed": None if p[1] == "-" else p[1] == "r",
+                        "tls": None if p[2] == "-" else p[2], "method": p[3], "status": int(p[4]),
+                        "seconds": float(p[5]), "protocol": p[6], "bytes_in": int(p[7]),
+                        "bytes_out": int(p[8]), "ended": float(p[9]), "uri": p[10]})
+        return out
+
+    def accepted(self) -> int:
+        """Connections nginx has accepted since it started, on both listeners (stub_status),
+        not counting the ones these questions were asked on."""
+        self._status_asked += 1
+        with urllib.request.urlopen(self.plain_url + "/.tlsfront/status", timeout=10) as r:
+            lines = r.read().decode().splitlines()
+        return int(lines[2].split()[0]) - self._status_asked
 
     def connections(self) -> set[int]:
         """The TLS connections that carried requests."""

@@ -146,3 +146,31 @@ def test_stream_cap_paces_each_body():
                                       [(0, size // 2 - 1), (size // 2, size - 1)]))
             assert sum(map(len, parts)) == size
             assert time.monotonic() - t0 >= (size // 2) / bps
+
+
+def test_tls_bench_runs_both_wires_and_counts_connections(bucketfs_bin, tmp_path):
+    """bench/tls.py (bench/run.sh --tls) at tiny sizes, a few of its cases: every
+    case of both wires runs, curl speaks h2 over TLS, the cp's request is read
+    from nginx's log, and a walk with --max-connections 4 uses at most 4."""
+    out_json = tmp_path / "tls.json"
+    cases = "curl read,dd defaults,curl upload,cp cache off,walk ×8 -c4"
+    r = subprocess.run([sys.executable, str(REPO / "bench" / "tls.py"), "--size-mib", "2", "--repeat", "1",
+                        "--only", cases, "--bucketfs-bin", bucketfs_bin, "--json", str(out_json)],
+                       capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL,
+                       env={k: v for k, v in os.environ.items() if k != "STORAGE_EMULATOR_HOST"})
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "| bucketfs, defaults, cold `dd bs=1M` |" in r.stdout, r.stdout
+    res = json.loads(out_json.read_text())["results"]
+    for wire in ("TLS", "plain"):
+        assert sorted(res[wire]) == sorted(cases.split(",")), res[wire].keys()
+        assert all(run["wall"] > 0 for runs in res[wire].values() for run in runs)
+        assert res[wire]["dd defaults"][0]["daemon"] > 0
+        assert res[wire]["cp cache off"][0]["stored at return"] is True
+        walk = res[wire]["walk ×8 -c4"][0]
+        assert walk["requests"] >= 500 and 1 <= walk["connections"] <= 4, walk
+        assert walk["accepted"] >= walk["connections"], walk
+    assert res["TLS"]["curl read"][0]["protocol"] == ["HTTP/2.0"]
+    # 2 MiB goes up in one multipart request, seen at nginx within the cp's time
+    cp = res["TLS"]["cp cache off"][0]["requests"]
+    assert cp["by operation"].get("upload-multipart") == 1 and cp["parts"] == 1, cp
+    assert -0.01 <= cp["parts from"] <= cp["parts to"] <= cp["cp"] + 0.01, cp  # nginx logs in ms
