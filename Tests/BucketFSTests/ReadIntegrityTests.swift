@@ -69,6 +69,7 @@ final class ReadIntegrityTests: XCTestCase {
         .totalValue, 1, "counted once")
     // ...and a new open reads anew, right.
     let reopened = try await fs.open(inode: inode, flags: O_RDONLY)
+    XCTAssertFalse(reopened.keepCache, "the kernel's pages of the file are dropped at the next open")
     let again = await readThrough(fs, inode, reopened.handle)
     XCTAssertNil(again.error)
     XCTAssertTrue(again.bytes == data)

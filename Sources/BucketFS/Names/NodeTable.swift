@@ -185,6 +185,13 @@ final class NodeTable: Sendable {
     }
   }
 
+  /// The kernel's pages of `inode` may hold bytes that were not the
+  /// object's: its next open drops them (whether or not a notification
+  /// dropping them has landed by then).
+  func distrustPages(_ inode: UInt64) {
+    withLock { $0[inode]?.openedGeneration = nil }
+  }
+
   /// What stat knows of `inode` must come from the bucket again.
   func expire(_ inode: UInt64) {
     withLock { $0[inode]?.fetchedAt = -.infinity }

@@ -114,6 +114,7 @@ final class ReadService: MountComponent, Sendable {
   /// (after this reply) and any cached copy go, so the next read fetches anew.
   private func mismatched(inode: UInt64, _ reader: FileReader) {
     mismatches.increment()
+    nodes.distrustPages(inode)
     staleReads.dropPages(inode: inode)
     store.forgetCopies(of: reader.key, generation: reader.generation)
   }
