@@ -154,6 +154,26 @@ final class StreamingWriteTests: XCTestCase {
     XCTAssertNil(server.store.object("big.bin"))
   }
 
+  /// The final compose answers a crc32c that is not its sources' combined:
+  /// that generation is deleted under its precondition and the close fails
+  /// with EIO, the file kept (its stage and stored parts), so a later fsync
+  /// stores exactly what was written.
+  func testAComposeWithTheWrongCRC32CIsDeletedAndTheCloseFailsWithTheFileKept() async throws {
+    server.corrupt { $0.composes = 1 }
+    let data = pattern(3 << 20)
+    let (inode, handle) = try await fs.createFile("big.bin")
+    try await write(inode, handle, data, at: 0)
+    await XCTAssertErrno(.io) { try await self.fs.flush(inode: inode, handle: handle) }
+    XCTAssertNil(server.store.object("big.bin"), "that generation is deleted")
+    let deletes = server.requests(.delete).filter { $0.objectName == "big.bin" }
+    XCTAssertEqual(deletes.count, 1)
+    XCTAssertNotNil(deletes.first?.query["ifGenerationMatch"])
+    try await fs.fsync(inode: inode, handle: handle, dataOnly: false)
+    XCTAssertEqual(server.store.data("big.bin"), data)
+    try await fs.close(inode, handle)
+    try await waitForNoParts()
+  }
+
   /// The sources a compose request names.
   private func sources(of compose: FakeStorageServer.RecordedRequest) throws -> Int {
     let body = try JSONSerialization.jsonObject(with: Data(compose.body)) as? [String: Any]
