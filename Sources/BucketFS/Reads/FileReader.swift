@@ -38,8 +38,8 @@ final class FileReader: Sendable {
   private let budget: ReadAheadBudget
   /// The smallest segment worth fetching ahead when the budget is short.
   private static let minimumGrant = 64 << 10
-  /// Whether segments are summed (the object's CRC-32C is known).
-  private let summing: Bool
+  /// The check of a whole sequential read; nil when the object's CRC-32C is not known.
+  private let check: ReadCheck?
 
   private struct Segment {
     let id: Int
@@ -71,13 +71,6 @@ final class FileReader: Sendable {
     /// The last segment requested before the streams last grew: only a wait
     /// for a later one (fetched with the larger window) grows them again.
     var grownAfter = -1
-    /// The object's CRC-32C as a read from its start sums it; nil when the
-    /// object's is not known.
-    var sum: SequentialSum?
-    /// The bytes read were not the object's: every read of this handle
-    /// fails with it from then on (the kernel retries a failed read-ahead
-    /// page with a read of its own, which must fail too); a new open reads anew.
-    var poisoned: IntegrityFailure?
   }
   /// Enough to cycle while a sequential reader consumes one segment at a time.
   private static let maxSpares = 2
@@ -99,14 +92,14 @@ final class FileReader: Sendable {
     let warranted = size / UInt64(max(streamBytes, 1))
     self.wideStreams = Int(min(UInt64(self.maxStreams), max(UInt64(Self.initialStreams), warranted)))
     self.budget = budget
-    self.summing = crc32c != nil
-    if let crc32c { state.withLock { $0.sum = SequentialSum(size: size, expected: crc32c) } }
+    let check = crc32c.map { ReadCheck(size: size, expected: $0) }
+    self.check = check
     // The whole file, fetched ahead (SiblingPrefetch): the first segment, holding its grant.
     if let prefetched {
-      let summing = self.summing
       let task = tasks.start(.cancel) { [weak self] in
         let bytes = try Self.whole(try await prefetched.task.value, 0, size)
-        self?.arrived(0, bytes, 0..<size, sum: summing ? Self.sum(of: bytes, 0, size) : nil)
+        check?.add(bytes, 0..<size)
+        self?.arrived(0, bytes)
         return bytes
       }
       state.withLock { state in
@@ -134,10 +127,9 @@ final class FileReader: Sendable {
   func buffered(offset: UInt64, count: Int) -> [ByteBuffer]? {
     guard offset < size, count > 0 else { return [] }
     let end = min(offset + UInt64(count), size)
+    // The end of the file waits for the verdict (``read(offset:count:)``); a failed handle fails.
+    if let check, check.failure != nil || (end == size && !check.matched) { return nil }
     return state.withLock { state -> [ByteBuffer]? in
-      if state.poisoned != nil { return nil }
-      // The end of the file waits for the verdict (``read(offset:count:)``).
-      if end == size, let sum = state.sum, sum.verdict != .matched { return nil }
       guard let first = state.segments.firstIndex(where: { $0.start <= offset && offset < $0.end }) else {
         return nil
       }
@@ -160,10 +152,9 @@ final class FileReader: Sendable {
   }
 
   func read(offset: UInt64, count: Int) async throws -> [ByteBuffer] {
-    if var failure = state.withLock({ $0.poisoned }) {
-      failure.first = false
-      throw failure
-    }
+    // The bytes read were not the object's: every read of the handle fails
+    // (the kernel reads a failed read-ahead page again by itself); a new open reads anew.
+    if let failure = check?.failure { throw failure }
     let pieces = try await gather(offset: offset, count: count)
     if offset < size, count > 0, UInt64(count) >= size - offset { try await checkWhole() }
     return pieces
@@ -245,35 +236,22 @@ final class FileReader: Sendable {
   /// the start must sum to the object's CRC-32C. A mismatch fails this read
   /// and every later one of the handle.
   private func checkWhole() async throws {
-    let earlier = state.withLock { state -> [Task<ByteBuffer, any Error>] in
-      guard state.sum?.verdict == .open else { return [] }
-      return state.segments.filter { $0.bytes == nil }.map(\.task)
+    guard let check else { return }
+    if check.isOpen {
+      let earlier = state.withLock { $0.segments.filter { $0.bytes == nil }.map(\.task) }
+      for task in earlier { _ = try? await task.value }
     }
-    for task in earlier { _ = try? await task.value }
     if let failure = takeMismatch() { throw failure }
   }
 
   /// The mismatch found, if any (`first` when this call found it: the
-  /// handle is poisoned from now on and its segments dropped). The read that
+  /// handle fails from now on and its segments are dropped). The read that
   /// ends the file asks, and the close.
   func takeMismatch() -> IntegrityFailure? {
     let (key, generation) = target.withLock { $0 }
-    return state.withLock { state -> IntegrityFailure? in
-      if var failure = state.poisoned {
-        failure.first = false
-        return failure
-      }
-      guard let sum = state.sum, case .mismatched(let found) = sum.verdict else { return nil }
-      let failure = IntegrityFailure(key: key, generation: generation, found: found, expected: sum.expected)
-      state.poisoned = failure
-      drop(&state)
-      return failure
-    }
-  }
-
-  /// The CRC-32C of bytes [start, end) of a segment's buffer.
-  private static func sum(of bytes: ByteBuffer, _ start: UInt64, _ end: UInt64) -> UInt32 {
-    CRC32C.update(0, bytes.getSlice(at: bytes.readerIndex, length: Int(end - start)) ?? bytes)
+    guard let failure = check?.takeMismatch(key: key, generation: generation) else { return nil }
+    if failure.first { state.withLock { drop(&$0) } }
+    return failure
   }
 
   /// A segment's bytes once they arrive. A failed or short fetch is started
@@ -310,27 +288,6 @@ final class FileReader: Sendable {
     }
   }
 
-  /// Errors a second fetch of the same bytes may not meet again: an outage
-  /// that outlived one request's retries, or a short or malformed answer.
-  private static func mayRetry(_ error: StorageError) -> Bool {
-    switch error {
-    case .unavailable, .invalidResponse: true
-    default: false
-    }
-  }
-
-  private static func deadlineLeft() -> Bool {
-    guard let bound = OperationDeadline.current else { return true }
-    return bound.retries && (bound.deadline.map { NIODeadline.now() < $0 } ?? true)
-  }
-
-  /// `bytes` if it holds all of [start, end), else a short part's error.
-  private static func whole(_ bytes: ByteBuffer, _ start: UInt64, _ end: UInt64) throws -> ByteBuffer {
-    if UInt64(bytes.readableBytes) >= end - start { return bytes }
-    throw StorageError.invalidResponse(
-      "short part: \(bytes.readableBytes) of \(end - start) bytes at \(start)")
-  }
-
   /// Bytes [from, to) of a segment's buffer, as far as it reaches; nil if none.
   private func slice(_ bytes: ByteBuffer, of segment: Segment, from: UInt64, to: UInt64) -> ByteBuffer? {
     let lower = Int(from - segment.start)
@@ -344,10 +301,8 @@ final class FileReader: Sendable {
     let bytes = try await store.read(
       key, generation: generation, range: Int64(offset)..<Int64(end), reusing: nil)
     // Bytes that continue the sum count too (a reader the budget left without segments).
-    if summing, state.withLock({ $0.sum?.summed == offset }) {
-      let reached = min(end, offset + UInt64(bytes.readableBytes))
-      let sum = Self.sum(of: bytes, offset, reached)
-      state.withLock { $0.sum?.add(offset, reached, sum: sum) }
+    if let check, check.continues(at: offset) {
+      check.add(bytes, offset..<min(end, offset + UInt64(bytes.readableBytes)))
     }
     return bytes
   }
@@ -409,22 +364,22 @@ final class FileReader: Sendable {
     -> Task<ByteBuffer, any Error>
   {
     let store = self.store
-    let summing = self.summing
+    let check = self.check
     let (key, generation) = target.withLock { $0 }
     return tasks.start(.cancel) { [weak self] in
       let read = try await store.read(
         key, generation: generation, range: Int64(start)..<Int64(end), reusing: spare)
       let bytes = try Self.whole(read, start, end)
       // Summed here, on the fetching task: each byte once, never on the loop thread.
-      self?.arrived(id, bytes, start..<end, sum: summing ? Self.sum(of: bytes, start, end) : nil)
+      check?.add(bytes, start..<end)
+      self?.arrived(id, bytes)
       return bytes
     }
   }
 
-  private func arrived(_ id: Int, _ bytes: ByteBuffer, _ range: Range<UInt64>, sum: UInt32?) {
+  private func arrived(_ id: Int, _ bytes: ByteBuffer) {
     state.withLock { state in
       if let index = state.segments.firstIndex(where: { $0.id == id }) { state.segments[index].bytes = bytes }
-      if let sum { state.sum?.add(range.lowerBound, range.upperBound, sum: sum) }
     }
   }
 
@@ -450,7 +405,7 @@ final class FileReader: Sendable {
       budget.release(segment.grant)
     }
     state.segments = []
-    state.sum?.dropWaiting()
+    check?.dropWaiting()
   }
 
   /// The same bytes now live at `key`, `generation` (a rename by this
