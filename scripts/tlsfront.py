@@ -26,6 +26,7 @@ import os
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import time
 import urllib.parse
@@ -200,30 +201,68 @@ http {{
         for _ in range(5):  # a free port can be taken between probe and bind: retry
             port = _free_port()
             plain_port = _free_port() if self.plain else None
-            conf = os.path.join(self.dir, "nginx.conf")
-            with open(conf, "w") as f:
-                f.write(self._config(port, plain_port))
-            log = open(os.path.join(self.dir, "nginx.out"), "ab")
-            self.proc = subprocess.Popen([NGINX, "-p", self.dir, "-c", conf], stdin=subprocess.DEVNULL,
-                                         stdout=log, stderr=log, start_new_session=True)
-            log.close()
-            self.port, self.plain_port = port, plain_port
-            _LIVE.add(self)
-            deadline = time.monotonic() + 10
-            while time.monotonic() < deadline and self.proc.poll() is None:
-                try:
-                    for p in (port, plain_port) if plain_port else (port,):
-                        socket.create_connection(("127.0.0.1", p), timeout=0.5).close()
-                    return self
-                except OSError:
-                    time.sleep(0.02)
-            try:
-                with open(os.path.join(self.dir, "error.log")) as f:
-                    last = f.read()[-500:]
-            except OSError:
-                pass
+            last = self._launch(port, plain_port)
+            if not last:
+                return self
             self.stop()
         raise RuntimeError(f"nginx did not start: {last}")
+
+    def _launch(self, port: int, plain_port: int | None) -> str:
+        """Starts nginx on these ports; "" once it answers, else what its log says."""
+        conf = os.path.join(self.dir, "nginx.conf")
+        with open(conf, "w") as f:
+            f.write(self._config(port, plain_port))
+        log = open(os.path.join(self.dir, "nginx.out"), "ab")
+        self.proc = subprocess.Popen([NGINX, "-p", self.dir, "-c", conf], stdin=subprocess.DEVNULL,
+                                     stdout=log, stderr=log, start_new_session=True)
+        log.close()
+        self.port, self.plain_port = port, plain_port
+        _LIVE.add(self)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and self.proc.poll() is None:
+            try:
+                for p in (port, plain_port) if plain_port else (port,):
+                    socket.create_connection(("127.0.0.1", p), timeout=0.5).close()
+                return ""
+            except OSError:
+                time.sleep(0.02)
+        try:
+            with open(os.path.join(self.dir, "error.log")) as f:
+                return f.read()[-500:] or "no answer"
+        except OSError:
+            return "no answer"
+
+    def present(self, certificate: str, key: str, timeout: float = 10.0) -> None:
+        """Serves another certificate from now on, on the same port: nginx is
+        stopped (its connections go with it, as when a server is replaced)
+        and started again with it. Returns once a new connection is
+        presented with it (bounded)."""
+        assert self.port is not None
+        port, plain_port = self.port, self.plain_port
+        self.certificate, self.key = certificate, key
+        self.stop()
+        with open(certificate) as f:
+            first = f.read().split("-----END CERTIFICATE-----")[0] + "-----END CERTIFICATE-----\n"
+        wanted = ssl.PEM_cert_to_DER_cert(first)
+        context = ssl.create_default_context()
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc is None or self.proc.poll() is not None:
+                if self._launch(port, plain_port):  # the port not free yet: again
+                    self.stop()
+                    time.sleep(0.1)
+                    continue
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1) as raw:
+                    with context.wrap_socket(raw, server_hostname="localhost") as tls:
+                        if tls.getpeercert(binary_form=True) == wanted:
+                            return
+            except OSError:
+                pass
+            time.sleep(0.05)
+        raise RuntimeError(f"nginx on port {port} does not present {certificate} after {timeout} s")
 
     def stop(self) -> None:
         _LIVE.discard(self)

@@ -4,6 +4,7 @@ once with one line naming the problem, and connection reuse."""
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import time
@@ -96,3 +97,35 @@ def test_a_walk_of_500_files_reuses_its_tls_connections(mount, bucket, client):
     assert len(requests) >= 500
     # The mount's connection limit (makeHTTPClient: 64 per host); in practice far fewer.
     assert len(connections) <= 64, f"{len(connections)} TLS connections for {len(requests)} requests"
+
+
+def test_a_certificate_refused_during_a_mount_is_eio_logged_once_per_host(mount, bucket, client):
+    """Issue 41 item 3: during a mount, a certificate the mount does not trust
+    (here the front starts presenting one of an unknown CA) gives EIO, not a
+    hang or retries to the deadline, and one log line for the host however
+    many requests meet it; once the front presents a trusted one again,
+    the same mount works."""
+    for name in ("a.txt", "b0.txt", "b1.txt", "b2.txt"):
+        client.upload(bucket, name, name.encode())
+    m = mount(bucket, "", "--metadata-ttl", "0", "--negative-ttl", "0", "--read-cache-size", "0", tls=True)
+    assert open(m.p("a.txt"), "rb").read() == b"a.txt"
+    certificates = tls_certificates()
+    m.front.present(*certificates.pair("untrusted"))
+    failures = []
+    for name in ("b0.txt", "b1.txt", "b2.txt"):
+        start = time.monotonic()
+        try:
+            with open(m.p(name), "rb") as f:
+                f.read()
+            failures.append(f"{name} was read through a certificate of an unknown CA")
+        except OSError as e:
+            if e.errno != errno.EIO:
+                failures.append(f"{name}: {e}")
+        if time.monotonic() - start > 5:
+            failures.append(f"{name} took {time.monotonic() - start:.1f} s to fail")
+    assert not failures, "\n".join(failures) + "\n" + m.describe()
+    with open(m.log_path, errors="replace") as f:
+        named = [line for line in f if f"TLS: certificate for localhost:{m.front.port}" in line]
+    assert len(named) == 1 and "is not trusted (unknown issuer)" in named[0], "".join(named) or m.log_tail()
+    m.front.present(*certificates.pair("good"))
+    assert open(m.p("b0.txt"), "rb").read() == b"b0.txt"
