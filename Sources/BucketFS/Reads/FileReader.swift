@@ -128,7 +128,7 @@ final class FileReader: Sendable {
     guard offset < size, count > 0 else { return [] }
     let end = min(offset + UInt64(count), size)
     // The end of the file waits for the verdict (``read(offset:count:)``); a failed handle fails.
-    if let check, check.failure != nil || (end == size && !check.matched) { return nil }
+    if let check, check.failed || (end == size && !check.matched) { return nil }
     return state.withLock { state -> [ByteBuffer]? in
       guard let first = state.segments.firstIndex(where: { $0.start <= offset && offset < $0.end }) else {
         return nil
@@ -156,7 +156,12 @@ final class FileReader: Sendable {
     // (the kernel reads a failed read-ahead page again by itself); a new open reads anew.
     if let failure = check?.failure { throw failure }
     let pieces = try await gather(offset: offset, count: count)
-    if offset < size, count > 0, UInt64(count) >= size - offset { try await checkWhole() }
+    if offset < size, count > 0, UInt64(count) >= size - offset {
+      try await checkWhole()
+    } else if let failure = takeMismatch() {
+      // Bytes fetched again differed from the first fetch's: one of them was wrong.
+      throw failure
+    }
     return pieces
   }
 
@@ -300,10 +305,8 @@ final class FileReader: Sendable {
     let (key, generation) = target.withLock { $0 }
     let bytes = try await store.read(
       key, generation: generation, range: Int64(offset)..<Int64(end), reusing: nil)
-    // Bytes that continue the sum count too (a reader the budget left without segments).
-    if let check, check.continues(at: offset) {
-      check.add(bytes, offset..<min(end, offset + UInt64(bytes.readableBytes)))
-    }
+    // These count too (a reader the budget left without segments, a segment dropped by a jump).
+    check?.add(bytes, offset..<min(end, offset + UInt64(bytes.readableBytes)))
     return bytes
   }
 
@@ -405,7 +408,6 @@ final class FileReader: Sendable {
       budget.release(segment.grant)
     }
     state.segments = []
-    check?.dropWaiting()
   }
 
   /// The same bytes now live at `key`, `generation` (a rename by this

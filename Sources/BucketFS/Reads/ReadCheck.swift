@@ -3,40 +3,53 @@ import ObjectStore
 import Synchronization
 
 /// One open file's check against its object's CRC-32C (docs/SEMANTICS.md#integrity):
-/// the sum of what was read from the first byte on, and, once it did not
+/// the sum of every byte the handle fetched, and, once something did not
 /// match, the failure every later read of the handle answers. Its lock is
 /// taken alone, or after the reader's own (``FileReader``'s `state`), never
 /// before it.
 final class ReadCheck: Sendable {
   private struct State {
-    var sum: SequentialSum
+    var sum: ObjectSum
     var poisoned: IntegrityFailure?
   }
 
   private let state: Mutex<State>
+  /// The sum as it starts: its cuts, for summing outside the lock.
+  private let layout: ObjectSum
 
   init(size: UInt64, expected: UInt32) {
-    state = Mutex(State(sum: SequentialSum(size: size, expected: expected)))
+    layout = ObjectSum(size: size, expected: expected)
+    state = Mutex(State(sum: layout))
   }
 
-  /// Adds bytes [range) of the file, the start of `bytes`; summed here, by
-  /// the caller (a fetching task), outside the lock.
+  /// Adds bytes `range` of the file, the start of `bytes`: summed here, by
+  /// the caller (a fetching task), outside the lock, in the pieces every
+  /// fetch is cut into.
   func add(_ bytes: ByteBuffer, _ range: Range<UInt64>) {
-    let length = Int(range.upperBound - range.lowerBound)
-    let sum = CRC32C.update(0, bytes.getSlice(at: bytes.readerIndex, length: length) ?? bytes)
-    state.withLock { $0.sum.add(range.lowerBound, range.upperBound, sum: sum) }
-  }
-
-  /// Whether bytes from `offset` would continue the sum.
-  func continues(at offset: UInt64) -> Bool {
-    state.withLock { $0.sum.summed == offset && $0.sum.verdict == .open }
+    let pieces = layout.cuts(range).map { piece -> (Range<UInt64>, UInt32) in
+      let at = bytes.readerIndex + Int(piece.lowerBound - range.lowerBound)
+      let slice = bytes.getSlice(at: at, length: piece.count) ?? ByteBuffer()
+      return (piece, CRC32C.update(0, slice))
+    }
+    state.withLock { state in
+      for (piece, sum) in pieces { state.sum.add(piece, sum: sum) }
+    }
   }
 
   /// The read that ends the file may be answered at once.
   var matched: Bool { state.withLock { $0.poisoned == nil && $0.sum.verdict == .matched } }
 
-  /// The sum is still short of the end (and nothing failed).
+  /// Every byte is not summed yet (and nothing failed).
   var isOpen: Bool { state.withLock { $0.poisoned == nil && $0.sum.verdict == .open } }
+
+  /// Something did not match: the handle fails (``takeMismatch(key:generation:)`` says how).
+  var failed: Bool {
+    state.withLock { state in
+      if state.poisoned != nil { return true }
+      if case .mismatched = state.sum.verdict { return true }
+      return false
+    }
+  }
 
   /// The failure every read of the handle answers once the bytes did not match.
   var failure: IntegrityFailure? {
@@ -45,11 +58,6 @@ final class ReadCheck: Sendable {
       failure.first = false
       return failure
     }
-  }
-
-  /// A reader gone elsewhere: segments waiting beyond the sum will not be read.
-  func dropWaiting() {
-    state.withLock { $0.sum.dropWaiting() }
   }
 
   /// The mismatch, if any: `first` when this call found it, and the handle
