@@ -7,13 +7,9 @@ import Synchronization
 ///
 /// A sequential reader gets a stream of segments fetched ahead of it, larger
 /// the longer it stays sequential, several in flight at once (parallel ranged
-/// GETs); a random reader gets exactly the bytes it asks for. The segments in
-/// flight start at four; from the reader's second sequential read they are
-/// as many as the file's size warrants (one per `streamBytes`, up to
-/// `maxStreams`), and they double whenever the reader, its segments full
-/// size, has to wait for bytes still on their way (the window is short of the
-/// bandwidth-delay product), up to `maxStreams` and `maxAhead` bytes; a failed
-/// or short segment is fetched again alone. Reads of bytes that have already
+/// GETs; ``ReadAheadWindow`` says how many and how large); a random reader
+/// gets exactly the bytes it asks for. A failed or short segment is fetched
+/// again alone. Reads of bytes that have already
 /// arrived are answered synchronously (``buffered(offset:count:)``): the session
 /// thread replies at once, which is what keeps a sequential read at the speed
 /// of the network rather than of task switches.
@@ -26,14 +22,6 @@ final class FileReader: Sendable {
   private let store: any ObjectStore
   /// Owns the tasks this starts (BackgroundTasks.swift).
   let tasks: BackgroundTasks
-  private let firstSegment: UInt64 = 256 << 10
-  private let maxSegment: UInt64
-  private let maxAhead: UInt64
-  /// Segments in flight at once at most: parallel streams of one reader.
-  private let maxStreams: Int
-  private static let initialStreams = 4
-  /// Segments in flight once the reader is sequential: what the size warrants.
-  private let wideStreams: Int
   /// Shared by all readers: every segment and kept spare holds a grant.
   private let budget: ReadAheadBudget
   /// The smallest segment worth fetching ahead when the budget is short.
@@ -60,21 +48,15 @@ final class FileReader: Sendable {
   private struct State {
     /// Contiguous segments, in order.
     var segments: [Segment] = []
-    /// Sequential reads in a row: the segment size grows with it.
-    var streak = 0
+    var window: ReadAheadWindow
     var lastEnd: UInt64 = 0
     var nextID = 0
     /// Buffers of consumed segments, for the next segments to fill.
     var spares: [Spare] = []
-    /// Segments kept in flight at most; doubles when the reader waits.
-    var streams = FileReader.initialStreams
-    /// The last segment requested before the streams last grew: only a wait
-    /// for a later one (fetched with the larger window) grows them again.
-    var grownAfter = -1
   }
   /// Enough to cycle while a sequential reader consumes one segment at a time.
   private static let maxSpares = 2
-  private let state = Mutex(State())
+  private let state: Mutex<State>
 
   init(
     key: String, generation: Int64, size: UInt64, crc32c: UInt32? = nil, store: any ObjectStore,
@@ -86,11 +68,10 @@ final class FileReader: Sendable {
     self.target = Mutex((key, generation))
     self.size = size
     self.store = store
-    self.maxSegment = UInt64(max(maxSegment, 256 << 10))
-    self.maxAhead = UInt64(max(maxAhead, maxSegment))
-    self.maxStreams = max(maxStreams, Self.initialStreams)
-    let warranted = size / UInt64(max(streamBytes, 1))
-    self.wideStreams = Int(min(UInt64(self.maxStreams), max(UInt64(Self.initialStreams), warranted)))
+    let window = ReadAheadWindow(
+      size: size, maxSegment: maxSegment, maxAhead: maxAhead, maxStreams: maxStreams,
+      streamBytes: streamBytes)
+    self.state = Mutex(State(window: window))
     self.budget = budget
     let check = crc32c.map { ReadCheck(size: size, expected: $0) }
     self.check = check
@@ -120,7 +101,7 @@ final class FileReader: Sendable {
   /// Segments requested and not arrived yet, and the most this reader may
   /// have (its streams now).
   var inFlight: (segments: Int, streams: Int) {
-    state.withLock { state in (state.segments.count(where: { $0.bytes == nil }), state.streams) }
+    state.withLock { state in (state.segments.count(where: { $0.bytes == nil }), state.window.streams) }
   }
 
   /// The bytes if every one of them has arrived already; never waits.
@@ -142,9 +123,9 @@ final class FileReader: Sendable {
         at += UInt64(piece.readableBytes)
       }
       guard at == end else { return nil }
-      state.streak += 1
+      state.window.continued()
       state.lastEnd = end
-      widen(&state)
+      state.window.widen()
       topUp(&state, from: offset)
       retire(&state, upTo: end)
       return pieces
@@ -173,25 +154,19 @@ final class FileReader: Sendable {
         state.segments.first.map { $0.start <= offset && offset < state.segments.last!.end } ?? false
       defer { state.lastEnd = end }
       if covered {
-        state.streak += 1
-        // Waiting for bytes on their way with full-size segments: the window
-        // is short of the bandwidth-delay product. (While segments still grow
-        // with the streak, it is short because the reader is new.)
-        if let needed = state.segments.first(where: { $0.end > offset }), needed.bytes == nil,
-          needed.id > state.grownAfter, state.streams < maxStreams, rampDone(state.streak)
-        {
-          state.streams = min(state.streams * 2, maxStreams)
-          state.grownAfter = state.nextID - 1
+        state.window.continued()
+        if let needed = state.segments.first(where: { $0.end > offset }), needed.bytes == nil {
+          state.window.waited(for: needed.id, nextID: state.nextID)
         }
       } else {
         drop(&state)
         // The kernel's own read-ahead may reorder neighbouring reads a little.
         let nearLast = offset >= state.lastEnd ? offset - state.lastEnd : state.lastEnd - offset
-        state.streak = 0
+        state.window.restarted()
         // Without a grant the reader gets only what it asks for.
         guard offset == 0 || nearLast <= (1 << 20), append(&state, from: offset) else { return nil }
       }
-      widen(&state)
+      state.window.widen()
       topUp(&state, from: offset)
       return state.segments.filter { $0.start < end && $0.end > offset }
     }
@@ -310,37 +285,19 @@ final class FileReader: Sendable {
     return bytes
   }
 
-  /// Keeps `streams` segments in flight ahead of the reader, as far as the
-  /// window and the budget allow.
+  /// Keeps the window's streams in flight ahead of the reader, as far as
+  /// its reach and the budget allow.
   private func topUp(_ state: inout State, from offset: UInt64) {
-    let window = min(maxAhead, segmentSize(state) * UInt64(state.streams))
-    while let last = state.segments.last, last.end < size, last.end - offset < window,
-      state.segments.count(where: { $0.bytes == nil }) < state.streams,
+    while let last = state.segments.last, last.end < size, last.end - offset < state.window.reach,
+      state.segments.count(where: { $0.bytes == nil }) < state.window.streams,
       append(&state, from: last.end)
     {}
-  }
-
-  /// A reader sequential for a second read gets the streams its file's
-  /// size warrants at once, rather than growing them one wait at a time.
-  private func widen(_ state: inout State) {
-    if state.streak >= 1, state.streams < wideStreams { state.streams = wideStreams }
-  }
-
-  /// Doubles with the streak up to `maxSegment`, and is small enough for
-  /// `streams` segments to fit in `maxAhead`.
-  private func segmentSize(_ state: State) -> UInt64 {
-    let ramp = min(maxSegment, firstSegment << UInt64(min(state.streak, 16)))
-    return min(ramp, max(firstSegment, maxAhead / UInt64(state.streams)))
-  }
-
-  private func rampDone(_ streak: Int) -> Bool {
-    firstSegment << UInt64(min(streak, 16)) >= maxSegment
   }
 
   /// Starts fetching a segment from `start`, as large as the streak and the
   /// budget allow; false when the budget has too little left.
   private func append(_ state: inout State, from start: UInt64) -> Bool {
-    let wanted = Int(min(start + segmentSize(state), size) - start)
+    let wanted = Int(min(start + state.window.segmentSize, size) - start)
     var grant = 0
     var reused: ByteBuffer?
     if let spare = state.spares.popLast() {
