@@ -178,17 +178,24 @@ def write(m, tool: str, source: str, target: str):
         pytest.fail(f"{tool} did not end within {WRITE_TIMEOUT} s (killed)\n{report(m)}")
 
 
-@pytest.mark.parametrize("size,tool", UPLOADS.values(), ids=UPLOADS.keys())
-def test_an_upload_corrupted_once_stores_exactly_the_bytes_written(client, bucket, mount, tmp_path, size, tool):
+def write_corrupted(mount, bucket, tmp_path, size: int, tool: str, mode: str):
+    """Random bytes written into a fresh mount by `tool` while the proxy corrupts uploads
+    (`mode`): the bytes, the mount and the tool's result."""
     data = os.urandom(size)
     source = tmp_path / "source.bin"
     source.write_bytes(data)
     m, _ = integrity_mount(mount, bucket)
-    m.proxy.set_corruption("once", "upload")
+    m.proxy.set_corruption(mode, "upload")
     try:
         r = write(m, tool, str(source), m.p("f.bin"))
     finally:
         m.proxy.set_corruption(None, "upload")
+    return data, m, r
+
+
+@pytest.mark.parametrize("size,tool", UPLOADS.values(), ids=UPLOADS.keys())
+def test_an_upload_corrupted_once_stores_exactly_the_bytes_written(client, bucket, mount, tmp_path, size, tool):
+    data, m, r = write_corrupted(mount, bucket, tmp_path, size, tool, "once")
     assert m.proxy.corruption.counts["upload"] == 1, report(m)
     assert r.returncode == 0, f"{tool} failed: {r.stderr.strip()}\n{report(m)}"
     assert client.exists(bucket, "f.bin"), report(m)
@@ -200,15 +207,7 @@ def test_an_upload_corrupted_once_stores_exactly_the_bytes_written(client, bucke
 @pytest.mark.parametrize("size,tool", UPLOADS.values(), ids=UPLOADS.keys())
 def test_an_upload_corrupted_always_fails_with_eio_and_stores_no_wrong_bytes(
         client, bucket, mount, tmp_path, size, tool):
-    data = os.urandom(size)
-    source = tmp_path / "source.bin"
-    source.write_bytes(data)
-    m, _ = integrity_mount(mount, bucket)
-    m.proxy.set_corruption("always", "upload")
-    try:
-        r = write(m, tool, str(source), m.p("f.bin"))
-    finally:
-        m.proxy.set_corruption(None, "upload")
+    data, m, r = write_corrupted(mount, bucket, tmp_path, size, tool, "always")
     assert m.proxy.corruption.counts["upload"] >= 1, report(m)
     problems = []
     if r.returncode == 0:

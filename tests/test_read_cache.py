@@ -45,6 +45,14 @@ def read(path: str) -> bytes:
         return f.read()
 
 
+def read_range(path: str, offset: int, count: int) -> bytes:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return os.pread(fd, count, offset)
+    finally:
+        os.close(fd)
+
+
 def data_files(cache: str) -> list[str]:
     return glob.glob(os.path.join(cache, "read-cache", "*", "*.data"))
 
@@ -78,17 +86,9 @@ def test_a_range_is_served_from_disk_only_once_the_whole_object_matched(client, 
     client.upload(bucket, F.Obj("range.bin", data))
     cache = new_cache()
     m = cached_mount(mount, bucket, cache)
-    fd = os.open(m.p("range.bin"), os.O_RDONLY)
-    try:
-        assert os.pread(fd, 3 * MiB, 2 * MiB) == data[2 * MiB:5 * MiB]
-    finally:
-        os.close(fd)
+    assert read_range(m.p("range.bin"), 2 * MiB, 3 * MiB) == data[2 * MiB:5 * MiB]
     again = remount(mount, m, cache, bucketfs_bin)
-    fd = os.open(again.p("range.bin"), os.O_RDONLY)
-    try:
-        assert os.pread(fd, 3 * MiB, 2 * MiB) == data[2 * MiB:5 * MiB]
-    finally:
-        os.close(fd)
+    assert read_range(again.p("range.bin"), 2 * MiB, 3 * MiB) == data[2 * MiB:5 * MiB]
     again.proxy.settle()
     ranges = [byte_range(r) for r in again.proxy.records("media")]
     assert any(start < 5 * MiB and end > 2 * MiB for start, end in ranges), \
@@ -96,11 +96,7 @@ def test_a_range_is_served_from_disk_only_once_the_whole_object_matched(client, 
     # The whole file, once: the entry is whole, matches, and serves from then on.
     assert read(again.p("range.bin")) == data
     third = remount(mount, again, cache, bucketfs_bin)
-    fd = os.open(third.p("range.bin"), os.O_RDONLY)
-    try:
-        assert os.pread(fd, 3 * MiB, 2 * MiB) == data[2 * MiB:5 * MiB]
-    finally:
-        os.close(fd)
+    assert read_range(third.p("range.bin"), 2 * MiB, 3 * MiB) == data[2 * MiB:5 * MiB]
     third.proxy.settle()
     assert third.proxy.count("media") == 0, third.describe()
 

@@ -94,18 +94,25 @@ final class ReadIntegrityTests: XCTestCase {
     XCTAssertEqual(mismatches.totalValue, 0)
   }
 
+  /// A file of `count` bytes open for reading through a store that can flip a byte or fail a fetch.
+  private func openFlipping(_ count: Int) async throws -> (
+    [UInt8], FlippingReads, BucketFileSystem, UInt64, OpenResult
+  ) {
+    let inner = InMemoryObjectStore(bucket: "demo")
+    let data = bytes(count)
+    inner.put("f", data: data)
+    let store = FlippingReads(inner: inner)
+    let fs = BucketFileSystem(
+      store: store, configuration: Configuration(), logger: quietLogger, metrics: TestMetrics())
+    let inode = try await fs.inode(at: "f")
+    return (data, store, fs, inode, try await fs.open(inode: inode, flags: O_RDONLY))
+  }
+
   /// The CI failure of 19f0413: a segment timed out, the kernel read again
   /// from before it, and the new segments straddled the ones summed; the sum
   /// never closed and a flipped byte was answered with success.
   func testAReaderThatGoesBackAfterAFailedSegmentIsStillChecked() async throws {
-    let inner = InMemoryObjectStore(bucket: "demo")
-    let data = bytes((6 << 20) + 999)
-    inner.put("big", data: data)
-    let store = FlippingReads(inner: inner)
-    let fs = BucketFileSystem(
-      store: store, configuration: Configuration(), logger: quietLogger, metrics: TestMetrics())
-    let inode = try await fs.inode(at: "big")
-    let opened = try await fs.open(inode: inode, flags: O_RDONLY)
+    let (data, store, fs, inode, opened) = try await openFlipping((6 << 20) + 999)
     store.flipNext(at: 131072)
     store.failNext(at: 3 << 20)
     var outcome: [UInt8] = []
@@ -137,14 +144,7 @@ final class ReadIntegrityTests: XCTestCase {
   }
 
   func testBytesFetchedTwiceMustAgree() async throws {
-    let inner = InMemoryObjectStore(bucket: "demo")
-    let data = bytes(3 << 20)
-    inner.put("f", data: data)
-    let store = FlippingReads(inner: inner)
-    let fs = BucketFileSystem(
-      store: store, configuration: Configuration(), logger: quietLogger, metrics: TestMetrics())
-    let inode = try await fs.inode(at: "f")
-    let opened = try await fs.open(inode: inode, flags: O_RDONLY)
+    let (_, store, fs, inode, opened) = try await openFlipping(3 << 20)
     // A random read first (fetched exactly), then the same bytes again, flipped.
     _ = try await fs.read(inode: inode, handle: opened.handle, offset: 1 << 20, size: 256 << 10)
     store.flipNext(at: (1 << 20) + 5)

@@ -29,21 +29,31 @@ final class StreamingWriteTests: XCTestCase {
   var stages: String!
   let bound: Int64 = 1 << 20
 
-  override func setUp() async throws {
-    server = FakeStorageServer(bucket: "demo")
-    try await server.start()
+  private func quickRetry(attemptTimeout: Double, deadline: Double) -> RetryPolicy {
     var retry = RetryPolicy()
     retry.initialBackoff = 0.01
     retry.maxBackoff = 0.05
-    retry.attemptTimeout = 60
-    retry.deadline = 60
-    http = CloudStorageClient.makeHTTPClient(retry: retry)
-    let client = CloudStorageClient(
+    retry.attemptTimeout = attemptTimeout
+    retry.deadline = deadline
+    return retry
+  }
+
+  /// A client of the fake whose files over 1 MiB stream in parts of 256 KiB.
+  private func makeClient(_ retry: RetryPolicy) throws -> CloudStorageClient {
+    CloudStorageClient(
       bucket: "demo", endpoint: try Endpoint(server.endpoint), http: http, tokens: nil, retry: retry,
       uploads: try UploadPolicy(
         threshold: 256 << 10, chunkSize: 256 << 10, compositeThreshold: 1 << 20, partSize: 256 << 10,
         parallelParts: 2),
       logger: quietLogger)
+  }
+
+  override func setUp() async throws {
+    server = FakeStorageServer(bucket: "demo")
+    try await server.start()
+    let retry = quickRetry(attemptTimeout: 60, deadline: 60)
+    http = CloudStorageClient.makeHTTPClient(retry: retry)
+    let client = try makeClient(retry)
     stages = makeStageDirectory()
     fs = makeWritingFileSystem(client, stageDirectory: stages, streamDiskLimit: bound)
   }
@@ -115,17 +125,7 @@ final class StreamingWriteTests: XCTestCase {
   /// time) ends the stream; the close then uploads the stage whole, which is
   /// refused too, and fails with EIO: it returns, and stores nothing.
   func testAPartNeverStoredEndsTheStreamAndTheCloseFailsWithoutHanging() async throws {
-    var retry = RetryPolicy()
-    retry.initialBackoff = 0.01
-    retry.maxBackoff = 0.05
-    retry.attemptTimeout = 30
-    retry.deadline = 0.5
-    let client = CloudStorageClient(
-      bucket: "demo", endpoint: try Endpoint(server.endpoint), http: http, tokens: nil, retry: retry,
-      uploads: try UploadPolicy(
-        threshold: 256 << 10, chunkSize: 256 << 10, compositeThreshold: 1 << 20, partSize: 256 << 10,
-        parallelParts: 2),
-      logger: quietLogger)
+    let client = try makeClient(quickRetry(attemptTimeout: 30, deadline: 0.5))
     let fs = makeWritingFileSystem(client, stageDirectory: stages, streamDiskLimit: bound)
     server.corrupt { $0.uploads = Int.max }
     server.corrupt { $0.chunks = Int.max }

@@ -100,18 +100,16 @@ final class OTLPConfigurationTests: XCTestCase {
     XCTAssertEqual(
       configuration?.headers,
       [.init("api-key", "secret one"), .init("Authorization", "Basic="), .init("X-Tenant", "traces")])
-    XCTAssertEqual(
-      refusal("http://c", ["OTEL_EXPORTER_OTLP_HEADERS": "novalue"]),
-      "OTEL_EXPORTER_OTLP_HEADERS: 'novalue' is not name=value")
-    XCTAssertEqual(
-      refusal("http://c", ["OTEL_EXPORTER_OTLP_HEADERS": "bad name=1"]),
-      "OTEL_EXPORTER_OTLP_HEADERS: 'bad name' is not a header name")
-    XCTAssertEqual(
-      refusal("http://c", ["OTEL_EXPORTER_OTLP_HEADERS": "k=%zz"]),
-      "OTEL_EXPORTER_OTLP_HEADERS: the value of 'k' is not valid percent-encoding")
-    XCTAssertEqual(
-      refusal("http://c", ["OTEL_EXPORTER_OTLP_HEADERS": "k=a%0D%0Ab"]),
-      "OTEL_EXPORTER_OTLP_HEADERS: the value of 'k' is not valid percent-encoding")
+    let refused = [
+      "novalue": "'novalue' is not name=value",
+      "bad name=1": "'bad name' is not a header name",
+      "k=%zz": "the value of 'k' is not valid percent-encoding",
+      "k=a%0D%0Ab": "the value of 'k' is not valid percent-encoding",
+    ]
+    for (headers, reason) in refused {
+      XCTAssertEqual(
+        refusal("http://c", ["OTEL_EXPORTER_OTLP_HEADERS": headers]), "OTEL_EXPORTER_OTLP_HEADERS: \(reason)")
+    }
   }
 
   func testMetricsHaveTheirOwnPathAndVariables() throws {
