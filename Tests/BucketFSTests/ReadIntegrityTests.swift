@@ -105,7 +105,8 @@ final class ReadIntegrityTests: XCTestCase {
     let fs = BucketFileSystem(
       store: store, configuration: Configuration(), logger: quietLogger, metrics: TestMetrics())
     let inode = try await fs.inode(at: "f")
-    return (data, store, fs, inode, try await fs.open(inode: inode, flags: O_RDONLY))
+    let opened = try await fs.open(inode: inode, flags: O_RDONLY)
+    return (data, store, fs, inode, opened)
   }
 
   /// The CI failure of 19f0413: a segment timed out, the kernel read again
