@@ -22,6 +22,24 @@ final class CRC32CTests: XCTestCase {
     XCTAssertEqual(CRC32C.update(CRC32C.update(0, first), rest), CRC32C.update(0, whole))
   }
 
+  /// Long inputs run three chains side by side (crc32c.c): the same sum as
+  /// pieces short enough for one chain, at any length and alignment.
+  func testThreeChainsSumAsOne() {
+    var generator = SystemRandomNumberGenerator()
+    let bytes = (0..<300_007).map { _ in UInt8.random(in: 0...255, using: &generator) }
+    for (start, count) in [(0, 300_007), (3, 24_576), (5, 24_575), (1, 49_153), (7, 200_000)] {
+      let whole = CRC32C.update(0, ByteBuffer(bytes: bytes[start..<(start + count)]))
+      var pieces: UInt32 = 0
+      var at = start
+      while at < start + count {
+        let end = min(at + 4099, start + count)
+        pieces = CRC32C.update(pieces, ByteBuffer(bytes: bytes[at..<end]))
+        at = end
+      }
+      XCTAssertEqual(whole, pieces, "\(count) bytes at \(start)")
+    }
+  }
+
   /// A shift is `combine` with a zero second checksum: the sum of the
   /// bytes followed by as many more whose own checksum is 0.
   func testAShiftIsACombineWithAZeroSum() {
