@@ -170,7 +170,7 @@ public final class CloudStorageClient: ObjectStore {
           Self.shortRead(status, headers, body, asked: range)
             ?? corruption(status, headers, body, asked: range)
         },
-        window: range, spare: spare))
+        window: range, spare: spare, sums: spare?.sums.flatMap { $0.range == range ? $0 : nil }))
     var bytes = body
     if status == 206 {
       // Without a usable Content-Range a short answer could not be told from the object's end.

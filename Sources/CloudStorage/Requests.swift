@@ -200,7 +200,8 @@ extension CloudStorageClient {
         // Awaited before the tuple is made: see Tests/ToolchainCheck (a tuple
         // literal with an await inside is miscompiled by Swift 6.3.1 at -O).
         let payload = try await Self.collect(
-          response, upTo: storageRequest.maxBody, window: window, into: storageRequest.spare?.take())
+          response, upTo: storageRequest.maxBody, window: window, into: storageRequest.spare?.take(),
+          sums: storageRequest.sums)
         return (response, payload)
       }
     } catch {
@@ -285,7 +286,7 @@ extension CloudStorageClient {
   /// stops once they have arrived.
   private static func collect(
     _ response: HTTPClientResponse, upTo maxBody: Int, window: Range<Int64>?,
-    into recycled: consuming ByteBuffer?
+    into recycled: consuming ByteBuffer?, sums: ArrivalSums? = nil
   ) async throws -> ByteBuffer {
     // Never negative at the allocator, whatever the header says; the body is counted as it arrives.
     var expected = max(response.headers.first(name: "Content-Length").flatMap(Int.init) ?? 0, 0)
@@ -299,6 +300,7 @@ extension CloudStorageClient {
     } else {
       payload = ByteBufferAllocator().buffer(capacity: expected)
     }
+    sums?.restart()
     var skip = window?.lowerBound ?? 0
     let keep = window.map { Int($0.upperBound - $0.lowerBound) } ?? maxBody
     for try await var chunk in response.body {
@@ -313,7 +315,9 @@ extension CloudStorageClient {
       if payload.readableBytes + chunk.readableBytes > maxBody {
         throw NIOTooManyBytesError(maxBytes: maxBody)
       }
+      let at = payload.writerIndex
       payload.writeImmutableBuffer(chunk)
+      sums?.add(payload, at: at, count: chunk.readableBytes)
       if window != nil && payload.readableBytes == keep { break }
     }
     return payload

@@ -42,6 +42,8 @@ struct StorageRequest: Sendable {
   var window: Range<Int64>? = nil
   /// A buffer to read the answer into.
   var spare: SpareBuffer? = nil
+  /// Pieces of the answer to sum as it arrives (a ranged read's, for its reader's check).
+  var sums: ArrivalSums? = nil
   /// A checksum refusal is thrown at once (``ChecksumRefusal``), not sent
   /// again: a resumable session's last chunk, refused for the whole
   /// object's CRC-32C, would be refused again whatever it carried.

@@ -95,9 +95,12 @@ extension ObjectStore {
 /// holds it alone, so a write does not copy it.
 public final class SpareBuffer: Sendable {
   private let buffer: Mutex<ByteBuffer?>
+  /// Sums the reader wants taken as the bytes arrive, if the store can.
+  public let sums: ArrivalSums?
 
-  public init(_ buffer: consuming ByteBuffer?) {
+  public init(_ buffer: consuming ByteBuffer?, sums: ArrivalSums? = nil) {
     self.buffer = Mutex(buffer)
+    self.sums = sums
   }
 
   public func take() -> ByteBuffer? {

@@ -113,6 +113,45 @@ final class ReadTests: XCTestCase {
     }
   }
 
+  /// The sums a reader asks for are the pieces' CRC-32Cs as the bytes
+  /// arrived: of a 206, of a whole object sliced, of a retry after a short
+  /// answer (the first answer's sums go); none for another range.
+  func testArrivalSumsArePiecesOfTheAnswer() async throws {
+    let data = (0..<300_000).map { UInt8(truncatingIfNeeded: $0 &* 29 &+ 5) }
+    func expected(_ range: Range<Int>, _ ends: [Int]) -> [UInt32] {
+      var start = range.lowerBound
+      return ends.map { end in
+        defer { start = range.lowerBound + end }
+        return CRC32C.update(0, ByteBuffer(bytes: data[start..<(range.lowerBound + end)]))
+      }
+    }
+    let ends = [4096, 100_000, 100_001, 250_000]
+    try await withFakeServer { server, client in
+      let meta = server.store.put("blob", data: data)
+      let sums = ArrivalSums(range: 1000..<251_000, pieceEnds: ends)
+      _ = try await client.read(
+        "blob", generation: meta.generation, range: 1000..<251_000, reusing: SpareBuffer(nil, sums: sums))
+      XCTAssertEqual(sums.sums, expected(1000..<251_000, ends))
+
+      server.injectFaults([.shortBody(100)], for: .media)
+      let retried = ArrivalSums(range: 1000..<251_000, pieceEnds: ends)
+      _ = try await client.read(
+        "blob", generation: meta.generation, range: 1000..<251_000, reusing: SpareBuffer(nil, sums: retried))
+      XCTAssertEqual(retried.sums, expected(1000..<251_000, ends))
+
+      let other = ArrivalSums(range: 0..<250_000, pieceEnds: ends)
+      _ = try await client.read(
+        "blob", generation: meta.generation, range: 1000..<251_000, reusing: SpareBuffer(nil, sums: other))
+      XCTAssertNil(other.sums, "sums of another range are not taken")
+    }
+    try await withCannedServer(handler: { _ in .init(200, body: data) }) { _, client in
+      let sums = ArrivalSums(range: 50_000..<60_000, pieceEnds: [1, 10_000])
+      _ = try await client.read(
+        "x", generation: 1, range: 50_000..<60_000, reusing: SpareBuffer(nil, sums: sums))
+      XCTAssertEqual(sums.sums, expected(50_000..<60_000, [1, 10_000]))
+    }
+  }
+
   /// A 206 for some other range than the one asked for is not silently used.
   func testMismatchedContentRangeIsInvalid() async throws {
     try await withCannedServer(handler: { _ in

@@ -257,7 +257,7 @@ final class FileReader: Sendable {
           // Another read already started it again: wait for that.
           if current.attempt > attempt { return (current.task, current.attempt) }
           guard current.attempt == 0, Self.deadlineLeft() else { return nil }
-          let retry = fetch(segment.id, segment.start, segment.end, reusing: SpareBuffer(nil))
+          let retry = fetch(segment.id, segment.start, segment.end, reusing: nil)
           state.segments[index].task = retry
           state.segments[index].attempt = 1
           return (retry, 1)
@@ -314,24 +314,27 @@ final class FileReader: Sendable {
     let end = start + UInt64(min(grant, wanted))
     let id = state.nextID
     state.nextID += 1
-    let task = fetch(id, start, end, reusing: SpareBuffer(reused))
+    let task = fetch(id, start, end, reusing: reused)
     state.segments.append(Segment(id: id, start: start, end: end, task: task, grant: grant))
     return true
   }
 
   /// One ranged GET of segment `id`; a short answer fails it (``arrival(of:)``).
-  private func fetch(_ id: Int, _ start: UInt64, _ end: UInt64, reusing spare: SpareBuffer)
+  private func fetch(_ id: Int, _ start: UInt64, _ end: UInt64, reusing reused: consuming ByteBuffer?)
     -> Task<ByteBuffer, any Error>
   {
     let store = self.store
     let check = self.check
     let (key, generation) = target.withLock { $0 }
+    // The store sums the check's pieces as they arrive, if it can.
+    let sums = check?.arrivalSums(start..<end)
+    let spare = SpareBuffer(reused, sums: sums)
     return tasks.start(.cancel) { [weak self] in
       let read = try await store.read(
         key, generation: generation, range: Int64(start)..<Int64(end), reusing: spare)
       let bytes = try Self.whole(read, start, end)
-      // Summed here, on the fetching task: each byte once, never on the loop thread.
-      check?.add(bytes, start..<end)
+      // Else summed here, on the fetching task: each byte once, never on the loop thread.
+      check?.add(bytes, start..<end, summed: sums?.sums)
       self?.arrived(id, bytes)
       return bytes
     }

@@ -22,17 +22,29 @@ final class ReadCheck: Sendable {
     state = Mutex(State(sum: layout))
   }
 
-  /// Adds bytes `range` of the file, the start of `bytes`: summed here, by
-  /// the caller (a fetching task), outside the lock, in the pieces every
-  /// fetch is cut into.
-  func add(_ bytes: ByteBuffer, _ range: Range<UInt64>) {
-    let pieces = layout.cuts(range).map { piece -> (Range<UInt64>, UInt32) in
-      let at = bytes.readerIndex + Int(piece.lowerBound - range.lowerBound)
-      let slice = bytes.getSlice(at: at, length: piece.count) ?? ByteBuffer()
-      return (piece, CRC32C.update(0, slice))
+  /// What a store is asked to sum of bytes `range` of the file as they arrive: the pieces ``add(_:_:summed:)`` records.
+  func arrivalSums(_ range: Range<UInt64>) -> ArrivalSums {
+    let ends = layout.cuts(range).map { Int($0.upperBound - range.lowerBound) }
+    return ArrivalSums(range: Int64(range.lowerBound)..<Int64(range.upperBound), pieceEnds: ends)
+  }
+
+  /// Adds bytes `range` of the file, the start of `bytes`, cut into the
+  /// pieces every fetch is cut into: with the sums the store took as they
+  /// arrived (``arrivalSums(_:)``), else summed here, by the caller (a
+  /// fetching task), outside the lock.
+  func add(_ bytes: ByteBuffer, _ range: Range<UInt64>, summed: [UInt32]? = nil) {
+    let cuts = layout.cuts(range)
+    let sums: [UInt32]
+    if let summed, summed.count == cuts.count {
+      sums = summed
+    } else {
+      sums = cuts.map { piece in
+        let at = bytes.readerIndex + Int(piece.lowerBound - range.lowerBound)
+        return CRC32C.update(0, bytes.getSlice(at: at, length: piece.count) ?? ByteBuffer())
+      }
     }
     state.withLock { state in
-      for (piece, sum) in pieces { state.sum.add(piece, sum: sum) }
+      for (piece, sum) in zip(cuts, sums) { state.sum.add(piece, sum: sum) }
     }
   }
 
