@@ -67,6 +67,25 @@ final class ObjectSumTests: XCTestCase {
     XCTAssertEqual(sum.verdict, .matched)
   }
 
+  /// A reader the budget keeps short gets segments of odd sizes: every
+  /// block is cut into pages, far more than are kept at once, and the sum
+  /// still closes (a block's pages go once it is whole).
+  func testManyOddFetchesStillClose() {
+    let size = 16 << 20
+    let big: [UInt8] = (0..<size).map { UInt8(truncatingIfNeeded: $0 &* 13 ^ $0 >> 7) }
+    var sum = ObjectSum(size: UInt64(size), expected: CRC32C.update(0, ByteBuffer(bytes: big)))
+    var start = 0
+    while start < size {
+      let end = min(start + 100_003, size)
+      for piece in sum.cuts(UInt64(start)..<UInt64(end)) {
+        sum.add(
+          piece, sum: CRC32C.update(0, ByteBuffer(bytes: big[Int(piece.lowerBound)..<Int(piece.upperBound)])))
+      }
+      start = end
+    }
+    XCTAssertEqual(sum.verdict, .matched)
+  }
+
   func testBlocksStayFewForAHugeObject() {
     let huge = ObjectSum(size: 1 << 40, expected: 0)
     XCTAssertLessThanOrEqual((1 << 40) / huge.blockSize, ObjectSum.maxBlocks)

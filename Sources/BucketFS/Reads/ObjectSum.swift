@@ -24,12 +24,13 @@ struct ObjectSum {
   private var blocks: [UInt32] = []
   private var known: [Bool] = []
   private var knownCount = 0
-  /// Page pieces of blocks no single fetch covered whole, by start: kept
-  /// after their block is assembled, to check a page fetched again.
+  /// Page pieces of blocks no single fetch covered whole, by start, until
+  /// their block is assembled (then only the block's sum is kept).
   private var pages: [UInt64: (end: UInt64, sum: UInt32)] = [:]
 
   static let pageSize: UInt64 = 4096
-  /// Bounds the pages kept: past it a page that assembles no block is not kept.
+  /// Bounds the pages waiting for the rest of their block: past it a page
+  /// that assembles no block is not kept.
   static let maxPages = 1024
   /// Bounds the blocks: a larger object has larger blocks.
   static let maxBlocks: UInt64 = 16384
@@ -102,7 +103,7 @@ struct ObjectSum {
     }
     at = block.lowerBound
     var sum: UInt32 = 0
-    while let page = pages[at], at < block.upperBound {
+    while at < block.upperBound, let page = pages[at] {
       let length = page.end - at
       if at == block.lowerBound {
         sum = page.sum
@@ -113,6 +114,8 @@ struct ObjectSum {
       }
       at = page.end
     }
+    at = block.lowerBound
+    while at < block.upperBound, let page = pages.removeValue(forKey: at) { at = page.end }
     record(index, sum)
   }
 
