@@ -27,22 +27,14 @@ extension ReadCache {
   /// The CRC-32C of the object whose blocks the map lists, from their sums;
   /// nil unless it lists them all.
   static func objectSum(_ map: BlockMap) -> UInt32? {
-    guard map.isComplete, map.blockSize == Int(blockSize), let count = map.blockCount else { return nil }
-    var sum: UInt32 = 0
+    guard map.isComplete, map.blockSize == Int(blockSize), let count = map.blockCount, let size = map.size
+    else { return nil }
+    var blocks: [UInt32] = []
+    blocks.reserveCapacity(Int(count))
     for index in 0..<count {
       guard let block = map.blocks[index] else { return nil }
-      let length = map.length(of: index)
-      if index == 0 {
-        sum = block
-      } else if length == blockSize {
-        sum = Self.shift(sum) ^ block
-      } else {
-        sum = CRC32C.combine(sum, block, lengthB: length)  // the short last block
-      }
+      blocks.append(block)
     }
-    return sum
+    return CRC32C.joined(blocks, blockSize: blockSize, size: size)
   }
-
-  /// A checksum extended by one whole block's length.
-  private static let shift = CRC32C.Shift(length: blockSize)
 }

@@ -41,6 +41,20 @@ public enum CRC32C {
     return crc ^ crcB
   }
 
+  /// The CRC-32C of an object from its blocks' sums, in order: every block
+  /// `blockSize` bytes but the last, which holds the rest of `size`: one
+  /// table shift a whole block (the table is made once a call, from 32
+  /// combines), for an object's check once all its blocks are in.
+  public static func joined(_ blocks: [UInt32], blockSize: Int64, size: Int64) -> UInt32 {
+    guard var sum = blocks.first else { return 0 }
+    let shift = Shift(length: blockSize)
+    for index in blocks.indices.dropFirst() {
+      let length = min(blockSize, size - Int64(index) * blockSize)
+      sum = length == blockSize ? shift(sum) ^ blocks[index] : combine(sum, blocks[index], lengthB: length)
+    }
+    return sum
+  }
+
   /// ``combine(_:_:lengthB:)`` with a zero second checksum, for one fixed
   /// length, as a table: linear in the checksum, so the images of its 32
   /// bits do it. For summing many pieces of one length, where `combine`'s

@@ -40,6 +40,20 @@ final class CRC32CTests: XCTestCase {
     }
   }
 
+  /// An object's sum from its blocks' sums, a short last block included.
+  func testBlocksJoinIntoTheWholesSum() {
+    let bytes = (0..<(5 * 4096 + 777)).map { UInt8(truncatingIfNeeded: $0 &* 11 ^ $0 >> 5) }
+    let blocks = stride(from: 0, to: bytes.count, by: 4096).map { start in
+      CRC32C.update(0, ByteBuffer(bytes: bytes[start..<min(start + 4096, bytes.count)]))
+    }
+    XCTAssertEqual(
+      CRC32C.joined(blocks, blockSize: 4096, size: Int64(bytes.count)),
+      CRC32C.update(0, ByteBuffer(bytes: bytes)))
+    XCTAssertEqual(
+      CRC32C.joined(Array(blocks.prefix(5)), blockSize: 4096, size: 5 * 4096),
+      CRC32C.update(0, ByteBuffer(bytes: bytes[0..<(5 * 4096)])))
+  }
+
   /// A shift is `combine` with a zero second checksum: the sum of the
   /// bytes followed by as many more whose own checksum is 0.
   func testAShiftIsACombineWithAZeroSum() {

@@ -130,21 +130,8 @@ struct ObjectSum {
     known[index] = true
     knownCount += 1
     guard knownCount == blocks.count else { return }
-    let whole = combined()
+    let whole = CRC32C.joined(blocks, blockSize: Int64(blockSize), size: Int64(size))
     verdict = whole == expected ? .matched : .mismatched(sum: whole)
-  }
-
-  /// The object's sum from its blocks' (all known).
-  private func combined() -> UInt32 {
-    let shift = CRC32C.Shift(length: Int64(blockSize))
-    var sum = blocks[0]
-    for index in 1..<blocks.count {
-      let length = bounds(of: index).count
-      sum =
-        UInt64(length) == blockSize
-        ? shift(sum) ^ blocks[index] : CRC32C.combine(sum, blocks[index], lengthB: Int64(length))
-    }
-    return sum
   }
 }
 
