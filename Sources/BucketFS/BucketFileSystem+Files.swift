@@ -13,7 +13,7 @@ import NIOCore
 /// inline on the FUSE loop thread.
 extension BucketFileSystem {
   public func open(inode: UInt64, flags: Int32) async throws -> OpenResult {
-    try await boundary("open") {
+    let opened = try await boundary("open") {
       await readService.staleReads.settle(inode)
       let node = try inodes.node(inode)
       switch node.kind {
@@ -37,6 +37,8 @@ extension BucketFileSystem {
         return OpenResult(handle: handles.put(.object(reader)), keepCache: keepCache)
       }
     }
+    nodes.opened(inode)
+    return opened
   }
 
   public func create(parent: UInt64, name: String, mode: UInt32, flags: Int32) async throws -> (
@@ -47,7 +49,9 @@ extension BucketFileSystem {
       let parentKey = try inodes.node(parent, kind: .directory).key
       let key = try Names.key(name, under: parentKey, for: .newFile)
       let staged = try await writers.create(key: key, name: name, flags: flags, mode: mode)
-      return (entries.staged(staged.inode), OpenResult(handle: putWriter(staged), keepCache: false))
+      let handle = putWriter(staged)
+      nodes.opened(staged.inode)
+      return (entries.staged(staged.inode), OpenResult(handle: handle, keepCache: false))
     }
   }
 
@@ -132,17 +136,19 @@ extension BucketFileSystem {
   }
 
   public func release(inode: UInt64, handle: UInt64) {
-    close(handle)
+    close(handle, of: inode)
   }
 
   /// Takes the handle out of the table, once, and lets go of what it held
-  /// (release and releasedir).
-  func close(_ handle: UInt64) {
+  /// (release and releasedir); `inode` may be evicted again once no handle is open on it.
+  func close(_ handle: UInt64, of inode: UInt64) {
     switch handles.take(handle) {
     case .write(let staged, _): writers.releaseWriter(staged)
     case .stageReader(let staged): writers.releaseReader(staged)
     case .directory(let directory): directories.released(directory, handle: handle)
-    case .object, nil: break
+    case .object: break
+    case nil: return
     }
+    nodes.closed(inode)
   }
 }

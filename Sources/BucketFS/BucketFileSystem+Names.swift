@@ -43,9 +43,11 @@ extension BucketFileSystem {
   }
 
   public func opendir(inode: UInt64) async throws -> OpenResult {
-    try await boundary("opendir") {
+    let opened = try await boundary("opendir") {
       try await directories.opendir(inode: inode)
     }
+    nodes.opened(inode)
+    return opened
   }
 
   public func readdir(inode: UInt64, handle: UInt64, offset: UInt64, into buffer: DirectoryBuffer)
@@ -57,7 +59,7 @@ extension BucketFileSystem {
   }
 
   public func releasedir(inode: UInt64, handle: UInt64) {
-    close(handle)
+    close(handle, of: inode)
   }
 
   public func mkdir(parent: UInt64, name: String, mode: UInt32) async throws -> Entry {

@@ -62,8 +62,9 @@ public final class BucketFileSystem: FileSystem, MountComponent, Sendable {
     let tasks = BackgroundTasks()
     let metadataCache = MetadataCache(capacity: configuration.metadataCacheEntries)
     let nodes = NodeTable(
-      rootKey: configuration.rootPrefix, ttl: configuration.metadataTTL, clock: clock, metadata: metadataCache
-    )
+      rootKey: configuration.rootPrefix, ttl: configuration.metadataTTL, clock: clock,
+      metadata: metadataCache,
+      limit: configuration.maxInodes)
     let kernelListings = KernelListings(ttl: configuration.listCacheTTL, nodes: nodes, clock: clock)
     let directoryCache = DirectoryCache(
       pageSize: configuration.pageSize, freshness: configuration.metadataTTL, kernelListings: kernelListings,
@@ -129,6 +130,7 @@ public final class BucketFileSystem: FileSystem, MountComponent, Sendable {
   public func mounted(kernel: KernelCache) {
     readService.staleReads.mounted(kernel: kernel)
     kernelListings.mounted(kernel: kernel)
+    nodes.evictions.mounted(kernel: kernel)
     onMounted()
   }
 

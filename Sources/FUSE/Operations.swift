@@ -14,11 +14,16 @@ extension FUSESession {
     var ops = fuse_lowlevel_ops()
     ops.`init` = { userdata, conn in
       guard let userdata, let conn else { return }
-      // Always readdirplus: entries arrive with attributes, so `ls -l` needs no lookups.
+      // Readdirplus where attributes are wanted (the kernel's choice: the
+      // first call of a pass, and the next after a lookup or stat in the
+      // directory), so `ls -l` needs no lookups; plain readdir for `ls -f`
+      // and `find`, which make the kernel and the daemon hold nothing.
       if conn.pointee.capable & UInt32(FUSE_CAP_READDIRPLUS) != 0 {
         conn.pointee.want |= UInt32(FUSE_CAP_READDIRPLUS)
+        if conn.pointee.capable & UInt32(FUSE_CAP_READDIRPLUS_AUTO) != 0 {
+          conn.pointee.want |= UInt32(FUSE_CAP_READDIRPLUS_AUTO)
+        }
       }
-      conn.pointee.want &= ~UInt32(FUSE_CAP_READDIRPLUS_AUTO)
       conn.pointee.want |= UInt32(FUSE_CAP_ASYNC_READ)
       // open(O_TRUNC) arrives as one open with the flag, not open plus a truncate.
       if conn.pointee.capable & UInt32(FUSE_CAP_ATOMIC_O_TRUNC) != 0 {

@@ -238,6 +238,10 @@ public enum MountOptionTable {
     "read-ahead-budget", value: "MiB", default: 256, unit: .mebibytes,
     "memory read-ahead may hold at once, all open files together; when it is short, reads fetch smaller segments"
   )
+  public static let maxInodes = MountOption<Int>(
+    "max-inodes", value: "N", default: 65536, unit: .count,
+    "inodes the mount holds for the kernel at most (about 200 bytes each); past them the kernel is asked to drop the least recently used names, which a later use looks up again. Open files are never dropped"
+  )
   public static let maxConnections = MountOption<Int>(
     "max-connections", value: "N", default: 64, unit: .count,
     "connections to the service the mount has open at most, all requests together (1 to 1024); a request beyond them waits for a free one, within its deadline"
@@ -281,7 +285,8 @@ public enum MountOptionTable {
     compositeUploadThreshold.row, compositePartSize.row, streamDiskLimit.row, cacheDir.row,
     readCacheSize.row,
     firebaseDownloadTokens.row, refuseReadOnlyXattrs.row, renameDirLimit.row, readAheadBudget.row,
-    maxConnections.row, maxRequestsPerSecond.row, maxBytesPerSecond.row, appName.row, logLevel.row,
+    maxInodes.row, maxConnections.row, maxRequestsPerSecond.row, maxBytesPerSecond.row, appName.row,
+    logLevel.row,
     logFile.row, logFormat.row,
     metricsAddr.row, otlpEndpoint.row,
   ]

@@ -90,6 +90,8 @@ struct Mount: ParsableCommand {
   var streamDiskLimit: Int?
   @Option(name: .customLong(T.readAheadBudget.name), help: help(T.readAheadBudget))
   var readAheadBudget = T.readAheadBudget.value
+  @Option(name: .customLong(T.maxInodes.name), help: help(T.maxInodes))
+  var maxInodes = T.maxInodes.value
   @Option(name: .customLong(T.maxConnections.name), help: help(T.maxConnections))
   var maxConnections = T.maxConnections.value
   @Option(name: .customLong(T.maxRequestsPerSecond.name), help: help(T.maxRequestsPerSecond))
@@ -137,6 +139,9 @@ struct Mount: ParsableCommand {
     }
     guard (1...(1 << 20)).contains(readAheadBudget) else {
       throw ValidationError("--read-ahead-budget must be 1 to 1048576 MiB")
+    }
+    guard (1024...(1 << 30)).contains(maxInodes) else {
+      throw ValidationError("--max-inodes must be 1024 to 1073741824")
     }
     if let streamDiskLimit, !(1...(1 << 30)).contains(streamDiskLimit) {
       throw ValidationError("--stream-disk-limit must be 1 to 1073741824 MiB")
@@ -289,6 +294,7 @@ struct Mount: ParsableCommand {
     if !mountOptions.readOnly { reportParts(client, logger: logger) }
     configuration.renameDirectoryLimit = renameDirLimit
     configuration.readAheadBudget = readAheadBudget << 20
+    configuration.maxInodes = maxInodes
     configuration.retryDeadline = retryDeadline
 
     // Blocking file work (the read cache's and the stages') runs here, off

@@ -16,6 +16,9 @@ public struct Configuration: Sendable {
   /// Files whose full metadata (for xattrs) is kept; stat needs only a few
   /// fields, which every inode the kernel holds keeps anyway.
   public var metadataCacheEntries: Int = 8192
+  /// Nodes held for the kernel at most; past them the least recently used
+  /// names are evicted from the kernel (docs/SEMANTICS.md#node-table).
+  public var maxInodes: Int = 65_536
   public var uid: UInt32 = 0
   public var gid: UInt32 = 0
   public var fileMode: UInt32 = 0o644

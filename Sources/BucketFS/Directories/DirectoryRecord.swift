@@ -66,13 +66,23 @@ struct DirectoryRecord {
     }
   }
 
-  /// `files` join the ones read before, each once, at most `limit` (the latest).
+  /// `files` join the ones read before, each once, at most twice `limit` (the latest).
   mutating func noteRead(_ files: [DirectoryCache.ListedFile], limit: Int) {
+    guard let first = files.first else { return }
+    // Taken out, so the appends below grow the one copy in place.
     var known = filesRead ?? []
-    // A directory listed again (`ls`, then the shell's glob) gives the same names again.
-    var seen = Set(known.lazy.map { ObjectKey($0.key) })
-    for file in files where seen.insert(ObjectKey(file.key)).inserted { known.append(file) }
-    if known.count > limit { known.removeFirst(known.count - limit) }
+    filesRead = nil
+    if let last = known.last, !Names.precedes(last.key, first.key) {
+      // A directory listed again (`ls`, then the shell's glob) gives the same names again.
+      var seen = Set(known.lazy.map { ObjectKey($0.key) })
+      for file in files where seen.insert(ObjectKey(file.key)).inserted { known.append(file) }
+    } else {
+      // The next entries of the same pass: in order after the last, none seen.
+      known += files
+    }
+    // Cut back to `limit` once past twice it: a pass of a large directory
+    // moves the list once every `limit` files, not at every call.
+    if known.count > 2 * limit { known.removeFirst(known.count - limit) }
     filesRead = known
   }
 

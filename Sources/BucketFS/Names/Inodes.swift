@@ -24,7 +24,19 @@ struct Node: Sendable {
   var facts: FileFacts?
   /// Generation of the last open, to keep the page cache while unchanged.
   var openedGeneration: Int64?
+  /// Handles open on it now: an open node is never evicted.
+  var opens: UInt32 = 0
   let kind: Kind
+  /// Used since the eviction hand last passed it (CLOCK's reference bit).
+  var used = true
+  /// The eviction call (mod 256) that asked the kernel to drop its entry;
+  /// nil: not asked, or looked up again since.
+  var evictedIn: UInt8?
+  /// The kernel was asked to drop its entry; its forget has not come yet.
+  var evicting: Bool {
+    get { evictedIn != nil }
+    set { if !newValue { evictedIn = nil } }
+  }
 
   init(
     key: String, kind: Kind, lookups: UInt64, facts: FileFacts?, fetchedAt: Double, openedGeneration: Int64?
@@ -39,9 +51,13 @@ struct Node: Sendable {
 
   /// The same node under another key (a rename moves the kernel's inode to it).
   func withKey(_ key: String) -> Node {
-    Node(
+    var node = Node(
       key: key, kind: kind, lookups: lookups, facts: facts, fetchedAt: fetchedAt,
       openedGeneration: openedGeneration)
+    node.opens = opens
+    node.used = used
+    node.evictedIn = evictedIn
+    return node
   }
 
   /// A node unlinked or replaced while the kernel still holds it: found by
@@ -75,6 +91,7 @@ struct InodeTable: Sendable {
   /// `hash` is replaceable so tests can force collisions.
   init(rootKey: String, metadata: MetadataCache, hash: @escaping @Sendable (String) -> UInt64 = FNV1a.hash) {
     self.metadata = metadata
+    self.rootKey = rootKey
     hashOf = hash
     self[Self.rootInode] = Node(
       key: rootKey, kind: .directory, lookups: 1, facts: nil, fetchedAt: 0, openedGeneration: nil)
@@ -86,6 +103,13 @@ struct InodeTable: Sendable {
 
   /// Inodes the kernel holds.
   var count: Int { slotOf.count }
+  /// Held nodes the kernel was asked to drop (their forgets not come yet).
+  private(set) var evicting = 0
+  /// The slot the eviction hand looks at next.
+  private var hand = 0
+  /// Eviction calls made, mod 256.
+  private var evictionCalls: UInt8 = 0
+  private let rootKey: String
 
   /// The number `key` gets when its hash is free: in the lower half (the
   /// upper is for collisions), never the root's.
@@ -99,6 +123,7 @@ struct InodeTable: Sendable {
     set {
       if let newValue {
         if let slot = slotOf[inode] {
+          if self[slot: slot].evicting != newValue.evicting { evicting += newValue.evicting ? 1 : -1 }
           self[slot: slot] = newValue
         } else if let slot = vacant.popLast() {
           self[slot: slot] = newValue
@@ -113,6 +138,7 @@ struct InodeTable: Sendable {
           chunks[chunks.count - 1].append(newValue)
         }
       } else if let slot = slotOf.removeValue(forKey: inode) {
+        if self[slot: slot].evicting { evicting -= 1 }
         self[slot: slot] = Node(
           key: "", kind: .file, lookups: 0, facts: nil, fetchedAt: 0, openedGeneration: nil)
         vacant.append(slot)
@@ -123,6 +149,7 @@ struct InodeTable: Sendable {
   private subscript(slot slot: Int32) -> Node {
     get { chunks[Int(slot) / Self.chunkSize][Int(slot) % Self.chunkSize] }
     set { chunks[Int(slot) / Self.chunkSize][Int(slot) % Self.chunkSize] = newValue }
+    _modify { yield &chunks[Int(slot) / Self.chunkSize][Int(slot) % Self.chunkSize] }
   }
 
   /// The inode a key has now, if the kernel holds it.
@@ -155,6 +182,9 @@ struct InodeTable: Sendable {
     var node =
       self[inode] ?? Node(key: key, kind: kind, lookups: 0, facts: nil, fetchedAt: 0, openedGeneration: nil)
     node.lookups += 1
+    // A new reference: the kernel looked the name up again (or never dropped it).
+    node.used = true
+    node.evicting = false
     if kind != .directory, let metadata {
       if !Self.isOlder(metadata, than: node.facts) {
         node.facts = facts ?? FileFacts(metadata)
@@ -242,6 +272,82 @@ struct InodeTable: Sendable {
     }
   }
 
+  // MARK: - Eviction (docs/ARCHITECTURE.md#node-table)
+
+  /// A name the kernel is asked to drop: `name` in directory `parent`.
+  struct Eviction: Sendable, Equatable {
+    let parent: UInt64
+    let name: String
+  }
+
+  /// `inode` was used: the eviction hand passes it by once more.
+  mutating func touch(_ inode: UInt64) {
+    guard let slot = slotOf[inode] else { return }
+    self[slot: slot].used = true
+  }
+
+  /// A handle was opened on `inode` (`by` 1) or closed (-1).
+  mutating func countOpen(_ inode: UInt64, by delta: Int) {
+    guard let slot = slotOf[inode] else { return }
+    let opens = Int(self[slot: slot].opens) + delta
+    self[slot: slot].opens = UInt32(clamping: opens)
+  }
+
+  /// Names for the kernel to drop, least recently used first (CLOCK), so
+  /// that once their forgets come at most `target` nodes are held. Never
+  /// the root, an open node or a detached one (it has no name to drop);
+  /// a node asked for a round ago and still held (the kernel keeps it in
+  /// use: a working directory, a mapped file) counts as held again, and may
+  /// be asked for on the hand's next round.
+  mutating func chooseEvictions(keeping target: Int) -> [Eviction] {
+    let wanted = count - evicting - target
+    guard wanted > 0 else { return [] }
+    let slots = (chunks.count - 1) * Self.chunkSize + (chunks.last?.count ?? 0)
+    evictionCalls &+= 1
+    var chosen: [Eviction] = []
+    chosen.reserveCapacity(wanted)
+    var steps = 0
+    while chosen.count < wanted, steps < 2 * slots {
+      steps += 1
+      let slot = Int32(hand)
+      hand = hand + 1 < slots ? hand + 1 : 0
+      let node = self[slot: slot]
+      guard node.lookups > 0, node.opens == 0, !node.isDetached, !Names.same(node.key, rootKey) else {
+        continue
+      }
+      if let call = node.evictedIn {
+        // Met again only after a whole round (or within this call, past its start).
+        if call != evictionCalls {
+          self[slot: slot].evictedIn = nil
+          evicting -= 1
+        }
+        continue
+      }
+      if node.used {
+        self[slot: slot].used = false
+        continue
+      }
+      guard let eviction = eviction(of: node.key) else { continue }
+      self[slot: slot].evictedIn = evictionCalls
+      evicting += 1
+      chosen.append(eviction)
+    }
+    return chosen
+  }
+
+  /// The directory that holds `key` and its name there; nil when the
+  /// kernel holds no node of that directory (it then holds no entry under it).
+  private func eviction(of key: String) -> Eviction? {
+    var rest = Substring(key)
+    if rest.hasSuffix("/") { rest = rest.dropLast() }
+    let cut = rest.lastIndex(of: "/").map { rest.index(after: $0) } ?? rest.startIndex
+    let parentKey = rest[..<cut]
+    let name = String(rest[cut...])
+    guard !name.isEmpty else { return nil }
+    if parentKey.utf8.elementsEqual(rootKey.utf8) { return Eviction(parent: Self.rootInode, name: name) }
+    return inode(of: String(parentKey)).map { Eviction(parent: $0, name: name) }
+  }
+
   /// The key's hash if no live node holds it, else a number of the upper half.
   private mutating func allocate(_ key: String) -> UInt64 {
     let inode = hashedInode(key)
@@ -251,74 +357,5 @@ struct InodeTable: Sendable {
     } while slotOf[nextCollisionInode] != nil
     mapped[ObjectKey(key)] = nextCollisionInode
     return nextCollisionInode
-  }
-}
-
-/// The little of a file's or link's metadata (or a directory's placeholder's)
-/// that stat needs, parsed once. Times are kept as nanoseconds and absent
-/// ids as a sentinel (72 bytes in all): one is held for every inode.
-struct FileFacts: Sendable, Equatable {
-  /// The object's size; a link's is its target's length in bytes.
-  let size: UInt64
-  let generation: Int64
-  let metageneration: Int64
-  private let createdNanoseconds: Int64
-  private let modifiedNanoseconds: Int64
-  private let changedNanoseconds: Int64
-  private let accessedNanoseconds: Int64
-  /// A device's number (0 for anything else).
-  let device: UInt64
-  /// The object's CRC-32C, which a whole sequential read is checked against.
-  let crc32c: UInt32?
-  private let storedMode: UInt32
-  private let storedUid: UInt32
-  private let storedGid: UInt32
-  private static let noValue = UInt32.max
-
-  /// Stored permission bits, with a special file's type bits; nil: the mount's default.
-  var mode: UInt32? { storedMode == Self.noValue ? nil : storedMode }
-  var uid: UInt32? { storedUid == Self.noValue ? nil : storedUid }
-  var gid: UInt32? { storedGid == Self.noValue ? nil : storedGid }
-  /// `goog-reserved-file-atime` if the object has it.
-  var accessed: Timestamp? { Self.timestamp(accessedNanoseconds) }
-
-  var created: Timestamp? { Self.timestamp(createdNanoseconds) }
-  /// `goog-reserved-file-mtime` (or another tool's mtime key) if the object has it.
-  var modified: Timestamp? { Self.timestamp(modifiedNanoseconds) }
-  var changed: Timestamp? { Self.timestamp(changedNanoseconds) }
-
-  init(_ metadata: ObjectMetadata) {
-    size = SymlinkEncoding.targetLength(metadata) ?? UInt64(max(metadata.size, 0))
-    generation = metadata.generation
-    metageneration = metadata.metageneration
-    createdNanoseconds = Self.nanoseconds(RFC3339.parse(metadata.timeCreated))
-    let stored = StoredPosix(metadata.custom)
-    modifiedNanoseconds = Self.nanoseconds(stored.modified)
-    accessedNanoseconds = Self.nanoseconds(stored.accessed)
-    changedNanoseconds = Self.nanoseconds(RFC3339.parse(metadata.updated))
-    storedMode = stored.mode ?? Self.noValue
-    storedUid = stored.uid ?? Self.noValue
-    storedGid = stored.gid ?? Self.noValue
-    device = stored.device ?? 0
-    crc32c = metadata.crc32c.flatMap { CRC32C.value(base64: $0) }
-  }
-
-  private static let absent = Int64.min
-
-  private static func nanoseconds(_ time: Timestamp?) -> Int64 {
-    guard let time else { return absent }
-    let (seconds, overflow) = Int64(time.seconds).multipliedReportingOverflow(by: 1_000_000_000)
-    guard !overflow, seconds > absent + 1_000_000_000 else { return absent }
-    // Past 2262-04-11T23:47:16.854775807Z the sum does not fit either.
-    let (sum, past) = seconds.addingReportingOverflow(Int64(time.nanoseconds))
-    return past ? absent : sum
-  }
-
-  private static func timestamp(_ nanoseconds: Int64) -> Timestamp? {
-    guard nanoseconds != absent else { return nil }
-    let (seconds, remainder) = nanoseconds.quotientAndRemainder(dividingBy: 1_000_000_000)
-    return remainder < 0
-      ? Timestamp(seconds: Int(seconds - 1), nanoseconds: Int(remainder + 1_000_000_000))
-      : Timestamp(seconds: Int(seconds), nanoseconds: Int(remainder))
   }
 }

@@ -7,25 +7,53 @@ import Synchronization
 /// makes or sees. The one owner of the ``InodeTable``; the full metadata of
 /// held files is in the ``MetadataCache``, changed under this lock (lock
 /// order: this, then the cache), and ``KnownMetadata`` fetches it.
+///
+/// Bounded by `limit` nodes (`--max-inodes`): past it, the least recently
+/// used names are handed to ``NodeEvictions``, which asks the kernel to drop
+/// them; the nodes go when their forgets come (docs/SEMANTICS.md#node-table).
 final class NodeTable: Sendable {
   private let table: Mutex<InodeTable>
   private let clock: @Sendable () -> Double
   /// `--metadata-ttl`: how long fetched facts answer without asking again.
   let ttl: Double
+  /// Nodes held at most before the least recently used are evicted.
+  let limit: Int
+  let evictions: NodeEvictions
 
   /// The table of a mount of `rootKey`, whose facts are fresh for `ttl` seconds.
-  init(rootKey: String, ttl: Double, clock: @escaping @Sendable () -> Double, metadata: MetadataCache) {
+  init(
+    rootKey: String, ttl: Double, clock: @escaping @Sendable () -> Double, metadata: MetadataCache,
+    limit: Int = .max, evictions: NodeEvictions = NodeEvictions()
+  ) {
     self.table = Mutex(InodeTable(rootKey: rootKey, metadata: metadata))
     self.clock = clock
     self.ttl = ttl
+    self.limit = max(limit, 16)
+    self.evictions = evictions
   }
 
+  /// Every change goes through here: past the limit, the names chosen for
+  /// eviction are sent after the lock is let go.
   private func withLock<T>(_ body: (inout InodeTable) throws -> T) rethrows -> T {
-    try table.withLock { table in try body(&table) }
+    var chosen: [InodeTable.Eviction] = []
+    let result = try table.withLock { table in
+      let result = try body(&table)
+      if table.count - table.evicting > limit { chosen = table.chooseEvictions(keeping: limit - limit / 8) }
+      return result
+    }
+    if !chosen.isEmpty { evictions.send(chosen) }
+    return result
   }
 
+  /// The node of `inode`, marked used (ESTALE when the kernel holds none;
+  /// with `kind`, an errno for a node of another kind).
   func node(_ inode: UInt64, kind: Node.Kind? = nil) throws -> Node {
-    guard let node = withLock({ $0[inode] }) else { throw Errno.stale }
+    guard
+      let node = withLock({ table in
+        table.touch(inode)
+        return table[inode]
+      })
+    else { throw Errno.stale }
     if let kind, node.kind != kind {
       throw kind == .directory
         ? Errno.notDirectory : node.kind == .directory ? Errno.isDirectory : Errno.invalid
@@ -118,6 +146,18 @@ final class NodeTable: Sendable {
   /// Inodes the kernel holds (for tests).
   var count: Int { withLock { $0.count } }
 
+  /// Held nodes asked to be dropped whose forgets have not come (for tests).
+  var evicting: Int { withLock { $0.evicting } }
+
+  /// A handle was opened on `inode`: it is not evicted until ``closed(_:)``.
+  func opened(_ inode: UInt64) {
+    withLock { $0.countOpen(inode, by: 1) }
+  }
+
+  func closed(_ inode: UInt64) {
+    withLock { $0.countOpen(inode, by: -1) }
+  }
+
   // MARK: - Kernel references
 
   func forget(inode: UInt64, count: UInt64) {
@@ -127,7 +167,11 @@ final class NodeTable: Sendable {
   /// One more kernel reference to a node it holds (a lookup answered from
   /// what is known, or a readdirplus entry); nothing if it holds none.
   func retain(_ inode: UInt64) {
-    withLock { $0[inode]?.lookups += 1 }
+    withLock { table in
+      table[inode]?.lookups += 1
+      table[inode]?.used = true
+      table[inode]?.evicting = false
+    }
   }
 
   /// The node of `key` if held with facts fetched within the TTL, counting
@@ -139,6 +183,8 @@ final class NodeTable: Sendable {
         return nil
       }
       node.lookups += 1
+      node.used = true
+      node.evicting = false
       table[inode] = node
       return (inode, node)
     }

@@ -1,0 +1,105 @@
+import FUSE
+import ObjectStore
+import StorageFake
+import XCTest
+
+@testable import BucketFS
+
+/// The node table's bound (`--max-inodes`): past it, the least recently
+/// used names are asked to be dropped, never an open node or the root, and
+/// the nodes go when their forgets come.
+final class NodeEvictionTests: XCTestCase {
+  /// A table holding directory `d/` and files `d/f0` … in that order.
+  private func table(files: Int) -> (table: InodeTable, directory: UInt64, files: [UInt64]) {
+    var table = InodeTable(rootKey: "", metadataCapacity: 10)
+    let directory = table.remember(key: "d/", kind: .directory, metadata: nil, at: 0)
+    let inodes = (0..<files).map { table.remember(key: "d/f\($0)", kind: .file, metadata: nil, at: 0) }
+    return (table, directory, inodes)
+  }
+
+  func testTheLeastRecentlyUsedGoFirstAndTheirForgetsFreeThem() {
+    var (table, directory, files) = table(files: 100)
+    table.countOpen(directory, by: 1)
+    // Each is used since it was made: the hand passes all by once, then
+    // the oldest go (102 held: the root, `d/` and the files).
+    let chosen = table.chooseEvictions(keeping: 62)
+    XCTAssertEqual(chosen.count, 40)
+    XCTAssertEqual(chosen.first, InodeTable.Eviction(parent: directory, name: "f0"))
+    XCTAssertEqual(chosen.map(\.name), (0..<40).map { "f\($0)" })
+    XCTAssertEqual(Set(chosen.map(\.parent)), [directory])
+    XCTAssertEqual(table.evicting, 40)
+    // Asked again before the forgets come: nothing more is wanted.
+    XCTAssertEqual(table.chooseEvictions(keeping: 62), [])
+
+    for inode in files[0..<40] { table.forget(inode, count: 1) }
+    XCTAssertEqual(table.count, 62)
+    XCTAssertEqual(table.evicting, 0)
+  }
+
+  func testTouchedAndOpenNodesStayTheRootNeverGoes() {
+    var (table, _, files) = table(files: 10)
+    table.countOpen(files[3], by: 1)
+    // One round clears every reference bit; then the oldest, `d/`, goes
+    // (named in the root), never the root itself.
+    let first = table.chooseEvictions(keeping: 11)
+    XCTAssertEqual(first, [InodeTable.Eviction(parent: InodeTable.rootInode, name: "d")])
+    table.touch(files[5])
+    let second = table.chooseEvictions(keeping: 3)
+    XCTAssertEqual(
+      second.map(\.name), ["f0", "f1", "f2", "f4", "f6", "f7", "f8", "f9"],
+      "an open file is never evicted, and one used since the hand passed stays a round")
+    // Closed, f3 may go.
+    table.countOpen(files[3], by: -1)
+    var names = Set<String>()
+    for _ in 0..<4 { names.formUnion(table.chooseEvictions(keeping: 1).map(\.name)) }
+    XCTAssertTrue(names.contains("f3"))
+  }
+
+  func testANodeTheKernelKeepsCountsAsHeldARoundLater() {
+    var (table, _, files) = table(files: 4)
+    let first = table.chooseEvictions(keeping: 2)
+    XCTAssertEqual(first.map(\.name), ["d", "f0", "f1", "f2"])
+    // No forget came (a working directory, a mapped file). More names come:
+    // the hand takes f3, passes the new ones by, and, a round after it asked,
+    // finds the four still held, so they count as held again.
+    for index in 0..<4 { _ = table.remember(key: "d/g\(index)", kind: .file, metadata: nil, at: 0) }
+    let second = table.chooseEvictions(keeping: 2)
+    XCTAssertEqual(second.first?.name, "f3")
+    XCTAssertFalse(second.contains { ["d", "f0", "f1", "f2"].contains($0.name) })
+    XCTAssertEqual(table.evicting, second.count)
+    // A lookup the kernel makes anew counts as a use.
+    _ = table.remember(key: "d/f3", kind: .file, metadata: nil, at: 1)
+    XCTAssertEqual(table.evicting, second.count - 1)
+    XCTAssertEqual(table[files[3]]?.lookups, 2)
+  }
+
+  /// The mount's table: a readdirplus walk of more names than the limit
+  /// asks the kernel to drop the oldest; a lookup of one brings it back
+  /// with the same inode, its stat and its bytes.
+  func testAWalkPastTheLimitEvictsAndAnEvictedNameWorksAgain() async throws {
+    let store = InMemoryObjectStore(bucket: "demo")
+    for index in 0..<200 { store.put("d/f\(index)", data: Array("file \(index)".utf8)) }
+    var configuration = Configuration()
+    configuration.maxInodes = 50
+    let fs = BucketFileSystem(
+      store: store, configuration: configuration, logger: quietLogger, clock: ManualClock().read)
+    let directory = try await fs.inode(at: "d")
+    let listed = try await fs.entries(of: directory)
+    XCTAssertEqual(listed.count, 200)
+    let evicted = fs.nodes.evictions.count
+    XCTAssertGreaterThanOrEqual(evicted, 200 - 50)
+    XCTAssertLessThanOrEqual(fs.nodes.count - fs.nodes.evicting, 50)
+
+    // The kernel drops what it was asked to and forgets it.
+    let first = try XCTUnwrap(listed.first { $0.name == "f0" }?.entry.attributes?.inode)
+    fs.forget(inode: first, count: 1)
+    await XCTAssertErrno(.stale) { _ = try await fs.getattr(inode: first) }
+    let again = try await fs.lookup(parent: directory, name: "f0")
+    XCTAssertEqual(again.attributes?.inode, first)
+    XCTAssertEqual(again.attributes?.size, 6)
+    let handle = try await fs.open(inode: first, flags: O_RDONLY).handle
+    let bytes = try await fs.read(inode: first, handle: handle, offset: 0, size: 100)
+    XCTAssertEqual(bytes.flatMap { Array($0.readableBytesView) }, Array("file 0".utf8))
+    fs.release(inode: first, handle: handle)
+  }
+}
