@@ -63,8 +63,7 @@ public final class BucketFileSystem: FileSystem, MountComponent, Sendable {
     let metadataCache = MetadataCache(capacity: configuration.metadataCacheEntries)
     let nodes = NodeTable(
       rootKey: configuration.rootPrefix, ttl: configuration.metadataTTL, clock: clock,
-      metadata: metadataCache,
-      limit: configuration.maxInodes)
+      metadata: metadataCache, limit: configuration.maxInodes, evictions: NodeEvictions(metrics: metrics))
     let kernelListings = KernelListings(ttl: configuration.listCacheTTL, nodes: nodes, clock: clock)
     let directoryCache = DirectoryCache(
       pageSize: configuration.pageSize, freshness: configuration.metadataTTL, kernelListings: kernelListings,

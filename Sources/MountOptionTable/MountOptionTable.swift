@@ -240,7 +240,7 @@ public enum MountOptionTable {
   )
   public static let maxInodes = MountOption<Int>(
     "max-inodes", value: "N", default: 65536, unit: .count,
-    "inodes the mount holds for the kernel at most (about 200 bytes each); past them the kernel is asked to drop the least recently used names, which a later use looks up again. Open files are never dropped"
+    "inodes the mount holds for the kernel at most (about 400 bytes each, measured); past them the kernel is asked to drop the least recently used names, which a later use looks up again. Open files are never dropped"
   )
   public static let maxConnections = MountOption<Int>(
     "max-connections", value: "N", default: 64, unit: .count,

@@ -33,10 +33,7 @@ struct Node: Sendable {
   /// nil: not asked, or looked up again since.
   var evictedIn: UInt8?
   /// The kernel was asked to drop its entry; its forget has not come yet.
-  var evicting: Bool {
-    get { evictedIn != nil }
-    set { if !newValue { evictedIn = nil } }
-  }
+  var evicting: Bool { evictedIn != nil }
 
   init(
     key: String, kind: Kind, lookups: UInt64, facts: FileFacts?, fetchedAt: Double, openedGeneration: Int64?
@@ -184,7 +181,7 @@ struct InodeTable: Sendable {
     node.lookups += 1
     // A new reference: the kernel looked the name up again (or never dropped it).
     node.used = true
-    node.evicting = false
+    node.evictedIn = nil
     if kind != .directory, let metadata {
       if !Self.isOlder(metadata, than: node.facts) {
         node.facts = facts ?? FileFacts(metadata)
@@ -338,14 +335,10 @@ struct InodeTable: Sendable {
   /// The directory that holds `key` and its name there; nil when the
   /// kernel holds no node of that directory (it then holds no entry under it).
   private func eviction(of key: String) -> Eviction? {
-    var rest = Substring(key)
-    if rest.hasSuffix("/") { rest = rest.dropLast() }
-    let cut = rest.lastIndex(of: "/").map { rest.index(after: $0) } ?? rest.startIndex
-    let parentKey = rest[..<cut]
-    let name = String(rest[cut...])
+    let (parentKey, name) = DirectoryRecords.split(key)
     guard !name.isEmpty else { return nil }
-    if parentKey.utf8.elementsEqual(rootKey.utf8) { return Eviction(parent: Self.rootInode, name: name) }
-    return inode(of: String(parentKey)).map { Eviction(parent: $0, name: name) }
+    if Names.same(parentKey, rootKey) { return Eviction(parent: Self.rootInode, name: String(name)) }
+    return inode(of: String(parentKey)).map { Eviction(parent: $0, name: String(name)) }
   }
 
   /// The key's hash if no live node holds it, else a number of the upper half.

@@ -170,7 +170,7 @@ final class NodeTable: Sendable {
     withLock { table in
       table[inode]?.lookups += 1
       table[inode]?.used = true
-      table[inode]?.evicting = false
+      table[inode]?.evictedIn = nil
     }
   }
 
@@ -184,7 +184,7 @@ final class NodeTable: Sendable {
       }
       node.lookups += 1
       node.used = true
-      node.evicting = false
+      node.evictedIn = nil
       table[inode] = node
       return (inode, node)
     }
