@@ -293,13 +293,14 @@ class ListServer:
             else:
                 items.append(resource(self.bucket, name, index))
                 index += 1
+        # In the order the service documents: kind, nextPageToken, prefixes, items.
         page: dict = {"kind": "storage#objects"}
+        if index < end:
+            page["nextPageToken"] = base64.urlsafe_b64encode(ns.name(index).encode()).decode()
         if prefixes:
             page["prefixes"] = prefixes
         if items:
             page["items"] = items
-        if index < end:
-            page["nextPageToken"] = base64.urlsafe_b64encode(ns.name(index).encode()).decode()
         self.send(h, 200, json.dumps(select(page, fields), separators=(",", ":")).encode())
 
 

@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
 """Directories and buckets at scale (issue 40): `ls -f`, `ls -l` and `find`
 on a fresh mount of bench/listserver.py's computed namespace, against paging
-the same listing directly through the same counting proxy.
+the same listing directly through the same counting proxy, right before.
 
     bench/run.sh --scale                       # 10k, 100k, 1M directories; trees of 10k to 10M
     bench/run.sh --scale --flat 10000,100000 --trees 10x1000,100x1000
 
 Each row is one fresh mount (--read-cache-size 0): the command's wall time,
-the direct paging it is compared with (delimited pages for a directory; flat
-pages of the whole prefix for a tree, the least a walk can cost), their
+the direct paging it is compared with, measured just before it (delimited
+pages for a directory; flat pages of the whole prefix for a tree, the least
+a walk can cost), their
 ratio, the requests the mount made, and the daemon's peak RSS (VmHWM) at the
 end. Last, `stat` of the last name of the largest directory on a fresh mount.
 """
@@ -85,8 +86,9 @@ def main(argv=None) -> int:
         R.log(f"bucketfs: {a.bucketfs_bin}")
         for n in flats:
             prefix = flat_prefix(n)
-            direct = R.direct_list(proxy.url, BUCKET, prefix)
             for name, cmd in (("ls -f", "ls -f {}"), ("ls -l", "ls -l {}")):
+                # Paged right before each mount: the machine's pace drifts over a run.
+                direct = R.direct_list(proxy.url, BUCKET, prefix)
                 rows.append(measure(root, log_dir, proxy, f"`{name}` of {n:,}", lambda m, c=cmd: c.format(m.p(prefix)),
                                     direct))
         for shape in trees:

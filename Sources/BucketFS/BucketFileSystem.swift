@@ -60,7 +60,8 @@ public final class BucketFileSystem: FileSystem, MountComponent, Sendable {
   ) {
     let diagnostics = Diagnostics(logger: logger)
     let tasks = BackgroundTasks()
-    let metadataCache = MetadataCache(capacity: configuration.metadataCacheEntries)
+    let metadataCache = MetadataCache(
+      capacity: configuration.metadataCacheEntries, maxBytes: configuration.metadataCacheBytes)
     let nodes = NodeTable(
       rootKey: configuration.rootPrefix, ttl: configuration.metadataTTL, clock: clock,
       metadata: metadataCache, limit: configuration.maxInodes, evictions: NodeEvictions(metrics: metrics))

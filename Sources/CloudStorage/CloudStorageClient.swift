@@ -128,12 +128,31 @@ public final class CloudStorageClient: ObjectStore {
     }
     if let pageToken { query.append(("pageToken", pageToken)) }
     if let endOffset = request.endOffset { query.append(("endOffset", endOffset)) }
-    let body = try await send(
-      .GET, .list, url: objectsPath + queryString(query), operation: "list \(prefix)", maxBody: 64 << 20)
-    if let taker = request.onNextPageToken, let token = ObjectList.nextPageToken(in: body), !token.isEmpty,
-      token != pageToken
-    {
+    var exchange = StorageRequest(
+      method: .GET, kind: .list, url: objectsPath + queryString(query), operation: "list \(prefix)",
+      maxBody: 64 << 20, idempotent: true)
+    // Handed over once: from the answer's first bytes when it leads, else once all is in.
+    let handed = Atomic<Bool>(false)
+    let hand: @Sendable (String?) -> Void = { token in
+      guard let taker = request.onNextPageToken, let token, !token.isEmpty, token != pageToken,
+        !handed.exchange(true, ordering: .relaxed)
+      else { return }
       taker(token)
+    }
+    if request.onNextPageToken != nil {
+      exchange.onHead = { head in
+        switch ObjectList.leadingNextPageToken(in: head) {
+        case .found(let token):
+          hand(token)
+          return true
+        case .notFirst: return true
+        case .incomplete: return false
+        }
+      }
+    }
+    let body = try await self.exchange(exchange).body
+    if request.onNextPageToken != nil, !handed.load(ordering: .relaxed) {
+      hand(ObjectList.nextPageToken(in: body))
     }
     let list = try read(body, what: "list of \(prefix)", as: ObjectList.init(reading:))
     if let pageToken, list.nextPageToken == pageToken {

@@ -201,7 +201,7 @@ extension CloudStorageClient {
         // literal with an await inside is miscompiled by Swift 6.3.1 at -O).
         let payload = try await Self.collect(
           response, upTo: storageRequest.maxBody, window: window, into: storageRequest.spare?.take(),
-          sums: storageRequest.sums)
+          sums: storageRequest.sums, head: response.status == .ok ? storageRequest.onHead : nil)
         return (response, payload)
       }
     } catch {
@@ -286,7 +286,8 @@ extension CloudStorageClient {
   /// stops once they have arrived.
   private static func collect(
     _ response: HTTPClientResponse, upTo maxBody: Int, window: Range<Int64>?,
-    into recycled: consuming ByteBuffer?, sums: ArrivalSums? = nil
+    into recycled: consuming ByteBuffer?, sums: ArrivalSums? = nil,
+    head: (@Sendable (ByteBuffer) -> Bool)? = nil
   ) async throws -> ByteBuffer {
     // Never negative at the allocator, whatever the header says; the body is counted as it arrives.
     var expected = max(response.headers.first(name: "Content-Length").flatMap(Int.init) ?? 0, 0)
@@ -303,6 +304,7 @@ extension CloudStorageClient {
     sums?.restart()
     var skip = window?.lowerBound ?? 0
     let keep = window.map { Int($0.upperBound - $0.lowerBound) } ?? maxBody
+    var head = head
     for try await var chunk in response.body {
       if skip > 0 {
         let dropped = Int(min(skip, Int64(chunk.readableBytes)))
@@ -318,6 +320,7 @@ extension CloudStorageClient {
       let at = payload.writerIndex
       payload.writeImmutableBuffer(chunk)
       sums?.add(payload, at: at, count: chunk.readableBytes)
+      if let watch = head, watch(payload) || payload.readableBytes >= 64 << 10 { head = nil }
       if window != nil && payload.readableBytes == keep { break }
     }
     return payload

@@ -125,6 +125,42 @@ struct ObjectList {
     }
   }
 
+  /// What the start of a list answer shows of its `nextPageToken`.
+  enum LeadingToken: Equatable {
+    /// The token (nil: null), before any entry.
+    case found(String?)
+    /// Entries come first (or the answer ended): the token, if any, is later.
+    case notFirst
+    /// The bytes so far end before either shows.
+    case incomplete
+  }
+
+  /// The `nextPageToken` of a list answer from its first bytes, when it
+  /// comes before `items` and `prefixes` (the service's documented order):
+  /// the next page can be asked for while the rest of this one arrives.
+  static func leadingNextPageToken(in head: ByteBuffer) -> LeadingToken {
+    head.withUnsafeReadableBytes { bytes in
+      var reader = JSONReader(bytes)
+      var result = LeadingToken.notFirst
+      do {
+        try reader.readObject { key, reader in
+          switch key {
+          case "nextPageToken":
+            result = .found(try reader.readOptionalString())
+            throw Found()
+          case "items", "prefixes": throw Found()
+          default: try reader.skipValue()
+          }
+        }
+      } catch is Found {
+        return result
+      } catch {
+        return .incomplete
+      }
+      return .notFirst
+    }
+  }
+
   /// The top-level `nextPageToken` of a list answer, found without decoding
   /// the rest; nil when absent, null or the text is not a JSON object. At
   /// the end (where the emulator puts it) it is read from there; otherwise

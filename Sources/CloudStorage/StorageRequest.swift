@@ -44,6 +44,9 @@ struct StorageRequest: Sendable {
   var spare: SpareBuffer? = nil
   /// Pieces of the answer to sum as it arrives (a ranged read's, for its reader's check).
   var sums: ArrivalSums? = nil
+  /// Shown the start of a 200 answer as it arrives, until it returns true
+  /// (or 64 KiB have come): a list answer's leading page token.
+  var onHead: (@Sendable (ByteBuffer) -> Bool)? = nil
   /// A checksum refusal is thrown at once (``ChecksumRefusal``), not sent
   /// again: a resumable session's last chunk, refused for the whole
   /// object's CRC-32C, would be refused again whatever it carried.

@@ -239,8 +239,12 @@ public enum MountOptionTable {
     "memory read-ahead may hold at once, all open files together; when it is short, reads fetch smaller segments"
   )
   public static let maxInodes = MountOption<Int>(
-    "max-inodes", value: "N", default: 65536, unit: .count,
+    "max-inodes", value: "N", default: 32768, unit: .count,
     "inodes the mount holds for the kernel at most (about 400 bytes each, measured); past them the kernel is asked to drop the least recently used names, which a later use looks up again. Open files are never dropped"
+  )
+  public static let metadataCacheSize = MountOption<Int>(
+    "metadata-cache-size", value: "MiB", default: 8, unit: .mebibytes,
+    "memory the full metadata of listed and fetched files may hold (what getfattr and listxattr answer from without a request); the oldest goes first. What stat needs is kept with each inode"
   )
   public static let maxConnections = MountOption<Int>(
     "max-connections", value: "N", default: 64, unit: .count,
@@ -285,7 +289,8 @@ public enum MountOptionTable {
     compositeUploadThreshold.row, compositePartSize.row, streamDiskLimit.row, cacheDir.row,
     readCacheSize.row,
     firebaseDownloadTokens.row, refuseReadOnlyXattrs.row, renameDirLimit.row, readAheadBudget.row,
-    maxInodes.row, maxConnections.row, maxRequestsPerSecond.row, maxBytesPerSecond.row, appName.row,
+    maxInodes.row, metadataCacheSize.row, maxConnections.row, maxRequestsPerSecond.row, maxBytesPerSecond.row,
+    appName.row,
     logLevel.row,
     logFile.row, logFormat.row,
     metricsAddr.row, otlpEndpoint.row,

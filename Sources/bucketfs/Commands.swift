@@ -92,6 +92,8 @@ struct Mount: ParsableCommand {
   var readAheadBudget = T.readAheadBudget.value
   @Option(name: .customLong(T.maxInodes.name), help: help(T.maxInodes))
   var maxInodes = T.maxInodes.value
+  @Option(name: .customLong(T.metadataCacheSize.name), help: help(T.metadataCacheSize))
+  var metadataCacheSize = T.metadataCacheSize.value
   @Option(name: .customLong(T.maxConnections.name), help: help(T.maxConnections))
   var maxConnections = T.maxConnections.value
   @Option(name: .customLong(T.maxRequestsPerSecond.name), help: help(T.maxRequestsPerSecond))
@@ -142,6 +144,9 @@ struct Mount: ParsableCommand {
     }
     guard (1024...(1 << 30)).contains(maxInodes) else {
       throw ValidationError("--max-inodes must be 1024 to 1073741824")
+    }
+    guard (0...(1 << 16)).contains(metadataCacheSize) else {
+      throw ValidationError("--metadata-cache-size must be 0 to 65536 MiB")
     }
     if let streamDiskLimit, !(1...(1 << 30)).contains(streamDiskLimit) {
       throw ValidationError("--stream-disk-limit must be 1 to 1073741824 MiB")
@@ -295,6 +300,7 @@ struct Mount: ParsableCommand {
     configuration.renameDirectoryLimit = renameDirLimit
     configuration.readAheadBudget = readAheadBudget << 20
     configuration.maxInodes = maxInodes
+    configuration.metadataCacheBytes = metadataCacheSize << 20
     configuration.retryDeadline = retryDeadline
 
     // Blocking file work (the read cache's and the stages') runs here, off

@@ -121,6 +121,24 @@ final class DirectoryCacheTests: XCTestCase {
     XCTAssertFalse(cache.knownAbsent(directory: "huge/", name: "x", now: now, ttl: 60), "too large to keep")
   }
 
+  func testCompleteSetsAreBoundedByTheirNamesTogether() {
+    let cache = makeCache()
+    let perDirectory = DirectoryCache.maxNames
+    let fit = DirectoryCache.maxCompleteNames / perDirectory
+    for i in 0...fit { pass(cache, "d\(i)/", (0..<perDirectory).map { "n\($0)" }) }
+    let now = clock.read()
+    XCTAssertFalse(cache.knownAbsent(directory: "d0/", name: "x", now: now, ttl: 60), "the oldest went")
+    for i in 1...fit {
+      XCTAssertTrue(cache.knownAbsent(directory: "d\(i)/", name: "x", now: now, ttl: 60), "d\(i)/ kept")
+    }
+    // A name stored here joins a kept set and counts: one more set pushes the oldest out.
+    cache.invalidate(.stored("d1/extra"))
+    pass(cache, "last/", (0..<(DirectoryCache.maxCompleteNames - fit * perDirectory)).map { "n\($0)" })
+    XCTAssertFalse(cache.knownAbsent(directory: "d1/", name: "x", now: now, ttl: 60), "past the bound")
+    XCTAssertTrue(cache.knownAbsent(directory: "d2/", name: "x", now: now, ttl: 60))
+    XCTAssertTrue(cache.knownAbsent(directory: "last/", name: "x", now: now, ttl: 60))
+  }
+
   func testAChangeDropsTheKeptListingsOfItsAncestorsAndUnderItOnly() {
     let cache = makeCache()
     let entry = ListedEntry(name: "f", kind: .file, key: "a/b/f", metadata: nil, answeredAt: clock.read())

@@ -493,6 +493,38 @@ final class MetadataCacheTests: XCTestCase {
     cache.remove("d")
     XCTAssertNil(cache["d"])
   }
+
+  /// Entries with large custom metadata are bounded by their bytes, not their number.
+  func testCacheIsBoundedByBytes() {
+    func meta(_ name: String, value: Int) -> ObjectMetadata {
+      ObjectMetadata(
+        bucket: "b", name: name, size: 0, generation: 1, metageneration: 1, timeCreated: "", updated: "",
+        custom: ["k": String(repeating: "v", count: value)])
+    }
+    let large = MetadataCache.bytes(meta("x", value: 8000))
+    let small = MetadataCache.bytes(meta("x", value: 1))
+    XCTAssertGreaterThan(large, 8000)
+    XCTAssertGreaterThan(large, 10 * small)
+    let cache = MetadataCache(capacity: 1000, maxBytes: 3 * large + large / 2)
+    for name in ["a", "b", "c", "d", "e"] { cache.insert(meta(name, value: 8000)) }
+    XCTAssertEqual(cache.usage.entries, 3)
+    XCTAssertEqual(cache.heldBytes, 3 * large)
+    XCTAssertNil(cache["b"])
+    XCTAssertNotNil(cache["c"])
+    // Smaller values in their place free room for more.
+    for name in ["c", "d", "e"] { cache.insert(meta(name, value: 1)) }
+    XCTAssertEqual(cache.heldBytes, 3 * small)
+    for name in ["f", "g"] { cache.insert(meta(name, value: 8000)) }
+    XCTAssertEqual(cache.usage.entries, 5)
+    for name in ["c", "d", "e", "f", "g"] { cache.remove(name) }
+    XCTAssertEqual(cache.heldBytes, 0)
+    // One entry over the whole bound is still kept: the one just inserted.
+    let tiny = MetadataCache(capacity: 10, maxBytes: 1)
+    tiny.insert(meta("a", value: 10))
+    tiny.insert(meta("b", value: 10))
+    XCTAssertNil(tiny["a"])
+    XCTAssertNotNil(tiny["b"])
+  }
 }
 
 /// Forwards to the in-memory store; the `call`th list call after

@@ -1,9 +1,11 @@
-import CloudStorage
 import Foundation
+import NIOCore
 import ObjectStore
 import StorageFake
 import Synchronization
 import XCTest
+
+@testable import CloudStorage
 
 /// How object resources and list pages are decoded.
 final class DecodingTests: XCTestCase {
@@ -112,6 +114,49 @@ final class DecodingTests: XCTestCase {
         XCTAssertEqual(events.all, ["token \(token)", "page \(token) [\"p/a\"]"])
       }
     }
+  }
+
+  /// A token that leads the answer (the service's documented order) is
+  /// handed over from the first bytes, before the rest of the page arrives:
+  /// here the rest is held back until the token's taker lets it go.
+  func testALeadingTokenIsHandedOverBeforeThePageArrives() async throws {
+    let items = (0..<200).map {
+      #"{"name":"p/f\#($0)","bucket":"bkt","generation":"1","metageneration":"1","size":"1"}"#
+    }
+    let body =
+      #"{"kind":"storage#objects","nextPageToken":"next","items":["# + items.joined(separator: ",") + "]}"
+    let gate = CannedHTTPServer.Gate()
+    var held = CannedHTTPServer.Response.json(200, body)
+    held.gate = (gate, 64)
+    let response = held
+    try await withCannedServer(handler: { _ in response }) { _, client in
+      let events = Events()
+      let page = try await client.list(
+        ListRequest(
+          prefix: "p/", delimiter: "/", pageSize: 1000,
+          onNextPageToken: {
+            events.add("token \($0)")
+            gate.open()
+          }))
+      events.add("page of \(page.items.count)")
+      XCTAssertEqual(events.all, ["token next", "page of 200"])
+      XCTAssertFalse(gate.wasTimedOut, "the token waited for the whole page")
+    }
+  }
+
+  func testLeadingTokenScan() {
+    func scan(_ text: String) -> ObjectList.LeadingToken {
+      ObjectList.leadingNextPageToken(in: ByteBuffer(string: text))
+    }
+    XCTAssertEqual(scan(#"{"kind":"storage#objects","nextPageToken":"t","items":[{"#), .found("t"))
+    XCTAssertEqual(scan(#"{"kind":"storage#objects","nextPageToken":null,"#), .found(nil))
+    XCTAssertEqual(scan(#"{"kind":"storage#objects","nextPageTo"#), .incomplete)
+    XCTAssertEqual(
+      scan(#"{"kind":"storage#objects","nextPageToken":"t"#), .incomplete, "cut inside the token")
+    XCTAssertEqual(scan(#"{"kind":"storage#objects","items":[],"nextPageToken":"t"}"#), .notFirst)
+    XCTAssertEqual(scan(#"{"prefixes":["a/"],"nextPageToken":"t"}"#), .notFirst)
+    XCTAssertEqual(scan(#"{"kind":"storage#objects"}"#), .notFirst, "a whole answer without one")
+    XCTAssertEqual(scan("<html>"), .incomplete, "not JSON: left to the decode, which fails")
   }
 
   func testNoTokenIsHandedOverForALastOrBrokenPage() async throws {

@@ -5,6 +5,7 @@ import Logging
 import ObjectStore
 import ServiceAccess
 import StorageFake
+import Synchronization
 import XCTest
 
 #if canImport(Glibc)
@@ -169,6 +170,9 @@ final class CannedHTTPServer: @unchecked Sendable {
     var status: Int
     var headers: [(String, String)]
     var body: [UInt8]
+    /// With a gate: the first `before` bytes of the body are sent, the rest
+    /// once the gate opens (or 10 s pass, which the gate notes).
+    var gate: (gate: Gate, before: Int)?
 
     init(_ status: Int, headers: [(String, String)] = [], body: [UInt8]) {
       self.status = status
@@ -182,6 +186,18 @@ final class CannedHTTPServer: @unchecked Sendable {
 
     static func text(_ status: Int, _ text: String, contentType: String = "text/plain") -> Response {
       Response(status, headers: [("Content-Type", contentType)], body: Array(text.utf8))
+    }
+  }
+
+  /// Holds back the rest of an answer until a test opens it.
+  final class Gate: Sendable {
+    private let semaphore = DispatchSemaphore(value: 0)
+    private let timedOut = Mutex(false)
+    func open() { semaphore.signal() }
+    /// Whether the server gave up waiting for the gate.
+    var wasTimedOut: Bool { timedOut.withLock { $0 } }
+    fileprivate func wait() {
+      if semaphore.wait(timeout: .now() + 10) == .timedOut { timedOut.withLock { $0 = true } }
     }
   }
 
@@ -285,11 +301,18 @@ final class CannedHTTPServer: @unchecked Sendable {
       let noSignal: Int32 = 0
     #endif
     var sent = 0
-    while sent < bytes.count {
-      let count = bytes[sent...].withUnsafeBytes { send(connection, $0.baseAddress, $0.count, noSignal) }
-      guard count > 0 else { return }
-      sent += count
+    let held = response.gate.map { text.utf8.count + $0.before } ?? bytes.count
+    func sendBytes(upTo end: Int) -> Bool {
+      while sent < end {
+        let count = bytes[sent..<end].withUnsafeBytes { send(connection, $0.baseAddress, $0.count, noSignal) }
+        guard count > 0 else { return false }
+        sent += count
+      }
+      return true
     }
+    guard sendBytes(upTo: min(held, bytes.count)) else { return }
+    response.gate?.gate.wait()
+    _ = sendBytes(upTo: bytes.count)
   }
 }
 

@@ -77,6 +77,8 @@ final class OptionDocsTests: XCTestCase {
     XCTAssertEqual(configuration.renameDirectoryLimit, T.renameDirLimit.value)
     XCTAssertEqual(configuration.retryDeadline, T.retryDeadline.value)
     XCTAssertEqual(configuration.readAheadBudget, T.readAheadBudget.value << 20)
+    XCTAssertEqual(configuration.maxInodes, T.maxInodes.value)
+    XCTAssertEqual(configuration.metadataCacheBytes, T.metadataCacheSize.value << 20)
     XCTAssertEqual(configuration.firebaseDownloadTokens, T.firebaseDownloadTokens.value)
     let retry = RetryPolicy()
     XCTAssertEqual(retry.attemptTimeout, T.requestTimeout.value)

@@ -1,14 +1,22 @@
-/// A map that keeps at most `capacity` entries, dropping the oldest inserted
-/// first: the metadata cache and the link-target cache.
+/// A map that keeps at most `capacity` entries, and entries whose costs
+/// (their bytes, as `cost` counts them) add up to at most `maxCost`,
+/// dropping the oldest inserted first: the metadata cache and the
+/// link-target cache.
 struct BoundedMap<Key: Hashable & Sendable, Value: Sendable>: Sendable {
   let capacity: Int
+  let maxCost: Int
+  private let cost: @Sendable (Value) -> Int
   private var entries: [Key: Value] = [:]
   /// Insertion order, for eviction; may hold keys already removed.
   private var order: [Key] = []
   private var head = 0
+  /// What the entries held cost together.
+  private(set) var totalCost = 0
 
-  init(capacity: Int) {
+  init(capacity: Int, maxCost: Int = .max, cost: @escaping @Sendable (Value) -> Int = { _ in 0 }) {
     self.capacity = max(capacity, 1)
+    self.maxCost = maxCost
+    self.cost = cost
   }
 
   subscript(key: Key) -> Value? { entries[key] }
@@ -19,9 +27,15 @@ struct BoundedMap<Key: Hashable & Sendable, Value: Sendable>: Sendable {
   var orderCount: Int { order.count - head }
 
   mutating func insert(_ value: Value, for key: Key) {
-    if entries.updateValue(value, forKey: key) == nil { order.append(key) }
-    while entries.count > capacity, head < order.count {
-      entries[order[head]] = nil
+    totalCost += cost(value)
+    if let previous = entries.updateValue(value, forKey: key) {
+      totalCost -= cost(previous)
+    } else {
+      order.append(key)
+    }
+    // The entry just inserted stays, whatever it costs.
+    while entries.count > capacity || (totalCost > maxCost && entries.count > 1), head < order.count {
+      if let dropped = entries.removeValue(forKey: order[head]) { totalCost -= cost(dropped) }
       head += 1
     }
     if head > 4096 && head * 2 > order.count {
@@ -34,7 +48,7 @@ struct BoundedMap<Key: Hashable & Sendable, Value: Sendable>: Sendable {
   }
 
   mutating func remove(_ key: Key) {
-    entries[key] = nil
+    if let dropped = entries.removeValue(forKey: key) { totalCost -= cost(dropped) }
   }
 
   /// Keeps one place per live key, the oldest.

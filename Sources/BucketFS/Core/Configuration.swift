@@ -15,10 +15,12 @@ public struct Configuration: Sendable {
   public var listCacheTTL: Double = 0
   /// Files whose full metadata (for xattrs) is kept; stat needs only a few
   /// fields, which every inode the kernel holds keeps anyway.
-  public var metadataCacheEntries: Int = 8192
+  public var metadataCacheEntries: Int = 1 << 20
+  /// Bytes the full metadata kept may cost at most (``MetadataCache/bytes(_:)``).
+  public var metadataCacheBytes: Int = 8 << 20
   /// Nodes held for the kernel at most; past them the least recently used
   /// names are evicted from the kernel (docs/SEMANTICS.md#node-table).
-  public var maxInodes: Int = 65_536
+  public var maxInodes: Int = 32_768
   public var uid: UInt32 = 0
   public var gid: UInt32 = 0
   public var fileMode: UInt32 = 0o644

@@ -11,7 +11,7 @@ import Synchronization
 ///   mount stores join it and names it deletes leave it, so only another
 ///   client's new objects can be missed, for as long as the kernel's own
 ///   negative entries would miss them. Bounded by ``completeCapacity``
-///   directories of at most ``maxNames`` names.
+///   directories of at most ``maxNames`` names, ``maxCompleteNames`` in all.
 /// - **Kept listings**: children with their facts, from flat listings of a
 ///   subtree (a walk's descent or a lookup's subtree page, ``TreeListing``),
 ///   kept for the directory's next `opendir`, which takes them (they are
@@ -90,6 +90,10 @@ final class DirectoryCache: Sendable {
   static let completeCapacity = 256
   /// Larger directories get no complete set (their names would cost memory).
   static let maxNames = 10_000
+  /// Names in all complete sets together, at most (a walk of a tree of
+  /// thousands of directories of thousands of names would hold them all):
+  /// about 30 bytes each, 2 MiB in all.
+  static let maxCompleteNames = 65_536
   static let readOrderCapacity = 8
   static let readOrderFiles = 4096
   static let subdirectoryLists = 64

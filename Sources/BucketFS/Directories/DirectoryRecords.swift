@@ -8,8 +8,9 @@ struct DirectoryRecords {
   let pageSize: Int
 
   var records: [ObjectKey: DirectoryRecord] = [:]
-  /// Records with a complete set, oldest first.
+  /// Records with a complete set, oldest first, and the names in them all.
   var completeOrder: [ObjectKey] = []
+  var completeNames = 0
   /// Records with a kept listing, in the order they came, for dropping the oldest.
   var keptOrder: [ObjectKey] = []
   var held = 0
@@ -85,10 +86,19 @@ struct DirectoryRecords {
   mutating func record(directory: String, names: Set<ObjectKey>, at time: Double) {
     guard names.count <= DirectoryCache.maxNames else { return }
     let key = ObjectKey(directory)
-    if records[key]?.complete == nil { completeOrder.append(key) }
+    if let previous = records[key]?.complete {
+      completeNames -= previous.names.count
+    } else {
+      completeOrder.append(key)
+    }
     records[key, default: DirectoryRecord()].complete = DirectoryRecord.NameSet(names: names, at: time)
-    if completeOrder.count > DirectoryCache.completeCapacity {
-      change(completeOrder.removeFirst()) { $0.complete = nil }
+    completeNames += names.count
+    while completeOrder.count > DirectoryCache.completeCapacity
+      || (completeNames > DirectoryCache.maxCompleteNames && completeOrder.count > 1)
+    {
+      let oldest = completeOrder.removeFirst()
+      completeNames -= records[oldest]?.complete?.names.count ?? 0
+      change(oldest) { $0.complete = nil }
     }
   }
 
@@ -100,7 +110,9 @@ struct DirectoryRecords {
     if rest.hasSuffix("/") { rest = rest.dropLast() }
     while !rest.isEmpty {
       let cut = rest.lastIndex(of: "/").map { rest.index(after: $0) } ?? rest.startIndex
-      records[ObjectKey(rest[..<cut])]?.complete?.names.insert(ObjectKey(rest[cut...]))
+      if records[ObjectKey(rest[..<cut])]?.complete?.names.insert(ObjectKey(rest[cut...])).inserted == true {
+        completeNames += 1
+      }
       rest = cut == rest.startIndex ? "" : rest[..<rest.index(before: cut)]
     }
   }
@@ -110,7 +122,7 @@ struct DirectoryRecords {
   mutating func remove(key: String) {
     guard !completeOrder.isEmpty, !key.hasSuffix("/") else { return }
     let (directory, name) = Self.split(key)
-    records[ObjectKey(directory)]?.complete?.names.remove(ObjectKey(name))
+    if records[ObjectKey(directory)]?.complete?.names.remove(ObjectKey(name)) != nil { completeNames -= 1 }
   }
 
   /// File `inode` is in flight at `key`: in its directory, and under every

@@ -12,8 +12,35 @@ import Synchronization
 final class MetadataCache: Sendable {
   private let map: Mutex<BoundedMap<ObjectKey, ObjectMetadata>>
 
-  init(capacity: Int) {
-    map = Mutex(BoundedMap(capacity: capacity))
+  init(capacity: Int, maxBytes: Int = .max) {
+    map = Mutex(BoundedMap(capacity: capacity, maxCost: maxBytes, cost: Self.bytes))
+  }
+
+  /// About what one entry holds: the value and its key in the map's table
+  /// (at its load factor), its place in the order, and a heap block for
+  /// every string too long to be stored inline and for the custom map.
+  /// Measured: 8 MiB by this count was 9 MiB of peak RSS (`ls -l` of
+  /// 100,000 listed names, against a cache of 0).
+  static func bytes(_ metadata: ObjectMetadata) -> Int {
+    func heap(_ text: String?) -> Int {
+      guard let count = text?.utf8.count, count > 15 else { return 0 }
+      return 48 + (count + 15) / 16 * 16
+    }
+    let slot = MemoryLayout<ObjectMetadata>.stride + MemoryLayout<ObjectKey>.stride
+    var total = slot * 4 / 3 + MemoryLayout<ObjectKey>.stride + 32
+    total +=
+      heap(metadata.bucket) + 2 * heap(metadata.name) + heap(metadata.timeCreated) + heap(metadata.updated)
+    for text in [
+      metadata.md5Hash, metadata.crc32c, metadata.etag, metadata.storageClass, metadata.cacheControl,
+      metadata.contentDisposition, metadata.contentEncoding, metadata.contentLanguage, metadata.contentType,
+    ] {
+      total += heap(text)
+    }
+    if !metadata.custom.isEmpty {
+      total += 128
+      for (key, value) in metadata.custom { total += 64 + heap(key) + heap(value) }
+    }
+    return total
   }
 
   subscript(key: String) -> ObjectMetadata? { map.withLock { $0[ObjectKey(key)] } }
@@ -30,4 +57,7 @@ final class MetadataCache: Sendable {
   var usage: (places: Int, entries: Int, capacity: Int) {
     map.withLock { ($0.orderCount, $0.count, $0.capacity) }
   }
+
+  /// What the entries held cost together, by ``bytes(_:)`` (for tests).
+  var heldBytes: Int { map.withLock { $0.totalCost } }
 }

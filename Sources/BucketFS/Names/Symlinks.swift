@@ -136,8 +136,9 @@ struct LinkTargets: Sendable {
   }
   private var map: BoundedMap<Version, [UInt8]>
 
-  init(capacity: Int) {
-    map = BoundedMap(capacity: capacity)
+  /// Targets can be 4 KiB each: a few very long ones are bounded by their bytes.
+  init(capacity: Int, maxBytes: Int = 1 << 20) {
+    map = BoundedMap(capacity: capacity, maxCost: maxBytes) { $0.count + 64 }
   }
 
   var capacity: Int { map.capacity }
