@@ -239,8 +239,8 @@ public enum MountOptionTable {
     "memory read-ahead may hold at once, all open files together; when it is short, reads fetch smaller segments"
   )
   public static let maxInodes = MountOption<Int>(
-    "max-inodes", value: "N", default: 16384, unit: .count,
-    "inodes the mount holds for the kernel at most (about 400 bytes each, measured); past them the kernel is asked to drop the least recently used names (files before directories), which a later use looks up again. Open files are never dropped. Raise it for a working set larger than that (a source tree stat-ed over and over)"
+    "max-inodes", value: "N", default: 32768, unit: .count,
+    "inodes the mount holds for the kernel at most (about 400 bytes each, measured); past them the kernel is asked to drop the least recently used names, which a later use looks up again. Open files are never dropped. Raise it for a working set larger than that (a source tree stat-ed over and over)"
   )
   public static let metadataCacheSize = MountOption<Int>(
     "metadata-cache-size", value: "MiB", default: 8, unit: .mebibytes,

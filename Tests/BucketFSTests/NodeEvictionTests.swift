@@ -37,16 +37,16 @@ final class NodeEvictionTests: XCTestCase {
   }
 
   func testTouchedAndOpenNodesStayTheRootNeverGoes() {
-    var (table, directory, files) = table(files: 10)
+    var (table, _, files) = table(files: 10)
     table.countOpen(files[3], by: 1)
-    // One round clears every reference bit; then the oldest file goes,
-    // never the root.
+    // One round clears every reference bit; then the oldest, `d/`, goes
+    // (named in the root), never the root itself.
     let first = table.chooseEvictions(keeping: 11)
-    XCTAssertEqual(first, [InodeTable.Eviction(parent: directory, name: "f0")])
+    XCTAssertEqual(first, [InodeTable.Eviction(parent: InodeTable.rootInode, name: "d")])
     table.touch(files[5])
-    let second = table.chooseEvictions(keeping: 4)
+    let second = table.chooseEvictions(keeping: 3)
     XCTAssertEqual(
-      second.map(\.name), ["f1", "f2", "f4", "f6", "f7", "f8", "f9"],
+      second.map(\.name), ["f0", "f1", "f2", "f4", "f6", "f7", "f8", "f9"],
       "an open file is never evicted, and one used since the hand passed stays a round")
     // Closed, f3 may go.
     table.countOpen(files[3], by: -1)
@@ -55,38 +55,22 @@ final class NodeEvictionTests: XCTestCase {
     XCTAssertTrue(names.contains("f3"))
   }
 
-  /// A walk comes back to the directories it listed: files go first, and a
-  /// directory only when a whole round finds too few files.
-  func testFilesGoBeforeDirectories() {
-    var (table, directory, files) = table(files: 4)
-    _ = table.remember(key: "e/", kind: .directory, metadata: nil, at: 0)
-    let first = table.chooseEvictions(keeping: 3)
-    XCTAssertEqual(first.map(\.name), ["f0", "f1", "f2", "f3"])
-    for inode in files { table.forget(inode, count: 1) }
-    XCTAssertEqual(table.count, 3)
-    let second = table.chooseEvictions(keeping: 1)
-    XCTAssertFalse(second.isEmpty, "with no file left, directories go")
-    XCTAssertTrue(Set(second.map(\.name)).isSubset(of: ["d", "e"]))
-    XCTAssertTrue(second.allSatisfy { $0.parent == InodeTable.rootInode })
-    _ = directory
-  }
-
   func testANodeTheKernelKeepsCountsAsHeldARoundLater() {
-    var (table, _, files) = table(files: 5)
-    let first = table.chooseEvictions(keeping: 3)
-    XCTAssertEqual(first.map(\.name), ["f0", "f1", "f2", "f3"])
+    var (table, _, files) = table(files: 4)
+    let first = table.chooseEvictions(keeping: 2)
+    XCTAssertEqual(first.map(\.name), ["d", "f0", "f1", "f2"])
     // No forget came (a working directory, a mapped file). More names come:
-    // the hand takes f4, passes the new ones by, and, a round after it asked,
+    // the hand takes f3, passes the new ones by, and, a round after it asked,
     // finds the four still held, so they count as held again.
     for index in 0..<4 { _ = table.remember(key: "d/g\(index)", kind: .file, metadata: nil, at: 0) }
     let second = table.chooseEvictions(keeping: 2)
-    XCTAssertEqual(second.first?.name, "f4")
-    XCTAssertFalse(second.contains { ["d", "f0", "f1", "f2", "f3"].contains($0.name) })
+    XCTAssertEqual(second.first?.name, "f3")
+    XCTAssertFalse(second.contains { ["d", "f0", "f1", "f2"].contains($0.name) })
     XCTAssertEqual(table.evicting, second.count)
     // A lookup the kernel makes anew counts as a use.
-    _ = table.remember(key: "d/f4", kind: .file, metadata: nil, at: 1)
+    _ = table.remember(key: "d/f3", kind: .file, metadata: nil, at: 1)
     XCTAssertEqual(table.evicting, second.count - 1)
-    XCTAssertEqual(table[files[4]]?.lookups, 2)
+    XCTAssertEqual(table[files[3]]?.lookups, 2)
   }
 
   /// The mount's table: a readdirplus walk of more names than the limit

@@ -20,7 +20,7 @@ public struct Configuration: Sendable {
   public var metadataCacheBytes: Int = 8 << 20
   /// Nodes held for the kernel at most; past them the least recently used
   /// names are evicted from the kernel (docs/SEMANTICS.md#node-table).
-  public var maxInodes: Int = 16_384
+  public var maxInodes: Int = 32_768
   public var uid: UInt32 = 0
   public var gid: UInt32 = 0
   public var fileMode: UInt32 = 0o644

@@ -295,10 +295,7 @@ struct InodeTable: Sendable {
   /// the root, an open node or a detached one (it has no name to drop);
   /// a node asked for a round ago and still held (the kernel keeps it in
   /// use: a working directory, a mapped file) counts as held again, and may
-  /// be asked for on the hand's next round. Directories go only when a
-  /// whole round of the hand finds too few files: a walk comes back to the
-  /// directories it listed (and the kernel drops a directory's entries
-  /// with it), while most of what a listing leaves are files.
+  /// be asked for on the hand's next round.
   mutating func chooseEvictions(keeping target: Int) -> [Eviction] {
     let wanted = count - evicting - target
     guard wanted > 0 else { return [] }
@@ -323,7 +320,6 @@ struct InodeTable: Sendable {
         }
         continue
       }
-      if node.kind == .directory && steps <= slots { continue }
       if node.used {
         self[slot: slot].used = false
         continue
