@@ -341,4 +341,18 @@ final class SymlinkTests: XCTestCase {
       try await self.fs.setxattr(inode: inode, name: "user.custom.k", value: bytes("v"), flags: [])
     }
   }
+
+  /// Targets are bounded by their bytes too: three of 4,000 bytes in a
+  /// cache of 10,000 keep the last two.
+  func testLinkTargetsAreBoundedByTheirBytes() {
+    func link(_ name: String) -> ObjectMetadata {
+      ObjectMetadata(
+        bucket: "b", name: name, size: 4000, generation: 1, metageneration: 1, timeCreated: "", updated: "")
+    }
+    var targets = LinkTargets(capacity: 100, maxBytes: 10_000)
+    for name in ["a", "b", "c"] { targets.insert(Array(repeating: 0x61, count: 4000), for: link(name)) }
+    XCTAssertEqual(targets.count, 2)
+    XCTAssertNil(targets[link("a")])
+    XCTAssertNotNil(targets[link("c")])
+  }
 }

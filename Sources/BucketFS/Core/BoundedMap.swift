@@ -42,9 +42,10 @@ struct BoundedMap<Key: Hashable & Sendable, Value: Sendable>: Sendable {
       order.removeFirst(head)
       head = 0
     }
-    // Keys removed and inserted again leave stale places behind without
-    // ever filling the map: drop them once they outnumber the live.
-    if order.count - head > 2 * capacity + 1024 { compact() }
+    // Keys removed (or removed and inserted again) leave stale places
+    // behind without filling the map, and a byte bound may keep it far below
+    // `capacity`: drop them once they outnumber the live.
+    if order.count - head > 2 * entries.count + 1024 { compact() }
   }
 
   mutating func remove(_ key: Key) {

@@ -28,14 +28,13 @@ final class MetadataCache: Sendable {
     }
     let slot = MemoryLayout<ObjectMetadata>.stride + MemoryLayout<ObjectKey>.stride
     var total = slot * 4 / 3 + MemoryLayout<ObjectKey>.stride + 32
+    // Summed field by field: this runs for every entry a listing gives.
     total +=
       heap(metadata.bucket) + 2 * heap(metadata.name) + heap(metadata.timeCreated) + heap(metadata.updated)
-    for text in [
-      metadata.md5Hash, metadata.crc32c, metadata.etag, metadata.storageClass, metadata.cacheControl,
-      metadata.contentDisposition, metadata.contentEncoding, metadata.contentLanguage, metadata.contentType,
-    ] {
-      total += heap(text)
-    }
+    total +=
+      heap(metadata.md5Hash) + heap(metadata.crc32c) + heap(metadata.etag) + heap(metadata.storageClass)
+    total += heap(metadata.cacheControl) + heap(metadata.contentDisposition) + heap(metadata.contentEncoding)
+    total += heap(metadata.contentLanguage) + heap(metadata.contentType)
     if !metadata.custom.isEmpty {
       total += 128
       for (key, value) in metadata.custom { total += 64 + heap(key) + heap(value) }
