@@ -50,10 +50,18 @@ extension CloudStorageClient {
     let made = Made()
     do {
       let parts = try await uploadParts(of: source, under: prefix, made: made)
+      let crc32c = Self.combined(parts.map { ($0.crc32c, $0.size) })
+      // Parts summed from the source's bytes now, against its sum of them as written.
+      if let written = source.crc32c, let crc32c, crc32c != written {
+        metrics.mismatched(.upload)
+        throw StorageError.invalidResponse(
+          "upload \(name): the parts hold crc32c \(CRC32C.base64(crc32c)), the bytes written \(CRC32C.base64(written))"
+        )
+      }
       let sources = try await composeTree(parts, under: prefix, made: made)
       let object = try await compose(
         sources, into: name, attributes: attributes, ifGenerationMatch: ifGenerationMatch, size: source.size,
-        crc32c: Self.combined(parts.map { ($0.crc32c, $0.size) })
+        crc32c: crc32c
       ) {
         try await self.ownObject(
           name, from: source, attributes: attributes, contentType: Self.contentType(attributes))

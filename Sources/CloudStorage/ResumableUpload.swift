@@ -115,7 +115,8 @@ extension CloudStorageClient {
         }
         switch state {
         case .stored(let body):
-          return try await uploadedObject(body, name: name, size: size, crc32c: running.sum(of: size))
+          return try await uploadedObject(
+            body, name: name, size: size, crc32c: source.crc32c ?? running.sum(of: size))
         case .gone: throw SessionGone.gone
         case .holds(let persisted):
           if persisted > offset {
@@ -139,7 +140,8 @@ extension CloudStorageClient {
       do { try await Task.sleep(nanoseconds: UInt64(wait * 1e9)) } catch { throw StorageError.cancelled }
       switch try await askSession(session, name: name, size: size, deadline: deadline) {
       case .stored(let body):
-        return try await uploadedObject(body, name: name, size: size, crc32c: running.sum(of: size))
+        return try await uploadedObject(
+          body, name: name, size: size, crc32c: source.crc32c ?? running.sum(of: size))
       case .gone: throw SessionGone.gone
       case .holds(let persisted):
         if persisted > offset { (progressAt, failures) = (NIODeadline.now(), 0) }
@@ -207,7 +209,10 @@ extension CloudStorageClient {
     bytes.moveWriterIndex(to: bytes.readerIndex + count)
     running.add(bytes, at: offset)
     var headers = [("Content-Range", "bytes \(offset)-\(size - 1)/\(size)"), ("Content-Type", contentType)]
-    if let whole = running.sum(of: size) { headers.append(("X-Goog-Hash", "crc32c=\(CRC32C.base64(whole))")) }
+    // The source's own sum (of the bytes as written) where it has one.
+    if let whole = source.crc32c ?? running.sum(of: size) {
+      headers.append(("X-Goog-Hash", "crc32c=\(CRC32C.base64(whole))"))
+    }
     let answer: (status: Int, headers: HTTPHeaders, body: ByteBuffer)
     do {
       answer = try await exchange(

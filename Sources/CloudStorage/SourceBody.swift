@@ -3,7 +3,8 @@ import NIOCore
 import ObjectStore
 
 /// A request body read from an upload source in 1 MiB pieces as the client
-/// sends it, so a chunk of any size costs about one piece of memory. Each
+/// sends it, so a chunk of any size costs about three pieces of memory (the
+/// one being sent and the two kept for reuse). Each
 /// attempt iterates afresh from `offset`. A local read failure is kept in
 /// `failure` so the caller can pass it on unchanged rather than as an outage.
 struct SourceBody: AsyncSequence, Sendable {
@@ -20,13 +21,19 @@ struct SourceBody: AsyncSequence, Sendable {
   struct AsyncIterator: AsyncIteratorProtocol {
     let body: SourceBody
     var done = 0
+    /// The last two pieces handed out: the older one's memory takes the
+    /// next piece once the sender has let it go (two back, so the one
+    /// being sent is never asked for).
+    var sent: [ByteBuffer] = []
 
     mutating func next() async throws -> ByteBuffer? {
       guard done < body.count else { return nil }
       let at = body.offset + Int64(done)
       var piece: ByteBuffer
+      let spare = SpareBuffer(sent.count >= 2 ? sent.removeFirst() : nil)
       do {
-        piece = try await body.source.load(at: at, count: Swift.min(SourceBody.piece, body.count - done))
+        piece = try await body.source.load(
+          at: at, count: Swift.min(SourceBody.piece, body.count - done), reusing: spare)
         guard piece.readableBytes > 0 else {
           throw StorageError.badRequest("upload source ended at \(at) of \(body.source.size) bytes")
         }
@@ -39,6 +46,7 @@ struct SourceBody: AsyncSequence, Sendable {
       }
       body.running?.add(piece, at: at)
       done += piece.readableBytes
+      sent.append(piece)
       return piece
     }
   }

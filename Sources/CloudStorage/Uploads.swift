@@ -7,10 +7,6 @@ import ObjectStore
   import Foundation
 #endif
 
-#if canImport(Glibc)
-  import Glibc
-#endif
-
 // Uploads: one multipart request up to the policy's threshold, a resumable
 // session above it (ResumableUpload.swift), parts composed above the
 // composite threshold (CompositeUpload.swift).
@@ -39,15 +35,18 @@ extension CloudStorageClient {
 
   /// Metadata and bytes in one `multipart/related` request, the bytes
   /// streamed from the source in 1 MiB pieces (``SourceBody``: an upload
-  /// holds about one piece, however many go at once). Repeated after a
+  /// holds about three pieces, however many go at once). The metadata
+  /// declares the media's CRC-32C, which comes first: the source's own
+  /// (summed as it was written), else one pass over it. Repeated after a
   /// transient failure only under a precondition: without one, a repeat
   /// could overwrite what another writer stored after the first attempt.
   func multipartUpload(
     _ name: String, from source: any UploadSource, attributes: ObjectAttributes, ifGenerationMatch: Int64?
   ) async throws -> ObjectMetadata {
     let contentType = Self.contentType(attributes)
-    // The scan for a boundary reads every byte once: the checksum comes from that pass.
-    let (boundary, sum) = try await Self.boundary(notIn: source)
+    let sum: UInt32
+    if let known = source.crc32c { sum = known } else { sum = try await checksum(of: source) }
+    let boundary = Self.boundary()
     let metadata = try Self.objectBody(
       name: name, attributes: attributes, contentType: contentType, crc32c: CRC32C.base64(sum))
     var head = ByteBufferAllocator().buffer(capacity: metadata.count + 256)
@@ -88,15 +87,22 @@ extension CloudStorageClient {
     }
   }
 
-  /// The CRC-32C of every byte of `source`.
+  /// The CRC-32C of every byte of `source`, read in 1 MiB pieces into one
+  /// buffer (each piece's memory is the last one's).
   func checksum(of source: any UploadSource) async throws -> UInt32 {
     var sum: UInt32 = 0
     var offset: Int64 = 0
+    var last: ByteBuffer? = nil
     while offset < source.size {
-      let piece = try await read(
-        source, from: offset, count: Int(min(Int64(uploads.chunkSize), source.size - offset)))
+      let piece = try await source.load(
+        at: offset, count: Int(min(Int64(SourceBody.piece), source.size - offset)),
+        reusing: SpareBuffer(last.take()))
+      guard piece.readableBytes > 0 else {
+        throw StorageError.badRequest("upload source ended at \(offset) of \(source.size) bytes")
+      }
       sum = CRC32C.update(sum, piece)
       offset += Int64(piece.readableBytes)
+      last = piece
     }
     return sum
   }
@@ -201,64 +207,13 @@ extension CloudStorageClient {
     }
   }
 
-  /// A multipart boundary that does not occur in the media, which is read
-  /// for it in pieces that overlap by a boundary's length, and the media's
-  /// CRC-32C, summed in the same pass (each byte once).
-  static func boundary(notIn media: any UploadSource) async throws -> (String, UInt32) {
-    let piece = SourceBody.piece
-    var sum: UInt32 = 0
-    var summed: Int64 = 0
-    while true {
-      let candidate =
-        "bucketfs-"
-        + (0..<4).map { _ in String(UInt64.random(in: 0...UInt64.max), radix: 36) }
-        .joined()
-      let needle = Array(candidate.utf8)
-      var found = false
-      var at: Int64 = 0
-      while !found, at < media.size {
-        let bytes = try await media.load(at: at, count: Int(min(Int64(piece), media.size - at)))
-        guard bytes.readableBytes > 0 else {
-          throw StorageError.badRequest("upload source ended at \(at) of \(media.size) bytes")
-        }
-        found = bytes.withUnsafeReadableBytes { raw in
-          // Only the bytes past those summed: the pieces overlap, and a later candidate rereads.
-          let fresh = Int(max(0, at + Int64(raw.count) - summed))
-          if fresh > 0 {
-            sum = CRC32C.update(sum, UnsafeRawBufferPointer(rebasing: raw[(raw.count - fresh)...]))
-            summed += Int64(fresh)
-          }
-          return Self.find(needle, in: raw)
-        }
-        if at + Int64(bytes.readableBytes) >= media.size { break }
-        // The next piece starts early enough to see a boundary cut by this one's end.
-        at += Int64(max(1, bytes.readableBytes - needle.count + 1))
-      }
-      if !found, summed == media.size { return (candidate, sum) }
-      if !found {
-        throw StorageError.badRequest("upload source ended at \(summed) of \(media.size) bytes")
-      }
-    }
-  }
-}
-
-extension CloudStorageClient {
-  /// Whether `needle` (not empty) occurs in `haystack`: `memchr` to each
-  /// candidate start, `memcmp` there.
-  static func find(_ needle: [UInt8], in haystack: UnsafeRawBufferPointer) -> Bool {
-    guard let base = haystack.baseAddress, haystack.count >= needle.count else { return false }
-    let last = haystack.count - needle.count
-    return needle.withUnsafeBytes { wanted in
-      guard let first = wanted.baseAddress else { return false }
-      var start = 0
-      while start <= last {
-        guard let hit = memchr(base + start, Int32(wanted[0]), last - start + 1) else { return false }
-        let at = base.distance(to: UnsafeRawPointer(hit))
-        if memcmp(base + at, first, wanted.count) == 0 { return true }
-        start = at + 1
-      }
-      return false
-    }
+  /// A multipart boundary of 256 random bits, as Google's client libraries
+  /// choose theirs: the media is not scanned for it (a pass over every
+  /// byte). Were the media to hold it all the same (odds of 2^-256 at each
+  /// byte), the service would store other bytes than those summed, and the
+  /// declared CRC-32C refuses them.
+  static func boundary() -> String {
+    "bucketfs-" + (0..<4).map { _ in String(UInt64.random(in: 0...UInt64.max), radix: 36) }.joined()
   }
 }
 

@@ -38,6 +38,14 @@ public protocol UploadSource: Sendable {
   /// The same bytes, for a caller on the concurrency pool: a source on
   /// disk reads them on an I/O thread. By default ``read(at:count:)``.
   func load(at offset: Int64, count: Int) async throws -> ByteBuffer
+  /// The same bytes, written into `spare`'s memory when nothing else holds
+  /// it any more (a sender's piece from two pieces back): pages already
+  /// mapped, not fresh ones. By default ``load(at:count:)``.
+  func load(at offset: Int64, count: Int, reusing spare: SpareBuffer) async throws -> ByteBuffer
+  /// The CRC-32C of all the source's bytes when its owner summed them as
+  /// they were written (a file written in order): the upload declares it
+  /// without reading them first. Nil: unknown. By default nil.
+  var crc32c: UInt32? { get }
   /// Gives the file holding the source's bytes a second name, `path` (a
   /// hard link), so a cache can keep the bytes just stored without copying
   /// them; false where it cannot (bytes in memory, another filesystem). The
@@ -50,6 +58,10 @@ extension UploadSource {
   public func load(at offset: Int64, count: Int) async throws -> ByteBuffer {
     try read(at: offset, count: count)
   }
+  public func load(at offset: Int64, count: Int, reusing spare: SpareBuffer) async throws -> ByteBuffer {
+    try await load(at: offset, count: count)
+  }
+  public var crc32c: UInt32? { nil }
 }
 
 /// An upload source over bytes in memory.

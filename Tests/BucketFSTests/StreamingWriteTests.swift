@@ -134,7 +134,16 @@ final class StreamingWriteTests: XCTestCase {
     for start in stride(from: 0, to: data.count, by: 128 << 10) {
       _ = try await fs.writeBytes(inode, handle, at: UInt64(start), Array(data[start..<start + (128 << 10)]))
     }
-    // Polled, not awaited: a close that never returns must fail the test, not hang it.
+    let closed = try await outcome(ofClosing: inode, handle, on: fs)
+    XCTAssertEqual(closed, "errno \(EIO)")
+    XCTAssertNil(server.store.object("big.bin"))
+  }
+
+  /// "stored", "errno N" or the error a close ends with. Polled, not
+  /// awaited: a close that never returns must fail the test, not hang it.
+  private func outcome(ofClosing inode: UInt64, _ handle: UInt64, on fs: BucketFileSystem) async throws
+    -> String
+  {
     let outcome = Mutex<String?>(nil)
     Task {
       let result: String
@@ -149,9 +158,27 @@ final class StreamingWriteTests: XCTestCase {
       outcome.withLock { $0 = result }
     }
     for _ in 0..<600 where outcome.withLock({ $0 }) == nil { try await Task.sleep(for: .milliseconds(50)) }
-    let closed = outcome.withLock { $0 } ?? "still closing after 30 s"
-    XCTAssertEqual(closed, "errno \(EIO)")
-    XCTAssertNil(server.store.object("big.bin"))
+    return outcome.withLock { $0 } ?? "still closing after 30 s"
+  }
+
+  /// Every upload declares the CRC-32C of the bytes as the writer gave them
+  /// (summed as they were written in order), not as the stage holds them: a
+  /// byte changed on the staging disk is refused by the service and never
+  /// becomes the object, whether the file goes up in one request (100 KB),
+  /// in a resumable session (700 KB) or streams in parts (3 MiB).
+  func testAByteChangedOnTheStagingDiskNeverBecomesTheObject() async throws {
+    let client = try makeClient(quickRetry(attemptTimeout: 30, deadline: 0.5))
+    for (name, size) in [("small.bin", 100_000), ("middle.bin", 700_000), ("big.bin", 3 << 20)] {
+      fs = makeWritingFileSystem(
+        client, stageDirectory: stages, stageFiles: FlippingStageFiles(offset: UInt64(size / 2)),
+        streamDiskLimit: bound)
+      let (inode, handle) = try await fs.createFile(name)
+      try await write(inode, handle, pattern(size), at: 0)
+      let closed = try await outcome(ofClosing: inode, handle, on: fs)
+      XCTAssertEqual(closed, "errno \(EIO)", name)
+      XCTAssertNil(server.store.object(name), name)
+    }
+    XCTAssertGreaterThan(server.requests(.upload).count, 0)
   }
 
   /// The final compose answers a crc32c that is not its sources' combined:

@@ -70,6 +70,25 @@ final class FailingStageFiles: StageFiles {
   }
 }
 
+/// Stage files that change the byte at `offset` of what is written there,
+/// as a failing disk might: the writer's bytes and the stage's then differ.
+struct FlippingStageFiles: StageFiles {
+  let offset: UInt64
+
+  func write(_ fd: Int32, _ data: UnsafeRawBufferPointer, at start: UInt64) -> Int32 {
+    guard (start..<start + UInt64(data.count)).contains(offset) else {
+      return LocalStageFiles().write(fd, data, at: start)
+    }
+    var changed = Array(data)
+    changed[Int(offset - start)] ^= 0x5a
+    return changed.withUnsafeBytes { LocalStageFiles().write(fd, $0, at: start) }
+  }
+
+  func truncate(_ fd: Int32, to size: UInt64) -> Int32 {
+    LocalStageFiles().truncate(fd, to: size)
+  }
+}
+
 extension BucketFileSystem {
   /// create(2) of a path whose parent exists.
   func createFile(_ path: String, flags: Int32 = O_WRONLY | O_CREAT) async throws -> (

@@ -151,17 +151,6 @@ final class CompositeUploadTests: XCTestCase {
     }
   }
 
-  func testAMultipartBoundaryIsLookedForAcrossPieces() {
-    let needle = Array("bucketfs-xyz".utf8)
-    func found(_ bytes: [UInt8]) -> Bool { bytes.withUnsafeBytes { CloudStorageClient.find(needle, in: $0) } }
-    XCTAssertTrue(found(needle))
-    XCTAssertTrue(found([0x62, 0x62] + needle + [0]))
-    XCTAssertTrue(found(Array(repeating: 0x62, count: 1000) + needle))
-    XCTAssertFalse(found(Array(needle.dropLast())))
-    XCTAssertFalse(found(Array(repeating: 0x62, count: 1000)))
-    XCTAssertFalse(found([]))
-  }
-
   func testAFailingPartIsRetriedAlone() async throws {
     let data = pattern(6 * (256 << 10))
     try await withFakeServer(retry: patient, uploads: try policy()) { server, client in

@@ -22,6 +22,46 @@ final class IntegrityTests: XCTestCase {
     }
   }
 
+  /// A source that knows its sum (a file summed as it was written) is read
+  /// once, for sending, and its sum is what the metadata declares; any
+  /// other is read twice: once to sum it, once to send it.
+  func testASourceThatKnowsItsSumIsReadOnceAndDeclaresIt() async throws {
+    let data = pattern(300_000)
+    let sum = CRC32C.update(0, ByteBuffer(bytes: data))
+    try await withFakeServer { server, client in
+      let summed = RecordingSource(data)
+      summed.crc32c = sum
+      _ = try await client.upload("a", from: summed, attributes: .init(), ifGenerationMatch: 0)
+      XCTAssertEqual(summed.totalRead, data.count)
+      let (json, _, _) = try multipartParts(try XCTUnwrap(server.requests(.upload).first))
+      XCTAssertEqual(json["crc32c"] as? String, CRC32C.base64(sum))
+      let unsummed = RecordingSource(data)
+      _ = try await client.upload("b", from: unsummed, attributes: .init(), ifGenerationMatch: 0)
+      XCTAssertEqual(unsummed.totalRead, 2 * data.count)
+      XCTAssertTrue(server.store.data("a") == data && server.store.data("b") == data)
+    }
+  }
+
+  /// A source whose bytes no longer have the sum it knows (its disk changed
+  /// one) is refused, by the service for one request or a session, by the
+  /// client for parts summed as they were sent: nothing is stored.
+  func testASourceWhoseBytesAreNotItsSumIsNeverStored() async throws {
+    let policy = try UploadPolicy(
+      threshold: 256 << 10, chunkSize: 256 << 10, compositeThreshold: 1 << 20, partSize: 256 << 10)
+    try await withFakeServer(retry: .fast(attemptTimeout: 30, deadline: 0.5), uploads: policy) {
+      server, client in
+      for (name, size) in [("small", 100_000), ("session", 700_000), ("parts", 3 << 20)] {
+        let source = RecordingSource(pattern(size))
+        source.crc32c = 0x1234_5678
+        do {
+          _ = try await client.upload(name, from: source, attributes: .init(), ifGenerationMatch: 0)
+          XCTFail("\(name): bytes that are not the sum written must not be stored")
+        } catch {}
+        XCTAssertNil(server.store.object(name), name)
+      }
+    }
+  }
+
   func testUploadRefusedOnceForItsChecksumIsSentAgain() async throws {
     let data = pattern(200_000)
     try await withFakeServer { server, client in

@@ -23,6 +23,8 @@ final class RecordingSource: UploadSource, @unchecked Sendable {
   private var ahead: Int64 = 0
   /// Bytes the service holds so far, asked at each read.
   var held: @Sendable () -> Int64 = { 0 }
+  /// What the source says its bytes sum to (a file summed as it was written).
+  var crc32c: UInt32? = nil
 
   init(_ bytes: [UInt8]) { self.bytes = bytes }
 

@@ -20,17 +20,21 @@ struct StageSource: UploadSource {
   let range: Range<Int64>
   /// The whole data file: a cache may keep it by a second name.
   private let whole: Bool
+  /// The bytes' CRC-32C, summed as they were written (``AppendSums``).
+  let crc32c: UInt32?
 
-  init(stage: Stage, size: Int64) {
+  init(stage: Stage, size: Int64, crc32c: UInt32? = nil) {
     self.stage = stage
     range = 0..<size
     whole = true
+    self.crc32c = crc32c
   }
 
-  init(stage: Stage, range: Range<Int64>) {
+  init(stage: Stage, range: Range<Int64>, crc32c: UInt32? = nil) {
     self.stage = stage
     self.range = range
     whole = false
+    self.crc32c = crc32c
   }
 
   var size: Int64 { Int64(range.count) }
@@ -43,6 +47,12 @@ struct StageSource: UploadSource {
   func load(at offset: Int64, count: Int) async throws -> ByteBuffer {
     let count = clamped(count, at: offset)
     return try checked(await stage.read(at: range.lowerBound + offset, count: count), count: count)
+  }
+
+  func load(at offset: Int64, count: Int, reusing spare: SpareBuffer) async throws -> ByteBuffer {
+    let count = clamped(count, at: offset)
+    return try checked(
+      await stage.read(at: range.lowerBound + offset, count: count, reusing: spare), count: count)
   }
 
   private func clamped(_ count: Int, at offset: Int64) -> Int {

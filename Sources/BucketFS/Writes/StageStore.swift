@@ -110,11 +110,16 @@ final class StageStore: MountComponent, Sendable {
       if !covered { try await load(staged) }
       try await markDirty(staged)
       try await streams.streamBeforeWrite(staged, offset: offset, count: data.count)
+      // Summed here, while the bytes are in the CPU's cache: the upload
+      // then declares their CRC-32C without reading the stage for it.
+      let summed = staged.sumStart(at: offset).map { start in
+        data.withUnsafeBytes { AppendSums.Written($0, from: start) }
+      }
       let code = await staged.stage.write(data, at: offset)
       // A local failure poisons the file: its stage may hold part of the
       // write, and is never uploaded.
       if code != 0 { throw staged.poison(code, diagnostics: diagnostics) }
-      staged.noteWritten(upTo: offset + UInt64(data.count))
+      staged.noteWritten(upTo: offset + UInt64(data.count), summed: summed)
       try await streams.streamAfterWrite(staged)
       return data.count
     }

@@ -42,6 +42,10 @@ extension StagedFile {
     /// Every byte was written in order from 0 since the file was last empty:
     /// it may stream (``WriteStream``).
     var sequential: Bool
+    /// The bytes' CRC-32C as they were written, while every write was
+    /// summed in order from the file's first byte (a file with the opened
+    /// generation's bytes has none).
+    var sums = AppendSums()
     var stream: WriteStream?
     /// Uploads under way: a release meanwhile leaves its decision to the
     /// last of them to end.

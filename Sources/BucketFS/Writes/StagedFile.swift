@@ -47,7 +47,7 @@ final class StagedFile: Sendable {
         inferred: inferred, size: emptied ? 0 : UInt64(base.size), loaded: emptied, dirty: truncated,
         modified: truncated
           ? .wholeSecondsNow() : FileFacts(base).modified ?? RFC3339.parse(base.timeCreated),
-        sequential: emptied))
+        sequential: emptied, sums: emptied ? AppendSums() : .unknown))
   }
 
   /// Runs `body` as the only work on the stage's bytes and sidecar.
@@ -164,12 +164,25 @@ final class StagedFile: Sendable {
   }
 
   /// Bytes up to `end` were written to the stage.
-  func noteWritten(upTo end: UInt64) {
+  func noteWritten(upTo end: UInt64, summed: AppendSums.Written?) {
     state.withLock { s in
       s.loaded = true
       s.size = max(s.size, end)
       s.modified = .wholeSecondsNow()
+      s.sums.add(summed)
     }
+  }
+
+  /// Where a write at `offset` is summed from (``AppendSums``); nil when
+  /// it is out of order.
+  func sumStart(at offset: UInt64) -> AppendSums.Mark? {
+    state.withLock { s in s.sums.start(at: Int64(offset)) }
+  }
+
+  /// The CRC-32C of `range`'s bytes as they were written; nil: unknown
+  /// (an upload of them reads them to sum them).
+  func writtenSum(of range: Range<Int64>) -> UInt32? {
+    state.withLock { s in s.sums.sum(of: range) }
   }
 
   /// The stage was truncated or extended to `size`.
@@ -178,6 +191,7 @@ final class StagedFile: Sendable {
       s.loaded = true
       s.size = size
       s.sequential = size == 0
+      s.sums = size == 0 ? AppendSums() : .unknown
       s.modified = .wholeSecondsNow()
     }
   }
@@ -304,7 +318,12 @@ final class StagedFile: Sendable {
   /// Stream `id`'s part of bytes `range` is stored; false when the stream
   /// no longer has it.
   func notePartStored(_ part: StoredPart, at range: Range<Int64>, stream id: UInt64) -> Bool {
-    state.withLock { s in s.stream?.id == id && s.stream?.store(part, at: range) == true }
+    state.withLock { s in
+      guard s.stream?.id == id, s.stream?.store(part, at: range) == true else { return false }
+      // Bytes before every part still going up are summed for good.
+      if let stream = s.stream { s.sums.forget(below: stream.unstoredStart) }
+      return true
+    }
   }
 
   /// Stream `id`'s bytes of `range` were punched out of the stage.

@@ -68,7 +68,10 @@ struct Uploader: MountComponent, Sendable {
           uploaded = streamed
         } else {
           uploaded = try await store.upload(
-            key, from: StageSource(stage: staged.stage, size: Int64(request.size)),
+            key,
+            from: StageSource(
+              stage: staged.stage, size: Int64(request.size),
+              crc32c: staged.writtenSum(of: 0..<Int64(request.size))),
             attributes: request.attributes,
             ifGenerationMatch: generation)
         }

@@ -63,6 +63,10 @@ struct WriteStream: Sendable {
 
   var inFlight: Int { parts.count(where: { $0.stored == nil }) }
 
+  /// Where the first part not stored yet starts; the stream's end when
+  /// every part launched is stored.
+  var unstoredStart: Int64 { parts.first(where: { $0.stored == nil })?.range.lowerBound ?? end }
+
   /// Whether `range` overlaps bytes that may have left the stage.
   func gone(_ range: Range<Int64>) -> Bool {
     range.lowerBound < committed || parts.contains { $0.stored != nil && $0.range.overlaps(range) }

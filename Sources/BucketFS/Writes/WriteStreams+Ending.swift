@@ -34,7 +34,9 @@ extension WriteStreams {
       if stream.end < Int64(size) {
         sources.append(
           try await stream.upload.store(
-            StageSource(stage: staged.stage, range: stream.end..<Int64(size))))
+            StageSource(
+              stage: staged.stage, range: stream.end..<Int64(size),
+              crc32c: staged.writtenSum(of: stream.end..<Int64(size)))))
       }
       uploaded = try await stream.upload.compose(
         sources, into: key, attributes: attributes, ifGenerationMatch: generation)

@@ -103,7 +103,8 @@ final class WriteStreams: MountComponent, Sendable {
     async
   {
     do {
-      let part = try await upload.store(StageSource(stage: staged.stage, range: range))
+      let part = try await upload.store(
+        StageSource(stage: staged.stage, range: range, crc32c: staged.writtenSum(of: range)))
       let current = staged.notePartStored(part, at: range, stream: id)
       guard current else { return }
       combineIfNeeded(staged, stream: id)
