@@ -335,6 +335,13 @@ struct PartSource: UploadSource {
       try await whole.load(at: range.lowerBound + offset, count: Int(available)), to: Int(available))
   }
 
+  func load(at offset: Int64, count: Int, reusing spare: SpareBuffer) async throws -> ByteBuffer {
+    let available = max(0, min(Int64(count), size - offset))
+    return trimmed(
+      try await whole.load(at: range.lowerBound + offset, count: Int(available), reusing: spare),
+      to: Int(available))
+  }
+
   private func trimmed(_ piece: ByteBuffer, to available: Int) -> ByteBuffer {
     var piece = piece
     if piece.readableBytes > available { piece.moveWriterIndex(to: piece.readerIndex + available) }

@@ -239,6 +239,13 @@ struct FramedSource: UploadSource {
     return try await media.load(at: inMedia, count: Int(min(Int64(count), media.size - inMedia)))
   }
 
+  func load(at offset: Int64, count: Int, reusing spare: SpareBuffer) async throws -> ByteBuffer {
+    if let framing = framing(at: offset, count: count) { return framing }
+    let inMedia = offset - Int64(head.readableBytes)
+    return try await media.load(
+      at: inMedia, count: Int(min(Int64(count), media.size - inMedia)), reusing: spare)
+  }
+
   /// The bytes at `offset` when they are the head's or the tail's; nil in the media.
   private func framing(at offset: Int64, count: Int) -> ByteBuffer? {
     let headSize = Int64(head.readableBytes)

@@ -56,4 +56,18 @@ final class SourceBodyTests: XCTestCase {
     XCTAssertEqual(held.count, 4)
     XCTAssertEqual(Set(held.map { $0.withVeryUnsafeBytes { UInt(bitPattern: $0.baseAddress) } }).count, 4)
   }
+
+  /// The sources an upload wraps around the file's (a multipart body's
+  /// framing, a composite upload's part) hand the spare memory on.
+  func testWrappingSourcesHandTheSpareOn() async throws {
+    let media = ReusingSource(size: 4 << 20)
+    let framed = FramedSource(head: ByteBuffer(string: "head"), media: media, tail: ByteBuffer(string: "tail"))
+    let part = PartSource(whole: media, range: (1 << 20)..<(3 << 20))
+    for source in [framed, part] as [any UploadSource] {
+      let spare = SpareBuffer(ByteBufferAllocator().buffer(capacity: 1 << 20))
+      let piece = try await source.load(at: 4, count: 1 << 20, reusing: spare)
+      XCTAssertEqual(piece.readableBytes, 1 << 20)
+    }
+    XCTAssertEqual(media.reused, 2)
+  }
 }
