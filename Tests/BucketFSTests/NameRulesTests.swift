@@ -61,6 +61,29 @@ final class NameRulesTests: XCTestCase {
     XCTAssertTrue(Names.precedes("e\u{301}", "é"))  // decomposed sorts before precomposed as bytes
   }
 
+  /// The byte-wise comparisons (memcmp where the bytes are contiguous)
+  /// agree with a walk of the UTF-8 views, for small and long names, equal
+  /// prefixes, NFC against NFD, and substrings.
+  func testByteWiseComparisonsAgreeWithTheUTF8Views() {
+    var random = SystemRandomNumberGenerator()
+    let pieces = ["a", "b", "é", "e\u{301}", "/", "日本", "\u{0}", "z", String(repeating: "x", count: 20)]
+    func name() -> String {
+      (0..<Int.random(in: 0...6, using: &random)).map { _ in pieces.randomElement()! }.joined()
+    }
+    for _ in 0..<2000 {
+      let (a, b) = (name(), name())
+      for (x, y) in [(a, b), (a, a), (a, a + "q"), (String(a.reversed()), a)] {
+        XCTAssertEqual(
+          Names.same(x, y), Array(x.utf8) == Array(y.utf8), "\(x.debugDescription) \(y.debugDescription)")
+        XCTAssertEqual(Names.precedes(x, y), Array(x.utf8).lexicographicallyPrecedes(Array(y.utf8)))
+        XCTAssertEqual(
+          Names.same(x.dropFirst(), y.dropFirst()), Array(x.dropFirst().utf8) == Array(y.dropFirst().utf8))
+      }
+    }
+    XCTAssertFalse(Names.same("caf\u{e9}", "cafe\u{301}"))
+    XCTAssertTrue(Names.same("", Substring("")))
+  }
+
   func testRFC3339() {
     let table: [(String, Int?, Int)] = [
       ("1970-01-01T00:00:00Z", 0, 0),

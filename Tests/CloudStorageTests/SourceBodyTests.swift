@@ -61,7 +61,8 @@ final class SourceBodyTests: XCTestCase {
   /// framing, a composite upload's part) hand the spare memory on.
   func testWrappingSourcesHandTheSpareOn() async throws {
     let media = ReusingSource(size: 4 << 20)
-    let framed = FramedSource(head: ByteBuffer(string: "head"), media: media, tail: ByteBuffer(string: "tail"))
+    let framed = FramedSource(
+      head: ByteBuffer(string: "head"), media: media, tail: ByteBuffer(string: "tail"))
     let part = PartSource(whole: media, range: (1 << 20)..<(3 << 20))
     for source in [framed, part] as [any UploadSource] {
       let spare = SpareBuffer(ByteBufferAllocator().buffer(capacity: 1 << 20))

@@ -1,5 +1,9 @@
 import FUSE
 
+#if canImport(Glibc)
+  import Glibc
+#endif
+
 /// How flat object names become a tree (docs/SEMANTICS.md#names).
 public enum Names {
   /// What a name the kernel passes is for: checked by ``key(_:under:for:)``.
@@ -67,6 +71,14 @@ public enum Names {
 
   /// Byte-wise order, the order the service lists names in.
   public static func precedes(_ a: String, _ b: String) -> Bool {
-    a.utf8.lexicographicallyPrecedes(b.utf8)
+    let contiguous = a.utf8.withContiguousStorageIfAvailable { x in
+      b.utf8.withContiguousStorageIfAvailable { y in
+        let common = min(x.count, y.count)
+        let order = common == 0 ? 0 : memcmp(x.baseAddress!, y.baseAddress!, common)
+        return order != 0 ? order < 0 : x.count < y.count
+      }
+    }
+    if let contiguous, let precedes = contiguous { return precedes }
+    return a.utf8.lexicographicallyPrecedes(b.utf8)
   }
 }

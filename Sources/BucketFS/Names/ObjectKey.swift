@@ -1,3 +1,7 @@
+#if canImport(Glibc)
+  import Glibc
+#endif
+
 /// An object name compared, hashed and ordered as the service does: by its
 /// UTF-8 bytes. Swift's `String` `==`, `<` and hashing use Unicode canonical
 /// equivalence, so NFC `caf\u{e9}` and NFD `cafe\u{301}` would be one key;
@@ -27,7 +31,15 @@ extension Names {
   /// Whether two names are the same object name: byte-wise, never by
   /// Unicode equivalence (see ``ObjectKey``).
   public static func same<A: StringProtocol, B: StringProtocol>(_ a: A, _ b: B) -> Bool {
-    a.utf8.elementsEqual(b.utf8)
+    // Native strings hold their bytes contiguously: one memcmp, not a walk
+    // of two views (a dictionary of keys compares on every insert).
+    let contiguous = a.utf8.withContiguousStorageIfAvailable { x in
+      b.utf8.withContiguousStorageIfAvailable { y in
+        x.count == y.count && (x.isEmpty || memcmp(x.baseAddress!, y.baseAddress!, x.count) == 0)
+      }
+    }
+    if let contiguous, let same = contiguous { return same }
+    return a.utf8.elementsEqual(b.utf8)
   }
 }
 
