@@ -414,6 +414,27 @@ final class StreamingWriteTests: XCTestCase {
     try await waitForNoParts()
   }
 
+  /// After an fsync at an offset no mark falls on, the next parts are
+  /// summed from the stage as they are read; their combined sum is checked
+  /// against the bytes as written before the compose: a byte the staging
+  /// disk changed fails the close with EIO and the object stays the one
+  /// fsync stored.
+  func testAPartSummedFromAChangedStageIsNeverComposed() async throws {
+    let first = pattern(2_500_000)
+    fs = makeWritingFileSystem(
+      try makeClient(quickRetry(attemptTimeout: 60, deadline: 60)), stageDirectory: stages,
+      stageFiles: FlippingStageFiles(offset: UInt64(first.count + 300_000)), streamDiskLimit: bound)
+    let (inode, handle) = try await fs.createFile("sync.bin")
+    try await write(inode, handle, first, at: 0)
+    try await fs.fsync(inode: inode, handle: handle, dataOnly: false)
+    XCTAssertEqual(server.store.data("sync.bin"), first)
+    try await write(inode, handle, pattern(2 << 20, seed: 17), at: first.count)
+    let closed = try await outcome(ofClosing: inode, handle, on: fs)
+    XCTAssertEqual(closed, "errno \(EIO)")
+    XCTAssertTrue(server.store.data("sync.bin") == first, "the object stays what fsync stored")
+    try await waitForNoParts()
+  }
+
   func testAnUnlinkedStreamingFileLeavesNoParts() async throws {
     let (inode, handle) = try await fs.createFile("gone.bin")
     try await write(inode, handle, pattern(3 << 20), at: 0)

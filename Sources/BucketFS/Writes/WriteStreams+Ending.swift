@@ -2,6 +2,10 @@ import FUSE
 import NIOCore
 import ObjectStore
 
+#if canImport(Glibc)
+  import Glibc
+#endif
+
 /// A stream made the object: what its close (or fsync) composes, under the
 /// upload's precondition. Or it ended before its compose: its bytes brought
 /// back into the stage (a write behind it, a read of an uploaded part, a
@@ -38,6 +42,13 @@ extension WriteStreams {
               stage: staged.stage, range: stream.end..<Int64(size),
               crc32c: staged.writtenSum(of: stream.end..<Int64(size)))))
       }
+      // A part whose bounds miss the sums' marks (after a commit at an odd
+      // offset) was summed from the stage: the bytes as written decide.
+      if let written = staged.writtenSum(of: 0..<Int64(size)), let held = Self.combined(sources),
+        held != written
+      {
+        throw StageFailure(code: EIO)
+      }
       uploaded = try await stream.upload.compose(
         sources, into: key, attributes: attributes, ifGenerationMatch: generation)
     } catch {
@@ -55,6 +66,16 @@ extension WriteStreams {
     inBackground { await upload.removeParts(all: false) }
     staged.noteComposed(size: Int64(size), claimed: stream)
     return uploaded
+  }
+
+  /// The CRC-32C of `sources` one after another; nil if one is unknown.
+  static func combined(_ sources: [StoredPart]) -> UInt32? {
+    var sum: UInt32 = 0
+    for source in sources {
+      guard let crc = source.crc32c else { return nil }
+      sum = CRC32C.combine(sum, crc, lengthB: source.size)
+    }
+    return sum
   }
 
   /// The stream once every part upload under way is stored, marked
