@@ -27,16 +27,6 @@ extension CloudStorageClient {
     var size: Int64 = 0
   }
 
-  /// The CRC-32C of `parts` one after another, from their own; nil if one is unknown.
-  static func combined(_ parts: [(crc32c: UInt32?, size: Int64)]) -> UInt32? {
-    var sum: UInt32 = 0
-    for part in parts {
-      guard let crc = part.crc32c else { return nil }
-      sum = CRC32C.combine(sum, crc, lengthB: part.size)
-    }
-    return sum
-  }
-
   /// The objects an upload made under its prefix, for the cleanup.
   final class Made: Sendable {
     let objects = Mutex<[String: Int64]>([:])
@@ -50,7 +40,7 @@ extension CloudStorageClient {
     let made = Made()
     do {
       let parts = try await uploadParts(of: source, under: prefix, made: made)
-      let crc32c = Self.combined(parts.map { ($0.crc32c, $0.size) })
+      let crc32c = CRC32C.concatenated(parts.map { ($0.crc32c, $0.size) })
       // Parts summed from the source's bytes now, against its sum of them as written.
       if let written = source.crc32c, let crc32c, crc32c != written {
         metrics.mismatched(.upload)

@@ -55,7 +55,7 @@ final class ClientPartedUpload: PartedUpload {
     let size = parts.reduce(Int64(0)) { $0 + $1.size }
     return try await client.compose(
       sources, into: name, attributes: attributes, ifGenerationMatch: ifGenerationMatch, size: size,
-      crc32c: CloudStorageClient.combined(parts.map { ($0.crc32c, $0.size) })
+      crc32c: CRC32C.concatenated(parts.map { ($0.crc32c, $0.size) })
     ) {
       try await client.ownObject(
         name, size: size, attributes: attributes, contentType: CloudStorageClient.contentType(attributes)

@@ -41,6 +41,17 @@ public enum CRC32C {
     return crc ^ crcB
   }
 
+  /// The CRC-32C of pieces one after another, from each one's sum and
+  /// length (a composite's from its sources'); nil if one is unknown.
+  public static func concatenated(_ pieces: [(crc32c: UInt32?, size: Int64)]) -> UInt32? {
+    var sum: UInt32 = 0
+    for piece in pieces {
+      guard let crc = piece.crc32c else { return nil }
+      sum = combine(sum, crc, lengthB: piece.size)
+    }
+    return sum
+  }
+
   /// The CRC-32C of an object from its blocks' sums, in order: every block
   /// `blockSize` bytes but the last, which holds the rest of `size`: one
   /// table shift a whole block (the table is made once a call, from 32

@@ -24,6 +24,22 @@ final class CRC32CTests: XCTestCase {
 
   /// Long inputs run three chains side by side (crc32c.c): the same sum as
   /// pieces short enough for one chain, at any length and alignment.
+  /// A composite's sum from its sources' (what a compose is checked
+  /// against): the whole's sum, and unknown when one source's is.
+  func testSourcesConcatenateIntoTheWholesSum() {
+    let bytes = (0..<10_000).map { UInt8(truncatingIfNeeded: $0 &* 7 ^ ($0 >> 3)) }
+    let cuts = [0, 1, 4096, 4097, 10_000]
+    let pieces = zip(cuts, cuts.dropFirst()).map { lower, upper in
+      (
+        crc32c: Optional(CRC32C.update(0, ByteBuffer(bytes: bytes[lower..<upper]))),
+        size: Int64(upper - lower)
+      )
+    }
+    XCTAssertEqual(CRC32C.concatenated(pieces), CRC32C.update(0, ByteBuffer(bytes: bytes)))
+    XCTAssertEqual(CRC32C.concatenated([]), 0)
+    XCTAssertNil(CRC32C.concatenated(pieces + [(crc32c: nil, size: 5)]))
+  }
+
   func testThreeChainsSumAsOne() {
     var generator = SystemRandomNumberGenerator()
     let bytes = (0..<300_007).map { _ in UInt8.random(in: 0...255, using: &generator) }

@@ -62,25 +62,16 @@ final class Stage: Sendable {
     await onDisk { self.punchBlocking(range) }
   }
 
-  /// Up to `count` bytes at `offset`, fewer only at the stage's end.
-  func read(at offset: Int64, count: Int) async throws(StageFailure) -> ByteBuffer {
-    try await onDisk { () -> Result<ByteBuffer, StageFailure> in
-      do throws(StageFailure) {
-        return .success(try self.readBlocking(at: offset, count: count))
-      } catch {
-        return .failure(error)
-      }
-    }.get()
-  }
-
-  /// ``read(at:count:)`` into `spare`'s memory when nothing else holds it
-  /// (an upload's pieces: fresh pages for each piece were a fifth of a
-  /// cp's CPU, faulted in by the `pread`).
-  func read(at offset: Int64, count: Int, reusing spare: SpareBuffer) async throws(StageFailure) -> ByteBuffer
+  /// Up to `count` bytes at `offset`, fewer only at the stage's end; into
+  /// `spare`'s memory when given and nothing else holds it (an upload's
+  /// pieces: fresh pages for each piece were a fifth of a cp's CPU,
+  /// faulted in by the `pread`).
+  func read(at offset: Int64, count: Int, reusing spare: SpareBuffer? = nil) async throws(StageFailure)
+    -> ByteBuffer
   {
     try await onDisk { () -> Result<ByteBuffer, StageFailure> in
       do throws(StageFailure) {
-        return .success(try self.readBlocking(at: offset, count: count, into: spare.take()))
+        return .success(try self.readBlocking(at: offset, count: count, into: spare?.take()))
       } catch {
         return .failure(error)
       }

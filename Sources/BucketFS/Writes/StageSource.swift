@@ -45,11 +45,14 @@ struct StageSource: UploadSource {
   }
 
   func load(at offset: Int64, count: Int) async throws -> ByteBuffer {
-    let count = clamped(count, at: offset)
-    return try checked(await stage.read(at: range.lowerBound + offset, count: count), count: count)
+    try await load(at: offset, count: count, reusing: nil)
   }
 
   func load(at offset: Int64, count: Int, reusing spare: SpareBuffer) async throws -> ByteBuffer {
+    try await load(at: offset, count: count, reusing: Optional(spare))
+  }
+
+  private func load(at offset: Int64, count: Int, reusing spare: SpareBuffer?) async throws -> ByteBuffer {
     let count = clamped(count, at: offset)
     return try checked(
       await stage.read(at: range.lowerBound + offset, count: count, reusing: spare), count: count)

@@ -44,7 +44,8 @@ extension WriteStreams {
       }
       // A part whose bounds miss the sums' marks (after a commit at an odd
       // offset) was summed from the stage: the bytes as written decide.
-      if let written = staged.writtenSum(of: 0..<Int64(size)), let held = Self.combined(sources),
+      if let written = staged.writtenSum(of: 0..<Int64(size)),
+        let held = CRC32C.concatenated(sources.map { ($0.crc32c, $0.size) }),
         held != written
       {
         throw StageFailure(code: EIO)
@@ -66,16 +67,6 @@ extension WriteStreams {
     inBackground { await upload.removeParts(all: false) }
     staged.noteComposed(size: Int64(size), claimed: stream)
     return uploaded
-  }
-
-  /// The CRC-32C of `sources` one after another; nil if one is unknown.
-  static func combined(_ sources: [StoredPart]) -> UInt32? {
-    var sum: UInt32 = 0
-    for source in sources {
-      guard let crc = source.crc32c else { return nil }
-      sum = CRC32C.combine(sum, crc, lengthB: source.size)
-    }
-    return sum
   }
 
   /// The stream once every part upload under way is stored, marked
