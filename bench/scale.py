@@ -49,8 +49,9 @@ def command(cmd: str) -> float:
     return time.perf_counter() - t0
 
 
-def measure(root: str, log_dir: str, proxy: F.CountingProxy, what: str, cmd, direct: float) -> dict:
-    with R.BucketFSMount(root, BUCKET, proxy.url, log_dir) as m:
+def measure(root: str, log_dir: str, proxy: F.CountingProxy, what: str, cmd, direct: float,
+            extra: tuple = ()) -> dict:
+    with R.BucketFSMount(root, BUCKET, proxy.url, log_dir, extra) as m:
         proxy.settle(0.3, 5)
         proxy.reset()
         seconds = command(cmd(m))
@@ -69,8 +70,10 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--flat", default="10000,100000,1000000", help="directory sizes")
     ap.add_argument("--trees", default="10x1000,100x1000,10x100x1000,100x100x1000", help="tree shapes")
+    ap.add_argument("--mount-args", default="", help="more options for every mount, e.g. \"--max-inodes 16384\"")
     ap.add_argument("--bucketfs-bin", default=os.environ.get("BUCKETFS_BIN") or R.BucketFSMount.binary)
     a = ap.parse_args(argv)
+    extra = tuple(a.mount_args.split())
     R.BucketFSMount.binary = a.bucketfs_bin
     flats = [int(x) for x in a.flat.split(",") if x]
     trees = [[int(x) for x in t.split("x")] for t in a.trees.split(",") if t]
@@ -83,14 +86,14 @@ def main(argv=None) -> int:
     os.makedirs(log_dir)
     rows = []
     try:
-        R.log(f"bucketfs: {a.bucketfs_bin}")
+        R.log(f"bucketfs: {a.bucketfs_bin} {a.mount_args}")
         for n in flats:
             prefix = flat_prefix(n)
             for name, cmd in (("ls -f", "ls -f {}"), ("ls -l", "ls -l {}")):
                 # Paged right before each mount: the machine's pace drifts over a run.
                 direct = R.direct_list(proxy.url, BUCKET, prefix)
                 rows.append(measure(root, log_dir, proxy, f"`{name}` of {n:,}", lambda m, c=cmd: c.format(m.p(prefix)),
-                                    direct))
+                                    direct, extra))
         for shape in trees:
             prefix = tree_prefix(shape)
             count = 1
@@ -98,11 +101,11 @@ def main(argv=None) -> int:
                 count *= w
             direct = R.direct_list(proxy.url, BUCKET, prefix, flat=True)
             rows.append(measure(root, log_dir, proxy, f"`find -type f` of a tree of {count:,} ({shape})",
-                                lambda m, p=prefix: f"find {m.p(p)} -type f", direct))
+                                lambda m, p=prefix: f"find {m.p(p)} -type f", direct, extra))
         if flats:
             n = max(flats)
             last = L.Family(flat_prefix(n), [n]).name(n - 1)
-            with R.BucketFSMount(root, BUCKET, proxy.url, log_dir) as m:
+            with R.BucketFSMount(root, BUCKET, proxy.url, log_dir, extra) as m:
                 proxy.settle(0.3, 5)
                 proxy.reset()
                 t0 = time.perf_counter()

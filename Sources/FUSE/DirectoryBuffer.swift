@@ -13,7 +13,17 @@ public protocol DirectoryBuffer: AnyObject {
   var isPlus: Bool { get }
   /// Adds one entry; false (and nothing added) when it does not fit.
   /// `nextOffset` is the offset a later readdir passes to continue after it.
-  func add(name: String, entry: Entry, nextOffset: UInt64) -> Bool
+  /// Not `held`: in a readdirplus reply the entry goes without a node (node
+  /// id 0: the kernel makes no inode of it, counts no lookup, and looks the
+  /// name up when it is used); its type and number still show.
+  func add(name: String, entry: Entry, nextOffset: UInt64, held: Bool) -> Bool
+}
+
+extension DirectoryBuffer {
+  /// Adds an entry that, in a readdirplus reply, counts as a lookup.
+  public func add(name: String, entry: Entry, nextOffset: UInt64) -> Bool {
+    add(name: name, entry: entry, nextOffset: nextOffset, held: true)
+  }
 }
 
 /// Packs entries in libfuse's dirent format for a reply.
@@ -35,11 +45,13 @@ final class FUSEDirectoryBuffer: DirectoryBuffer {
 
   deinit { bytes.deallocate() }
 
-  func add(name: String, entry: Entry, nextOffset: UInt64) -> Bool {
+  func add(name: String, entry: Entry, nextOffset: UInt64, held: Bool) -> Bool {
     let remaining = capacity - used
     let needed = name.withCString { cName in
       if isPlus {
         var param = entry.parameters
+        // The dirent's number is the attributes' (libfuse), not the node's.
+        if !held { param.ino = 0 }
         return fuse_add_direntry_plus(
           request, bytes + used, remaining, cName, &param, off_t(Int64(bitPattern: nextOffset)))
       }
@@ -49,7 +61,7 @@ final class FUSEDirectoryBuffer: DirectoryBuffer {
     }
     guard needed <= remaining else { return false }
     used += needed
-    if isPlus, name != ".", name != "..", let inode = entry.attributes?.inode { counted.append(inode) }
+    if isPlus, held, name != ".", name != "..", let inode = entry.attributes?.inode { counted.append(inode) }
     return true
   }
 }

@@ -12,16 +12,19 @@ final class CollectingBuffer: DirectoryBuffer {
   let isPlus: Bool
   private var remaining: Int
   private(set) var entries: [(name: String, entry: Entry, nextOffset: UInt64)] = []
+  /// Names added without a node (in a readdirplus reply: no lookup counted).
+  private(set) var unheld: [String] = []
 
   init(plus: Bool = true, capacity: Int = 50) {
     isPlus = plus
     remaining = capacity
   }
 
-  func add(name: String, entry: Entry, nextOffset: UInt64) -> Bool {
+  func add(name: String, entry: Entry, nextOffset: UInt64, held: Bool) -> Bool {
     guard remaining > 0 else { return false }
     remaining -= 1
     entries.append((name, entry, nextOffset))
+    if !held { unheld.append(name) }
     return true
   }
 }
@@ -77,7 +80,11 @@ extension BucketFileSystem {
       let buffer = CollectingBuffer(plus: plus, capacity: perCall)
       try await readdir(inode: inode, handle: handle, offset: offset, into: buffer)
       guard let last = buffer.entries.last else { break }
-      all += buffer.entries.map { ($0.name, $0.entry) }
+      for (name, entry, _) in buffer.entries {
+        // As `ls -l` sees it: a name given without a node is looked up, as the kernel does at its stat.
+        let shown = buffer.unheld.contains(name) ? try await lookup(parent: inode, name: name) : entry
+        all.append((name, shown))
+      }
       offset = last.nextOffset
     }
     return all.filter { $0.name != "." && $0.name != ".." }

@@ -48,9 +48,16 @@ struct BoundedMap<Key: Hashable & Sendable, Value: Sendable>: Sendable {
     if order.count - head > 2 * entries.count + 1024 { compact() }
   }
 
-  mutating func remove(_ key: Key) {
-    if let dropped = entries.removeValue(forKey: key) { totalCost -= cost(dropped) }
+  /// Removes the entry of `key`, returning it.
+  @discardableResult
+  mutating func remove(_ key: Key) -> Value? {
+    guard let dropped = entries.removeValue(forKey: key) else { return nil }
+    totalCost -= cost(dropped)
+    return dropped
   }
+
+  /// The keys held, in no order.
+  var keys: [Key: Value].Keys { entries.keys }
 
   /// Keeps one place per live key, the oldest.
   private mutating func compact() {

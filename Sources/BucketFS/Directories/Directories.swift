@@ -127,9 +127,10 @@ struct Directories: MountComponent, Sendable {
     var added = false
     var subdirectories: [String] = []
     var files: [SiblingPrefetch.File] = []
+    var unheld: [ListedEntry] = []
     defer {
       walks.read(stream.prefix)
-      directoryCache.readdirGave(stream.prefix, files: files, subdirectories: subdirectories)
+      directoryCache.readdirGave(stream.prefix, files: files, subdirectories: subdirectories, unheld: unheld)
     }
     while true {
       let batch: ArraySlice<ListedEntry>
@@ -157,21 +158,28 @@ struct Directories: MountComponent, Sendable {
         // Fresh from when the page was answered, however long the reader paused.
         let now = listed.answeredAt
         let facts = listed.metadata.map(FileFacts.init)
+        // The kernel makes a pass's first call a readdirplus whether or not
+        // the names will be stat-ed (READDIRPLUS_AUTO): its files go without
+        // nodes, so a walk holds none of them, and a stat of one is a lookup
+        // answered from this page. Later readdirplus calls come after a
+        // lookup in the directory (`ls -l`), and hold what they give.
+        let held = buffer.isPlus && (offset > 0 || listed.kind == .directory)
         // The held node's kind and facts when newer than the page's.
         let (inode, kind, shown) = nodes.shown(
           listed.key, kind: listed.kind, metadata: listed.metadata, facts: facts, at: now,
-          counting: buffer.isPlus)
+          counting: held)
         let next = UInt64(index) + 3
         guard
           buffer.add(
             name: listed.name,
             entry: entries.entry(inode: inode, kind: kind, facts: shown, answeredAt: now),
-            nextOffset: next)
+            nextOffset: next, held: held)
         else {
-          if buffer.isPlus { nodes.forget(inode: inode, count: 1) }
+          if held { nodes.forget(inode: inode, count: 1) }
           return
         }
         added = true
+        if buffer.isPlus, !held { unheld.append(listed) }
         listedNames.append((listed.name, listed.answeredAt))
         index += 1
         if listed.kind == .directory { subdirectories.append(listed.key) }

@@ -22,6 +22,10 @@ import Synchronization
 ///   the subdirectories of the directories read last, for a walk's
 ///   look-ahead (``SubtreeWalks``), at most ``subdirectoryLists`` lists and
 ///   8 pages of names.
+/// - **Given without nodes**: files the first readdirplus call of a pass
+///   gave without a node (``Directories``), for the lookup a `stat` of each
+///   then makes (`ls -l`, `du`): taken by it, dropped by any change of the
+///   name. At most ``unheldCapacity``, the oldest dropped first.
 /// - **Sizes**: subtrees a lookup found over a page (looked up by
 ///   delimiter) and names whose list call other names filled (asked apart),
 ///   both for ``largeMemory`` seconds; the directories whose listing a
@@ -80,6 +84,12 @@ final class DirectoryCache: Sendable {
     case absent(since: Double)
   }
 
+  /// The entry a readdirplus gave `key` without a node, if any, taken: the
+  /// lookup that asks makes the node.
+  func takeUnheld(_ key: String) -> ListedEntry? {
+    state.withLock { $0.unheld.remove(ObjectKey(key)) }
+  }
+
   /// How a lookup lists a directory's subtree: one flat page of `size`
   /// entries; `epoch` is handed back to ``keep(lookedUp:page:answeredAt:flat:)``.
   struct FlatLookup {
@@ -97,6 +107,9 @@ final class DirectoryCache: Sendable {
   static let readOrderCapacity = 8
   static let readOrderFiles = 4096
   static let subdirectoryLists = 64
+  /// Files given without a node held for their lookups: a few first
+  /// readdirplus replies (about 200 entries fit in one).
+  static let unheldCapacity = 1024
   /// Directories marked large (or crowded, or looked up) at most, each kind.
   static let markCapacity = 1024
   /// How soon after a lookup's answer the directory's own `opendir` takes
@@ -318,9 +331,17 @@ final class DirectoryCache: Sendable {
     state.withLock { $0.record(directory: directory, names: names, at: time) }
   }
 
-  /// A readdir of `directory` gave these files and subdirectories (in listing order).
-  func readdirGave(_ directory: String, files: [ListedFile], subdirectories: [String]) {
+  /// A readdir of `directory` gave these files and subdirectories (in
+  /// listing order), and `unheld` without nodes.
+  func readdirGave(
+    _ directory: String, files: [ListedFile], subdirectories: [String], unheld: [ListedEntry] = []
+  ) {
     let directory = ObjectKey(directory)
+    if !unheld.isEmpty {
+      state.withLock { state in
+        for entry in unheld { state.unheld.insert(entry, for: ObjectKey(entry.key)) }
+      }
+    }
     if !subdirectories.isEmpty {
       state.withLock { state in
         var list = state.records[directory]?.subdirectories ?? []

@@ -23,6 +23,9 @@ struct DirectoryRecords {
   var subdirectoryKeys = 0
   /// How many records carry each kind of mark.
   var marks: [Mark: Int] = [:]
+  /// Files a pass's first readdirplus gave without a node, for the lookups
+  /// that follow, oldest dropped first.
+  var unheld = BoundedMap<ObjectKey, ListedEntry>(capacity: DirectoryCache.unheldCapacity)
 
   /// The time marks a record carries, each bounded by ``markCapacity``.
   enum Mark {
@@ -160,10 +163,22 @@ struct DirectoryRecords {
   /// everything under it; fills under way keep nothing.
   mutating func dropKept(around key: String) {
     epoch += 1
+    dropUnheld(around: key)
     for listed in keptOrder
     where key.utf8.starts(with: listed.name.utf8) || listed.name.utf8.starts(with: key.utf8) {
       drop(listed)
     }
+  }
+
+  /// Drops what a readdirplus gave without a node that a change of `key`
+  /// could make wrong: its own entry, the file of a placeholder's name, and
+  /// for a placeholder every entry under it.
+  mutating func dropUnheld(around key: String) {
+    guard unheld.count > 0 else { return }
+    unheld.remove(ObjectKey(key))
+    guard key.hasSuffix("/") else { return }
+    unheld.remove(ObjectKey(String(key.dropLast())))
+    for under in Array(unheld.keys) where under.name.utf8.starts(with: key.utf8) { unheld.remove(under) }
   }
 
   mutating func drop(_ key: ObjectKey) {

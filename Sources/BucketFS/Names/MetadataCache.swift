@@ -49,7 +49,7 @@ final class MetadataCache: Sendable {
   }
 
   func remove(_ key: String) {
-    map.withLock { $0.remove(ObjectKey(key)) }
+    map.withLock { _ = $0.remove(ObjectKey(key)) }
   }
 
   /// Places in the insertion order (stale ones included), entries and capacity (for tests).

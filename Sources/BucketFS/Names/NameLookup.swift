@@ -28,6 +28,7 @@ struct NameLookup: MountComponent, Sendable {
       return entry
     }
     let now = clock()
+    if let entry = fromUnheld(fileKey: fileKey, directoryKey: directoryKey, now: now) { return entry }
     if directoryCache.knownAbsent(directory: parentKey, name: name, now: now, ttl: configuration.negativeTTL)
     {
       return .negative(timeout: configuration.negativeTTL)
@@ -143,6 +144,17 @@ struct NameLookup: MountComponent, Sendable {
     }
     guard let metadata else { return .negative(timeout: configuration.negativeTTL) }
     return entries.object(fileKey, metadata, at: answeredAt)
+  }
+
+  /// The answer of the entry a readdirplus gave without a node (taken
+  /// either way), while younger than the metadata TTL and unless the mount
+  /// holds a node of the name, which may know better.
+  private func fromUnheld(fileKey: String, directoryKey: String, now: Double) -> Entry? {
+    guard let listed = directoryCache.takeUnheld(fileKey), let metadata = listed.metadata,
+      now - listed.answeredAt < configuration.metadataTTL,
+      inodes.nodes.held(fileKey: fileKey, directoryKey: directoryKey).inode == nil
+    else { return nil }
+    return entries.object(fileKey, metadata, at: listed.answeredAt)
   }
 
   /// The answer the cache's kept listing of the parent gives: the entry as
