@@ -1,11 +1,13 @@
 #include "CFuse.h"
 
 #include <linux/fuse.h>
+#include <errno.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 struct fuse_session *cfuse_session_new(struct fuse_args *args,
@@ -63,4 +65,32 @@ static void forward_log(enum fuse_log_level level, const char *fmt, va_list ap) 
 void cfuse_set_log_sink(cfuse_log_sink sink) {
   current_sink = sink;
   fuse_set_log_func(forward_log);
+}
+
+// FUSE_NOTIFY_PRUNE (protocol 7.45, Linux 6.18; newer than this system's
+// <linux/fuse.h> and libfuse): the kernel drops the unused dentries of each
+// node and, once nothing holds the inode, forgets it. One write for up to
+// `count` nodes instead of one inval_entry each.
+enum { cfuse_notify_prune_code = 9 };
+
+struct cfuse_notify_prune_out {
+  uint32_t count;
+  uint32_t padding;
+  uint64_t spare;
+};
+
+int cfuse_notify_prune(struct fuse_session *se, const uint64_t *nodes, uint32_t count) {
+  struct cfuse_notify_prune_out arg = {.count = count};
+  struct fuse_out_header out = {
+      .len = (uint32_t)(sizeof(out) + sizeof(arg) + count * sizeof(uint64_t)),
+      .error = cfuse_notify_prune_code,
+      .unique = 0,
+  };
+  struct iovec iov[3] = {
+      {.iov_base = &out, .iov_len = sizeof(out)},
+      {.iov_base = &arg, .iov_len = sizeof(arg)},
+      {.iov_base = (void *)nodes, .iov_len = count * sizeof(uint64_t)},
+  };
+  ssize_t n = writev(fuse_session_fd(se), iov, 3);
+  return n < 0 ? -errno : 0;
 }

@@ -24,6 +24,16 @@ public final class KernelCache: @unchecked Sendable {
     session?.withSession { fuse_lowlevel_notify_inval_inode($0, inode, off_t(offset), off_t(length)) } ?? 0
   }
 
+  /// Asks the kernel to drop the unused entries of these inodes, and then
+  /// the inodes (their forgets follow). Returns 0 or a negative errno
+  /// (EINVAL: a kernel before Linux 6.18, which has no such notification).
+  @discardableResult
+  public func prune(_ inodes: [UInt64]) -> Int32 {
+    session?.withSession { raw in
+      inodes.withUnsafeBufferPointer { cfuse_notify_prune(raw, $0.baseAddress, UInt32($0.count)) }
+    } ?? 0
+  }
+
   /// Drops the kernel's entry for `name` in directory `parent`.
   @discardableResult
   public func invalidate(parent: UInt64, name: String) -> Int32 {

@@ -1,6 +1,7 @@
 import FUSE
 import ObjectStore
 import StorageFake
+import Synchronization
 import XCTest
 
 @testable import BucketFS
@@ -24,7 +25,8 @@ final class NodeEvictionTests: XCTestCase {
     // the oldest go (102 held: the root, `d/` and the files).
     let chosen = table.chooseEvictions(keeping: 62)
     XCTAssertEqual(chosen.count, 40)
-    XCTAssertEqual(chosen.first, InodeTable.Eviction(parent: directory, name: "f0"))
+    XCTAssertEqual(chosen.first, InodeTable.Eviction(parent: directory, name: "f0", inode: files[0]))
+    XCTAssertEqual(chosen.map(\.inode), Array(files[0..<40]))
     XCTAssertEqual(chosen.map(\.name), (0..<40).map { "f\($0)" })
     XCTAssertEqual(Set(chosen.map(\.parent)), [directory])
     XCTAssertEqual(table.evicting, 40)
@@ -37,12 +39,12 @@ final class NodeEvictionTests: XCTestCase {
   }
 
   func testTouchedAndOpenNodesStayTheRootNeverGoes() {
-    var (table, _, files) = table(files: 10)
+    var (table, directory, files) = table(files: 10)
     table.countOpen(files[3], by: 1)
     // One round clears every reference bit; then the oldest, `d/`, goes
     // (named in the root), never the root itself.
     let first = table.chooseEvictions(keeping: 11)
-    XCTAssertEqual(first, [InodeTable.Eviction(parent: InodeTable.rootInode, name: "d")])
+    XCTAssertEqual(first, [InodeTable.Eviction(parent: InodeTable.rootInode, name: "d", inode: directory)])
     table.touch(files[5])
     let second = table.chooseEvictions(keeping: 3)
     XCTAssertEqual(
@@ -101,5 +103,47 @@ final class NodeEvictionTests: XCTestCase {
     let bytes = try await fs.read(inode: first, handle: handle, offset: 0, size: 100)
     XCTAssertEqual(bytes.flatMap { Array($0.readableBytesView) }, Array("file 0".utf8))
     fs.release(inode: first, handle: handle)
+  }
+
+  func testEvictionsArePrunedInBatchesAndByNameOnceAKernelRefusesAPrune() {
+    let evictions = (0..<1200).map { InodeTable.Eviction(parent: 7, name: "f\($0)", inode: UInt64(100 + $0)) }
+    let prunes = Atomic<Bool>(true)
+    var pruned: [[UInt64]] = []
+    var named: [String] = []
+    NodeEvictions.notify(
+      evictions, prunes: prunes,
+      prune: {
+        pruned.append($0); return 0
+      }
+    ) {
+      named.append($0.name)
+    }
+    XCTAssertEqual(pruned.map(\.count), [512, 512, 176])
+    XCTAssertEqual(pruned.flatMap { $0 }, evictions.map(\.inode))
+    XCTAssertEqual(named, [])
+
+    // A kernel before 6.18 answers EINVAL: that batch and every later name go by inval_entry.
+    pruned = []
+    NodeEvictions.notify(
+      evictions, prunes: prunes,
+      prune: {
+        pruned.append($0); return pruned.count == 2 ? -22 : 0
+      }
+    ) {
+      named.append($0.name)
+    }
+    XCTAssertEqual(pruned.map(\.count), [512, 512])
+    XCTAssertEqual(named, evictions[512...].map(\.name))
+    XCTAssertFalse(prunes.load(ordering: .relaxed))
+    named = []
+    NodeEvictions.notify(
+      Array(evictions[0..<3]), prunes: prunes,
+      prune: { _ in
+        XCTFail("no prune"); return 0
+      }
+    ) {
+      named.append($0.name)
+    }
+    XCTAssertEqual(named, ["f0", "f1", "f2"])
   }
 }

@@ -271,10 +271,12 @@ struct InodeTable: Sendable {
 
   // MARK: - Eviction (docs/ARCHITECTURE.md#node-table)
 
-  /// A name the kernel is asked to drop: `name` in directory `parent`.
+  /// A name the kernel is asked to drop: `name` in directory `parent`, the
+  /// entry of node `inode`.
   struct Eviction: Sendable, Equatable {
     let parent: UInt64
     let name: String
+    let inode: UInt64
   }
 
   /// `inode` was used: the eviction hand passes it by once more.
@@ -324,7 +326,7 @@ struct InodeTable: Sendable {
         self[slot: slot].used = false
         continue
       }
-      guard let eviction = eviction(of: node.key) else { continue }
+      guard let eviction = eviction(of: node.key, inode: liveInode(node.key)) else { continue }
       self[slot: slot].evictedIn = evictionCalls
       evicting += 1
       chosen.append(eviction)
@@ -334,11 +336,19 @@ struct InodeTable: Sendable {
 
   /// The directory that holds `key` and its name there; nil when the
   /// kernel holds no node of that directory (it then holds no entry under it).
-  private func eviction(of key: String) -> Eviction? {
+  private func eviction(of key: String, inode: UInt64) -> Eviction? {
     let (parentKey, name) = DirectoryRecords.split(key)
     guard !name.isEmpty else { return nil }
-    if Names.same(parentKey, rootKey) { return Eviction(parent: Self.rootInode, name: String(name)) }
-    return inode(of: String(parentKey)).map { Eviction(parent: $0, name: String(name)) }
+    if Names.same(parentKey, rootKey) {
+      return Eviction(parent: Self.rootInode, name: String(name), inode: inode)
+    }
+    return self.inode(of: String(parentKey)).map { Eviction(parent: $0, name: String(name), inode: inode) }
+  }
+
+  /// The number of the live node of `key`: its hash, unless mapped.
+  private func liveInode(_ key: String) -> UInt64 {
+    if let inode = mapped[ObjectKey(key)] { return inode }
+    return hashedInode(key)
   }
 
   /// The key's hash if no live node holds it, else a number of the upper half.

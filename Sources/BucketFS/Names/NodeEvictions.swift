@@ -3,12 +3,17 @@ import Dispatch
 import FUSE
 import Synchronization
 
-/// Sends the kernel the names the ``NodeTable`` chose to evict (notify
-/// inval_entry), off every request and outside every lock: the kernel
-/// drops the entries it can, and the inodes' forgets then free the nodes.
+/// Sends the kernel the names the ``NodeTable`` chose to evict, off every
+/// request and outside every lock: the kernel drops the entries it can, and
+/// the inodes' forgets then free the nodes. By notify prune, up to
+/// ``pruneBatch`` nodes a write (Linux 6.18); on a kernel that refuses it,
+/// by inval_entry, one name a write, from then on.
 final class NodeEvictions: Sendable {
+  static let pruneBatch = 512
   private let kernel = Mutex<KernelCache>(.none)
   private let sent = Atomic<Int>(0)
+  /// Whether the kernel has taken every prune asked so far.
+  private let prunes = Atomic<Bool>(true)
   /// `bucketfs_inodes_evicted_total`: names whose notification the kernel has taken.
   private let evicted: Counter
   private static let notifications = DispatchQueue(label: "bucketfs.node-evictions")
@@ -28,10 +33,29 @@ final class NodeEvictions: Sendable {
   func send(_ evictions: [InodeTable.Eviction]) {
     let kernel = self.kernel.withLock { $0 }
     sent.add(evictions.count, ordering: .relaxed)
-    let evicted = self.evicted
-    Self.notifications.async {
-      for eviction in evictions { kernel.invalidate(parent: eviction.parent, name: eviction.name) }
+    Self.notifications.async { [self] in
+      Self.notify(evictions, prunes: prunes, prune: { kernel.prune($0) }) {
+        kernel.invalidate(parent: $0.parent, name: $0.name)
+      }
       evicted.increment(by: evictions.count)
     }
+  }
+
+  /// Prunes the evictions' nodes in batches while `prunes` holds; once a
+  /// prune fails (it is cleared), the rest go one name at a time.
+  static func notify(
+    _ evictions: [InodeTable.Eviction], prunes: borrowing Atomic<Bool>, prune: ([UInt64]) -> Int32,
+    invalidate: (InodeTable.Eviction) -> Void
+  ) {
+    var start = 0
+    while start < evictions.count, prunes.load(ordering: .relaxed) {
+      let end = min(start + pruneBatch, evictions.count)
+      guard prune(evictions[start..<end].map(\.inode)) == 0 else {
+        prunes.store(false, ordering: .relaxed)
+        break
+      }
+      start = end
+    }
+    for eviction in evictions[start...] { invalidate(eviction) }
   }
 }

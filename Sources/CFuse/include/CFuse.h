@@ -24,6 +24,11 @@ struct fuse_session *cfuse_session_new(struct fuse_args *args,
 // installs pass-through I/O that adds the flag to the INIT reply.
 int cfuse_enable_parallel_dirops(struct fuse_session *se);
 
+// Asks the kernel to prune `count` nodes (FUSE_NOTIFY_PRUNE: their unused
+// dentries go, then the inodes are forgotten). 0, or a negative errno
+// (-EINVAL from a kernel that has no such notification).
+int cfuse_notify_prune(struct fuse_session *se, const uint64_t *nodes, uint32_t count);
+
 // libfuse logs through a variadic function; this forwards each formatted line.
 typedef void (*cfuse_log_sink)(int level, const char *line);
 void cfuse_set_log_sink(cfuse_log_sink sink);
