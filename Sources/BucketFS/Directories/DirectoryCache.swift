@@ -44,59 +44,6 @@ import Synchronization
 /// a name. Each change also ends the kernel's cached listings it could make
 /// wrong (``KernelListings``), outside the lock.
 final class DirectoryCache: Sendable {
-  /// A change that can make what is kept wrong.
-  enum Change {
-    /// This mount stored `key` (a file, or a `dir/` placeholder): it joins its
-    /// directory's complete set, and each directory on its path joins its
-    /// parent's; kept listings it could make wrong are dropped. A file in
-    /// flight at `key` is in flight no more.
-    case stored(String)
-    /// This mount created the placeholder `dir/` where nothing was, having
-    /// asked at `since`: it is also a complete, empty listing.
-    case createdDirectory(String, since: Double)
-    /// This mount deleted or moved away file `key`: it leaves its directory's
-    /// complete set (a `dir/` placeholder changes no set: the directory may
-    /// live on). Kept listings it could make wrong are dropped.
-    case removed(String)
-    /// A write of `key` failed, or the bucket was asked about it afresh:
-    /// the kept listings that show it may be older than what the service
-    /// holds (another client's change) and are dropped; nothing else changes.
-    case touched(String)
-    /// File `inode` was created here at `key` and is not stored yet: it is
-    /// in flight, and its name joins its directory's complete set.
-    case createdInFlight(String, inode: UInt64)
-    /// File `inode` at `key` is in flight no more without being stored
-    /// (unlinked, or its last writer closed).
-    case endedInFlight(String, inode: UInt64)
-  }
-
-  /// A file a readdir gave, with what sibling prefetch orders and fetches by.
-  struct ListedFile: Sendable {
-    let key: String
-    let inode: UInt64
-    let size: UInt64
-    let generation: Int64
-  }
-
-  enum Known {
-    case listed(ListedEntry)
-    /// Not in the kept listing of its directory, answered at this time.
-    case absent(since: Double)
-  }
-
-  /// The entry a readdirplus gave `key` without a node, if any, taken: the
-  /// lookup that asks makes the node.
-  func takeUnheld(_ key: String) -> ListedEntry? {
-    state.withLock { $0.unheld.remove(ObjectKey(key)) }
-  }
-
-  /// How a lookup lists a directory's subtree: one flat page of `size`
-  /// entries; `epoch` is handed back to ``keep(lookedUp:page:answeredAt:flat:)``.
-  struct FlatLookup {
-    let size: Int
-    let epoch: Int
-  }
-
   static let completeCapacity = 256
   /// Larger directories get no complete set (their names would cost memory).
   static let maxNames = 10_000
@@ -185,6 +132,12 @@ final class DirectoryCache: Sendable {
   /// Whether `name` is absent from a complete set of `directory` younger than `ttl`.
   func knownAbsent(directory: String, name: String, now: Double, ttl: Double) -> Bool {
     state.withLock { $0.records[ObjectKey(directory)]?.lacks(name, now: now, ttl: ttl) ?? false }
+  }
+
+  /// The entry a readdirplus gave `key` without a node, if any, taken: the
+  /// lookup that asks makes the node.
+  func takeUnheld(_ key: String) -> ListedEntry? {
+    state.withLock { $0.unheld.remove(ObjectKey(key)) }
   }
 
   /// What a kept listing of `directory` says of `name`, if one is held and

@@ -326,7 +326,9 @@ struct InodeTable: Sendable {
         self[slot: slot].used = false
         continue
       }
-      guard let eviction = eviction(of: node.key, inode: liveInode(node.key)) else { continue }
+      guard let inode = inode(of: node.key), let eviction = eviction(of: node.key, inode: inode) else {
+        continue
+      }
       self[slot: slot].evictedIn = evictionCalls
       evicting += 1
       chosen.append(eviction)
@@ -343,12 +345,6 @@ struct InodeTable: Sendable {
       return Eviction(parent: Self.rootInode, name: String(name), inode: inode)
     }
     return self.inode(of: String(parentKey)).map { Eviction(parent: $0, name: String(name), inode: inode) }
-  }
-
-  /// The number of the live node of `key`: its hash, unless mapped.
-  private func liveInode(_ key: String) -> UInt64 {
-    if let inode = mapped[ObjectKey(key)] { return inode }
-    return hashedInode(key)
   }
 
   /// The key's hash if no live node holds it, else a number of the upper half.

@@ -117,10 +117,9 @@ final class NodeTable: Sendable {
         return (inode, table[inode]?.kind ?? kind, table[inode]?.facts ?? facts)
       }
       if let metadata { table.refresh(metadata, at: now) }
-      if let inode = table.inode(of: key), let node = table[inode], node.kind == kind {
-        return (inode, kind, node.facts ?? facts)
-      }
-      return (table.inode(of: key) ?? table.hashedInode(key), kind, facts)
+      let held = table.inode(of: key)
+      if let held, let node = table[held], node.kind == kind { return (held, kind, node.facts ?? facts) }
+      return (held ?? table.hashedInode(key), kind, facts)
     }
   }
 
