@@ -281,6 +281,13 @@ class ListServer:
         if query.get("endOffset"):
             end = min(end, ns.lower_bound(query["endOffset"]))
         items, prefixes = [], []
+        # A page's items lose the fields not asked for as they are made: selecting them
+        # afterwards, item by item, cost the server a third more than the page itself.
+        wanted = fields.get("items") if fields else None
+        leaves = wanted is not None and all(sub is None for sub in wanted.values())
+        unwanted = [k for k in resource(self.bucket, "x", 0) if k not in wanted] if leaves else []
+        if leaves:
+            fields = dict(fields, items=None)
         while index < end and len(items) + len(prefixes) < page_size:
             name = ns.name(index)
             rest = name[len(prefix):]
@@ -291,7 +298,10 @@ class ListServer:
                 following = after_all_with(common)
                 index = ns.lower_bound(following) if following is not None else ns.count
             else:
-                items.append(resource(self.bucket, name, index))
+                item = resource(self.bucket, name, index)
+                for key in unwanted:
+                    del item[key]
+                items.append(item)
                 index += 1
         # In the order the service documents: kind, nextPageToken, prefixes, items.
         page: dict = {"kind": "storage#objects"}

@@ -379,12 +379,15 @@ def median_run(reps: int, fn) -> tuple[float, dict, list[float]]:
     return mid[0], mid[1], [r[0] for r in runs]
 
 
-def direct_list(url: str, bucket: str, prefix: str, page: int = 1000, flat: bool = False) -> float:
+def direct_list(url: str, bucket: str, prefix: str, page: int = 1000, flat: bool = False,
+                fields: str | None = None) -> float:
     s = requests.Session()
     t0 = time.perf_counter()
     token, n = None, 0
     while True:
         params = {"prefix": prefix, "maxResults": str(page)}
+        if fields:
+            params["fields"] = fields
         if not flat:
             params["delimiter"] = "/"
         if token:

@@ -128,6 +128,23 @@ def test_fields_select_what_was_asked(listing):
                              {"name": "flat/f01", "size": str(L.size_of("flat/f01"))}]
 
 
+def test_fields_keep_prefixes_and_the_page_token(listing):
+    page = F.Client(listing.url)._json(
+        "GET", "/storage/v1/b/scale/o?prefix=tree/&delimiter=/&maxResults=2&fields=nextPageToken,prefixes,items(name)")
+    assert page == {"nextPageToken": page["nextPageToken"], "prefixes": ["tree/d0/", "tree/d1/"]}
+
+
+def test_direct_paging_asks_what_the_mount_asks():
+    """bench/scale.py's direct paging sends the mount's `fields`, so a page costs the
+    server the same on both sides of a ratio."""
+    import scale as S
+    swift = open(os.path.join(os.path.dirname(__file__), "..", "Sources", "CloudStorage", "Resources.swift")).read()
+    # `static let object = "a,b," + "c,d"`: the string literals between it and `static let list`.
+    literal = swift.split("enum Fields {", 1)[1].split("static let object =", 1)[1].split("static let list", 1)[0]
+    obj = "".join(literal.split('"')[1::2])
+    assert S.LIST_FIELDS == f"nextPageToken,prefixes,items({obj})"
+
+
 def test_a_large_namespace_answers_without_holding_it():
     ns = L.Namespace([L.Family("tree/", [100, 100, 1000]), L.Family("flat/", [1_000_000])])
     assert ns.count == 11_000_000
