@@ -53,7 +53,7 @@ final class NodeEvictionTests: XCTestCase {
     // Closed, f3 may go.
     table.countOpen(files[3], by: -1)
     var names = Set<String>()
-    for _ in 0..<4 { names.formUnion(table.chooseEvictions(keeping: 1).map(\.name)) }
+    for _ in 0..<4 { names.formUnion(table.chooseEvictions(keeping: 1).compactMap(\.name)) }
     XCTAssertTrue(names.contains("f3"))
   }
 
@@ -116,7 +116,7 @@ final class NodeEvictionTests: XCTestCase {
         pruned.append($0); return 0
       }
     ) {
-      named.append($0.name)
+      named.append($0.name ?? "unnamed")
     }
     XCTAssertEqual(pruned.map(\.count), [512, 512, 176])
     XCTAssertEqual(pruned.flatMap { $0 }, evictions.map(\.inode))
@@ -130,7 +130,7 @@ final class NodeEvictionTests: XCTestCase {
         pruned.append($0); return pruned.count == 2 ? -22 : 0
       }
     ) {
-      named.append($0.name)
+      named.append($0.name ?? "unnamed")
     }
     XCTAssertEqual(pruned.map(\.count), [512, 512])
     XCTAssertEqual(named, evictions[512...].map(\.name))
@@ -142,8 +142,30 @@ final class NodeEvictionTests: XCTestCase {
         XCTFail("no prune"); return 0
       }
     ) {
-      named.append($0.name)
+      named.append($0.name ?? "unnamed")
     }
     XCTAssertEqual(named, ["f0", "f1", "f2"])
+  }
+
+  /// A prune names inodes only: evictions chosen for one carry no entry, and
+  /// once a kernel refuses a prune, those left unnamed wait for the hand's
+  /// next round (it names them then).
+  func testEvictionsForAPruneGoUnnamedAndAreNamedOnceItIsRefused() {
+    var (table, directory, files) = table(files: 4)
+    table.countOpen(directory, by: 1)
+    let unnamed = table.chooseEvictions(keeping: 2, named: false)
+    XCTAssertEqual(unnamed, files[0..<4].map { InodeTable.Eviction(name: nil, inode: $0) })
+
+    let prunes = Atomic<Bool>(true)
+    var named: [String] = []
+    NodeEvictions.notify(unnamed, prunes: prunes, prune: { _ in -22 }) { named.append($0.name ?? "unnamed") }
+    XCTAssertEqual(named, [], "nothing unnamed is sent by inval_entry")
+    XCTAssertFalse(prunes.load(ordering: .relaxed))
+    // No forget came. More names come: the hand finds the four still held,
+    // counts them as held again, and takes them, named, on its next pass.
+    for index in 0..<4 { _ = table.remember(key: "d/g\(index)", kind: .file, metadata: nil, at: 0) }
+    let again = table.chooseEvictions(keeping: 2)
+    XCTAssertEqual(again.map(\.name), ["f0", "f1", "f2", "f3"])
+    XCTAssertEqual(Set(again.map(\.parent)), [directory])
   }
 }

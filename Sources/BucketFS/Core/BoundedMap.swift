@@ -6,7 +6,10 @@ struct BoundedMap<Key: Hashable & Sendable, Value: Sendable>: Sendable {
   let capacity: Int
   let maxCost: Int
   private let cost: @Sendable (Value) -> Int
-  private var entries: [Key: Value] = [:]
+  /// Each value boxed with its cost (counted once, as it comes in): the
+  /// table then moves a pointer, not the value, as it grows and as a
+  /// removal shifts the entries after it.
+  private var entries: [Key: Entry] = [:]
   /// Insertion order, for eviction; may hold keys already removed.
   private var order: [Key] = []
   private var head = 0
@@ -19,7 +22,17 @@ struct BoundedMap<Key: Hashable & Sendable, Value: Sendable>: Sendable {
     self.cost = cost
   }
 
-  subscript(key: Key) -> Value? { entries[key] }
+  private final class Entry: Sendable {
+    let value: Value
+    let cost: Int
+
+    init(_ value: Value, cost: Int) {
+      self.value = value
+      self.cost = cost
+    }
+  }
+
+  subscript(key: Key) -> Value? { entries[key]?.value }
 
   var count: Int { entries.count }
 
@@ -27,15 +40,16 @@ struct BoundedMap<Key: Hashable & Sendable, Value: Sendable>: Sendable {
   var orderCount: Int { order.count - head }
 
   mutating func insert(_ value: Value, for key: Key) {
-    totalCost += cost(value)
-    if let previous = entries.updateValue(value, forKey: key) {
-      totalCost -= cost(previous)
+    let added = cost(value)
+    totalCost += added
+    if let previous = entries.updateValue(Entry(value, cost: added), forKey: key) {
+      totalCost -= previous.cost
     } else {
       order.append(key)
     }
     // The entry just inserted stays, whatever it costs.
     while entries.count > capacity || (totalCost > maxCost && entries.count > 1), head < order.count {
-      if let dropped = entries.removeValue(forKey: order[head]) { totalCost -= cost(dropped) }
+      if let dropped = entries.removeValue(forKey: order[head]) { totalCost -= dropped.cost }
       head += 1
     }
     if head > 4096 && head * 2 > order.count {
@@ -52,12 +66,12 @@ struct BoundedMap<Key: Hashable & Sendable, Value: Sendable>: Sendable {
   @discardableResult
   mutating func remove(_ key: Key) -> Value? {
     guard let dropped = entries.removeValue(forKey: key) else { return nil }
-    totalCost -= cost(dropped)
-    return dropped
+    totalCost -= dropped.cost
+    return dropped.value
   }
 
   /// The keys held, in no order.
-  var keys: [Key: Value].Keys { entries.keys }
+  var keys: some Collection<Key> { entries.keys }
 
   /// Keeps one place per live key, the oldest.
   private mutating func compact() {

@@ -271,12 +271,18 @@ struct InodeTable: Sendable {
 
   // MARK: - Eviction (docs/ARCHITECTURE.md#node-table)
 
-  /// A name the kernel is asked to drop: `name` in directory `parent`, the
-  /// entry of node `inode`.
+  /// A node the kernel is asked to drop, by its inode (a prune) or, where
+  /// named, by its entry: `name` in directory `parent` (an inval_entry).
   struct Eviction: Sendable, Equatable {
     let parent: UInt64
-    let name: String
+    let name: String?
     let inode: UInt64
+
+    init(parent: UInt64 = 0, name: String?, inode: UInt64) {
+      self.parent = parent
+      self.name = name
+      self.inode = inode
+    }
   }
 
   /// `inode` was used: the eviction hand passes it by once more.
@@ -298,7 +304,9 @@ struct InodeTable: Sendable {
   /// a node asked for a round ago and still held (the kernel keeps it in
   /// use: a working directory, a mapped file) counts as held again, and may
   /// be asked for on the hand's next round.
-  mutating func chooseEvictions(keeping target: Int) -> [Eviction] {
+  /// Only `named` evictions carry their entry: a prune needs the inode
+  /// alone, and naming costs a split and a lookup of the parent.
+  mutating func chooseEvictions(keeping target: Int, named: Bool = true) -> [Eviction] {
     let wanted = count - evicting - target
     guard wanted > 0 else { return [] }
     let slots = (chunks.count - 1) * Self.chunkSize + (chunks.last?.count ?? 0)
@@ -326,9 +334,9 @@ struct InodeTable: Sendable {
         self[slot: slot].used = false
         continue
       }
-      guard let inode = inode(of: node.key), let eviction = eviction(of: node.key, inode: inode) else {
-        continue
-      }
+      guard let inode = inode(of: node.key),
+        let eviction = named ? eviction(of: node.key, inode: inode) : Eviction(name: nil, inode: inode)
+      else { continue }
       self[slot: slot].evictedIn = evictionCalls
       evicting += 1
       chosen.append(eviction)

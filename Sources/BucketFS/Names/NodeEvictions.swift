@@ -27,6 +27,10 @@ final class NodeEvictions: Sendable {
     self.kernel.withLock { $0 = kernel }
   }
 
+  /// Whether evictions must be named: a prune was refused, so they go by
+  /// inval_entry.
+  var needsNames: Bool { !prunes.load(ordering: .relaxed) }
+
   /// Names asked to be dropped so far (for tests).
   var count: Int { sent.load(ordering: .relaxed) }
 
@@ -35,14 +39,15 @@ final class NodeEvictions: Sendable {
     sent.add(evictions.count, ordering: .relaxed)
     Self.notifications.async { [self] in
       Self.notify(evictions, prunes: prunes, prune: { kernel.prune($0) }) {
-        kernel.invalidate(parent: $0.parent, name: $0.name)
+        kernel.invalidate(parent: $0.parent, name: $0.name ?? "")
       }
       evicted.increment(by: evictions.count)
     }
   }
 
   /// Prunes the evictions' nodes in batches while `prunes` holds; once a
-  /// prune fails (it is cleared), the rest go one name at a time.
+  /// prune fails (it is cleared), the rest go one name at a time, and those
+  /// chosen unnamed stay until the eviction hand meets them again.
   static func notify(
     _ evictions: [InodeTable.Eviction], prunes: borrowing Atomic<Bool>, prune: ([UInt64]) -> Int32,
     invalidate: (InodeTable.Eviction) -> Void
@@ -56,6 +61,6 @@ final class NodeEvictions: Sendable {
       }
       start = end
     }
-    for eviction in evictions[start...] { invalidate(eviction) }
+    for eviction in evictions[start...] where eviction.name != nil { invalidate(eviction) }
   }
 }

@@ -38,7 +38,9 @@ final class NodeTable: Sendable {
     var chosen: [InodeTable.Eviction] = []
     let result = try table.withLock { table in
       let result = try body(&table)
-      if table.count - table.evicting > limit { chosen = table.chooseEvictions(keeping: limit - limit / 8) }
+      if table.count - table.evicting > limit {
+        chosen = table.chooseEvictions(keeping: limit / 2, named: evictions.needsNames)
+      }
       return result
     }
     if !chosen.isEmpty { evictions.send(chosen) }
