@@ -25,6 +25,25 @@ struct AttributeBuilder: MountComponent, Sendable {
       attributeTimeout: unknown ? 0 : timeout)
   }
 
+  /// What a readdir entry the kernel will not hold shows: its number and
+  /// type, all a dirent carries (a plain readdir's, and a readdirplus
+  /// entry with node id 0, whose attributes the kernel drops). So a listing
+  /// of names nobody stats parses none of their facts.
+  func dirent(inode: UInt64, kind: Node.Kind, metadata: ObjectMetadata?) -> Entry {
+    let type: FileAttributes.Kind
+    switch kind {
+    case .directory: type = .directory
+    case .symlink: type = .symlink
+    case .file:
+      let stored = configuration.posixAttributes ? metadata.flatMap { StoredPosix.mode($0.custom) } : nil
+      type = stored.flatMap(FileAttributes.Kind.init(special:)) ?? .file
+    }
+    let attributes = FileAttributes(
+      inode: inode, kind: type, size: 0, permissions: 0, uid: configuration.uid, gid: configuration.gid,
+      accessTime: mountTime, modificationTime: mountTime, changeTime: mountTime)
+    return Entry(attributes: attributes, entryTimeout: 0, attributeTimeout: 0)
+  }
+
   /// A directory's entry: its placeholder's stored attributes when known;
   /// when not, the defaults with no attribute timeout, so the kernel's
   /// next stat asks ``getattr(inode:)``, which reads the placeholder.

@@ -103,9 +103,18 @@ struct StoredPosix: Equatable {
     self.gid = gid
   }
 
+  /// The stored mode alone, as ``init(_:)`` reads it (what a dirent's
+  /// type needs).
+  static func mode(_ custom: [String: String]) -> UInt32? {
+    guard !custom.isEmpty else { return nil }
+    return custom[PosixKeys.mode].flatMap(PosixKeys.parseMode)
+      ?? custom[PosixKeys.s3fsMode].flatMap(PosixKeys.parseS3fsMode)
+  }
+
   /// Ours first; s3fs's mode, uid and gid only as a set with its mode (they
   /// are common words); other tools' mtimes in the order SEMANTICS gives.
   init(_ custom: [String: String]) {
+    guard !custom.isEmpty else { return }
     if let mode = custom[PosixKeys.mode].flatMap(PosixKeys.parseMode) {
       self.mode = mode
     } else if let mode = custom[PosixKeys.s3fsMode].flatMap(PosixKeys.parseS3fsMode) {

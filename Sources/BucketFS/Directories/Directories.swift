@@ -157,24 +157,24 @@ struct Directories: MountComponent, Sendable {
       for listed in batch {
         // Fresh from when the page was answered, however long the reader paused.
         let now = listed.answeredAt
-        let facts = listed.metadata.map(FileFacts.init)
         // The kernel makes a pass's first call a readdirplus whether or not
         // the names will be stat-ed (READDIRPLUS_AUTO): its files go without
         // nodes, so a walk holds none of them, and a stat of one is a lookup
         // answered from this page. Later readdirplus calls come after a
         // lookup in the directory (`ls -l`), and hold what they give.
         let held = buffer.isPlus && (offset > 0 || listed.kind == .directory)
+        // Only an entry the kernel holds shows facts: the rest show a dirent.
+        let facts = held ? listed.metadata.map(FileFacts.init) : nil
         // The held node's kind and facts when newer than the page's.
         let (inode, kind, shown) = nodes.shown(
           listed.key, kind: listed.kind, metadata: listed.metadata, facts: facts, at: now,
           counting: held)
         let next = UInt64(index) + 3
-        guard
-          buffer.add(
-            name: listed.name,
-            entry: entries.entry(inode: inode, kind: kind, facts: shown, answeredAt: now),
-            nextOffset: next, held: held)
-        else {
+        let entry =
+          held
+          ? entries.entry(inode: inode, kind: kind, facts: shown, answeredAt: now)
+          : entries.dirent(inode: inode, kind: kind, metadata: listed.metadata)
+        guard buffer.add(name: listed.name, entry: entry, nextOffset: next, held: held) else {
           if held { nodes.forget(inode: inode, count: 1) }
           return
         }
@@ -183,8 +183,13 @@ struct Directories: MountComponent, Sendable {
         listedNames.append((listed.name, listed.answeredAt))
         index += 1
         if listed.kind == .directory { subdirectories.append(listed.key) }
-        if let facts = shown, kind == .file {
+        if kind == .file, let facts = shown {
           files.append(.init(key: listed.key, inode: inode, size: facts.size, generation: facts.generation))
+        } else if kind == .file, let metadata = listed.metadata {
+          files.append(
+            .init(
+              key: listed.key, inode: inode, size: UInt64(max(metadata.size, 0)),
+              generation: metadata.generation))
         }
       }
     }

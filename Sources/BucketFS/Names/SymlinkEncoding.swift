@@ -25,7 +25,7 @@ enum SymlinkEncoding {
   /// Whether an object is a link: it has either key, whatever its value,
   /// as gcsfuse decides.
   static func isLink(_ metadata: ObjectMetadata) -> Bool {
-    metadata.custom[markerKey] != nil || metadata.custom[targetKey] != nil
+    !metadata.custom.isEmpty && (metadata.custom[markerKey] != nil || metadata.custom[targetKey] != nil)
   }
 
   /// The body form wins when the marker says `true` (in any case, as
