@@ -110,13 +110,14 @@ final class NodeEvictionTests: XCTestCase {
     let prunes = Atomic<Bool>(true)
     var pruned: [[UInt64]] = []
     var named: [String] = []
+    var parents = Set<UInt64>()
     NodeEvictions.notify(
       evictions, prunes: prunes,
       prune: {
         pruned.append($0); return 0
       }
     ) {
-      named.append($0.name ?? "unnamed")
+      named.append($1)
     }
     XCTAssertEqual(pruned.map(\.count), [512, 512, 176])
     XCTAssertEqual(pruned.flatMap { $0 }, evictions.map(\.inode))
@@ -130,9 +131,11 @@ final class NodeEvictionTests: XCTestCase {
         pruned.append($0); return pruned.count == 2 ? -22 : 0
       }
     ) {
-      named.append($0.name ?? "unnamed")
+      parents.insert($0)
+      named.append($1)
     }
     XCTAssertEqual(pruned.map(\.count), [512, 512])
+    XCTAssertEqual(parents, [7])
     XCTAssertEqual(named, evictions[512...].map(\.name))
     XCTAssertFalse(prunes.load(ordering: .relaxed))
     named = []
@@ -142,7 +145,7 @@ final class NodeEvictionTests: XCTestCase {
         XCTFail("no prune"); return 0
       }
     ) {
-      named.append($0.name ?? "unnamed")
+      named.append($1)
     }
     XCTAssertEqual(named, ["f0", "f1", "f2"])
   }
@@ -158,7 +161,7 @@ final class NodeEvictionTests: XCTestCase {
 
     let prunes = Atomic<Bool>(true)
     var named: [String] = []
-    NodeEvictions.notify(unnamed, prunes: prunes, prune: { _ in -22 }) { named.append($0.name ?? "unnamed") }
+    NodeEvictions.notify(unnamed, prunes: prunes, prune: { _ in -22 }) { named.append($1) }
     XCTAssertEqual(named, [], "nothing unnamed is sent by inval_entry")
     XCTAssertFalse(prunes.load(ordering: .relaxed))
     // No forget came. More names come: the hand finds the four still held,

@@ -183,13 +183,11 @@ struct Directories: MountComponent, Sendable {
         listedNames.append((listed.name, listed.answeredAt))
         index += 1
         if listed.kind == .directory { subdirectories.append(listed.key) }
-        if kind == .file, let facts = shown {
-          files.append(.init(key: listed.key, inode: inode, size: facts.size, generation: facts.generation))
-        } else if kind == .file, let metadata = listed.metadata {
-          files.append(
-            .init(
-              key: listed.key, inode: inode, size: UInt64(max(metadata.size, 0)),
-              generation: metadata.generation))
+        // A dirent's facts were not parsed: its size and generation are the page's.
+        if kind == .file, let size = shown?.size ?? listed.metadata.map({ UInt64(max($0.size, 0)) }),
+          let generation = shown?.generation ?? listed.metadata?.generation
+        {
+          files.append(.init(key: listed.key, inode: inode, size: size, generation: generation))
         }
       }
     }

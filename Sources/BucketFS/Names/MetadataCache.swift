@@ -20,8 +20,8 @@ final class MetadataCache: Sendable {
   /// (at its load factor), the box of the value and its cost, its place in
   /// the order, and a heap block for every string too long to be stored
   /// inline and for the custom map.
-  /// Measured: 8 MiB by this count was 9 MiB of peak RSS (`ls -l` of
-  /// 100,000 listed names, against a cache of 0).
+  /// Measured: 8 MiB by this count was 6–8 MiB of peak RSS (`ls -l` of
+  /// 100,000 listed names, against a cache of 0; BENCHMARKS.md, 2026-12-07).
   static func bytes(_ metadata: ObjectMetadata) -> Int {
     func heap(_ text: String?) -> Int {
       guard let count = text?.utf8.count, count > 15 else { return 0 }

@@ -39,7 +39,7 @@ final class NodeEvictions: Sendable {
     sent.add(evictions.count, ordering: .relaxed)
     Self.notifications.async { [self] in
       Self.notify(evictions, prunes: prunes, prune: { kernel.prune($0) }) {
-        kernel.invalidate(parent: $0.parent, name: $0.name ?? "")
+        kernel.invalidate(parent: $0, name: $1)
       }
       evicted.increment(by: evictions.count)
     }
@@ -50,7 +50,7 @@ final class NodeEvictions: Sendable {
   /// chosen unnamed stay until the eviction hand meets them again.
   static func notify(
     _ evictions: [InodeTable.Eviction], prunes: borrowing Atomic<Bool>, prune: ([UInt64]) -> Int32,
-    invalidate: (InodeTable.Eviction) -> Void
+    invalidate: (_ parent: UInt64, _ name: String) -> Void
   ) {
     var start = 0
     while start < evictions.count, prunes.load(ordering: .relaxed) {
@@ -61,6 +61,8 @@ final class NodeEvictions: Sendable {
       }
       start = end
     }
-    for eviction in evictions[start...] where eviction.name != nil { invalidate(eviction) }
+    for eviction in evictions[start...] {
+      if let name = eviction.name { invalidate(eviction.parent, name) }
+    }
   }
 }
