@@ -191,24 +191,32 @@ extension CloudStorageClient {
     let prepared = request
     // From here the request is on its way: counted whatever comes back.
     let start = ContinuousClock.now
-    let response: HTTPClientResponse
+    let head: (status: HTTPResponseStatus, headers: HTTPHeaders)
     let payload: ByteBuffer
     do {
-      (response, payload) = try await Self.racing(deadline) {
-        let response = try await http.execute(prepared, deadline: deadline, logger: nil)
-        let window = response.status == .ok ? storageRequest.window : nil
-        // Awaited before the tuple is made: see Tests/ToolchainCheck (a tuple
-        // literal with an await inside is miscompiled by Swift 6.3.1 at -O).
-        let payload = try await Self.collect(
-          response, upTo: storageRequest.maxBody, window: window, into: storageRequest.spare?.take(),
-          sums: storageRequest.sums, head: response.status == .ok ? storageRequest.onHead : nil)
-        return (response, payload)
+      if case .none = storageRequest.body, storageRequest.method == .GET {
+        let answer = try await collectGET(prepared, storageRequest, deadline: deadline)
+        head = (answer.head.status, answer.head.headers)
+        payload = answer.payload
+      } else {
+        let response: HTTPClientResponse
+        (response, payload) = try await Self.racing(deadline) {
+          let response = try await http.execute(prepared, deadline: deadline, logger: nil)
+          let window = response.status == .ok ? storageRequest.window : nil
+          // Awaited before the tuple is made: see Tests/ToolchainCheck (a tuple
+          // literal with an await inside is miscompiled by Swift 6.3.1 at -O).
+          let payload = try await Self.collect(
+            response, upTo: storageRequest.maxBody, window: window, into: storageRequest.spare?.take(),
+            sums: storageRequest.sums, head: response.status == .ok ? storageRequest.onHead : nil)
+          return (response, payload)
+        }
+        head = (response.status, response.headers)
       }
     } catch {
       metrics.attempted(kind, status: StorageMetrics.failure(error), since: start)
       throw error
     }
-    let status = Int(response.status.code)
+    let status = Int(head.status.code)
     answered = status
     metrics.attempted(kind, status: String(status), since: start)
     switch kind {
@@ -218,7 +226,7 @@ extension CloudStorageClient {
     }
     switch status {
     case _ where accepting.contains(status), 200..<300:
-      return .success(status, response.headers, payload)
+      return .success(status, head.headers, payload)
     case 401:
       return .unauthorized(message(in: payload, status: status))
     case 403:
@@ -243,10 +251,36 @@ extension CloudStorageClient {
       }
       return .failure(.badRequest(text))
     case let code where RetryPolicy.isRetryable(status: code):
-      let retryAfter = response.headers.first(name: "Retry-After").flatMap { Double($0) }
+      let retryAfter = head.headers.first(name: "Retry-After").flatMap { Double($0) }
       return .transient("HTTP \(status)", retryAfter: retryAfter.map { min($0, retry.deadline) })
     default:
       return .failure(.invalidResponse("HTTP \(status): \(message(in: payload, status: status))"))
+    }
+  }
+
+  /// A GET's answer, collected on its connection's event loop (``ResponseCollector``).
+  /// The client's deadline covers the whole answer, its body too.
+  private func collectGET(
+    _ prepared: HTTPClientRequest, _ storageRequest: StorageRequest, deadline: NIODeadline
+  )
+    async throws -> ResponseCollector.Answer
+  {
+    let request = try HTTPClient.Request(url: prepared.url, method: .GET, headers: prepared.headers)
+    let collector = ResponseCollector(
+      maxBody: storageRequest.maxBody, window: storageRequest.window, into: storageRequest.spare?.take(),
+      sums: storageRequest.sums, head: storageRequest.onHead)
+    let task = http.execute(
+      request: request, delegate: collector, eventLoop: .indifferent, deadline: deadline, logger: nil)
+    do {
+      return try await withTaskCancellationHandler {
+        try await task.futureResult.get()
+      } onCancel: {
+        task.cancel()
+      }
+    } catch is ResponseCollector.Filled {
+      // The future has completed: the collector is done with its answer.
+      guard let answer = collector.answer else { throw StorageError.invalidResponse("no answer") }
+      return answer
     }
   }
 

@@ -180,6 +180,69 @@ final class RetryTests: XCTestCase {
     }
   }
 
+  /// A body that stops after its first bytes is abandoned like a stalled
+  /// head: the retry gives every byte, and nothing of the first is kept.
+  func testABodyStalledLongerThanAttemptTimeoutIsRetried() async throws {
+    let data = (0..<100_000).map { UInt8(truncatingIfNeeded: $0 &* 13 &+ 5) }
+    try await withFakeServer(retry: .fast(attemptTimeout: 0.5, deadline: 3)) { server, client in
+      let meta = server.store.put("f", data: data)
+      server.injectFaults([.stallBody(after: 30_000, for: .seconds(5))], for: .media)
+      let seconds = try await elapsed {
+        let bytes = try await client.read("f", generation: meta.generation, range: 0..<100_000, reusing: nil)
+        XCTAssertEqual(Array(bytes.readableBytesView), data)
+      }
+      XCTAssertGreaterThanOrEqual(seconds, 0.4, "the first attempt waited for its timeout")
+      XCTAssertLessThan(seconds, 2.5, "the stalled body was abandoned, not waited out")
+      XCTAssertEqual(server.requests(.media).count, 2)
+    }
+  }
+
+  /// A body that trickles on past the deadline ends the read by it.
+  func testAPersistentlyStalledBodyEndsWithinTheDeadline() async throws {
+    let policy = RetryPolicy.fast(attemptTimeout: 0.5, deadline: 2)
+    try await withFakeServer(retry: policy) { server, client in
+      let meta = server.store.put("f", data: Array(repeating: 7, count: 50_000))
+      server.injectFaults(
+        Array(repeating: .stallBody(after: 1000, for: .seconds(30)), count: 100), for: .media)
+      var error: StorageError?
+      let seconds = await elapsed {
+        error = await storageError {
+          try await client.read("f", generation: meta.generation, range: 0..<50_000, reusing: nil)
+        }
+      }
+      guard case .unavailable = error else {
+        return XCTFail("expected unavailable, got \(String(describing: error))")
+      }
+      XCTAssertLessThan(seconds, policy.deadline + 1)
+    }
+  }
+
+  /// Cancelled while its body is on the way: the read ends at once.
+  func testACancelledReadEndsPromptlyMidBody() async throws {
+    try await withFakeServer(retry: .fast(attemptTimeout: 5, deadline: 10)) { server, client in
+      let meta = server.store.put("f", data: Array(repeating: 9, count: 50_000))
+      server.injectFaults(
+        Array(repeating: .stallBody(after: 1000, for: .seconds(30)), count: 10), for: .media)
+      let task = Task {
+        try await client.read("f", generation: meta.generation, range: 0..<50_000, reusing: nil)
+      }
+      for _ in 0..<600 where server.requests(.media).isEmpty {
+        try await Task.sleep(for: .milliseconds(5))
+      }
+      XCTAssertEqual(server.requests(.media).count, 1)
+      let seconds = await elapsed {
+        task.cancel()
+        switch await task.result {
+        case .success: XCTFail("a cancelled read succeeded")
+        case .failure(let error as StorageError): XCTAssertEqual(error, .cancelled)
+        case .failure(is CancellationError): break
+        case .failure(let error): XCTFail("expected cancelled, got \(type(of: error)): \(error)")
+        }
+      }
+      XCTAssertLessThan(seconds, 1, "cancellation took too long")
+    }
+  }
+
   func testStallShorterThanAttemptTimeoutIsWaitedFor() async throws {
     try await withFakeServer { server, client in
       server.store.put("f", data: [1])

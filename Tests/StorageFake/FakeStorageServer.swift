@@ -71,6 +71,9 @@ public final class FakeStorageServer: @unchecked Sendable {
     case shortBody(Int)
     /// For a media GET: ignore Range and send the whole object with 200.
     case ignoreRange
+    /// Send the head and the first `bytes` of the body, then wait `for` (or
+    /// until the client goes away) before the rest: a body that stalls.
+    case stallBody(after: Int, for: Duration)
     /// This answer instead of the service's, as written: for malformed ones
     /// (bad JSON, numbers out of range, a lying Content-Length, a 206 with
     /// more or fewer bytes than asked).
@@ -280,6 +283,8 @@ public final class FakeStorageServer: @unchecked Sendable {
     var body: [UInt8] = []
     /// A Content-Length other than the body's (``RawAnswer/contentLength``).
     var declaredLength: String?
+    /// A pause after this many bytes of the body (``ScriptedResponse/stallBody(after:for:)``).
+    var stall: (after: Int, for: Duration)?
 
     static func json(_ status: Int, _ text: String, headers: [(String, String)] = []) -> Response {
       Response(
@@ -325,7 +330,7 @@ public final class FakeStorageServer: @unchecked Sendable {
           head = nil
           switch await handle(request, body: body, oversized: oversized, channel: channel) {
           case .respond(let response):
-            try await write(response, for: request, to: outbound)
+            guard try await write(response, for: request, to: outbound, channel: channel) else { return }
             if !request.isKeepAlive || response.declaredLength != nil { return }
           case .reset:
             if let provider = channel as? SocketOptionProvider {
@@ -340,10 +345,11 @@ public final class FakeStorageServer: @unchecked Sendable {
     }
   }
 
+  /// Whether the connection is still there after the answer.
   private func write(
     _ response: Response, for request: HTTPRequestHead,
-    to outbound: NIOAsyncChannelOutboundWriter<HTTPServerResponsePart>
-  ) async throws {
+    to outbound: NIOAsyncChannelOutboundWriter<HTTPServerResponsePart>, channel: Channel
+  ) async throws -> Bool {
     var headers = HTTPHeaders(response.headers)
     headers.replaceOrAdd(
       name: "Content-Length", value: response.declaredLength ?? String(response.body.count))
@@ -353,10 +359,18 @@ public final class FakeStorageServer: @unchecked Sendable {
     let head = HTTPResponseHead(
       version: request.version, status: HTTPResponseStatus(statusCode: response.status), headers: headers)
     try await outbound.write(.head(head))
-    if request.method != .HEAD && !response.body.isEmpty {
-      try await outbound.write(.body(.byteBuffer(ByteBuffer(bytes: response.body))))
+    var body = response.body[...]
+    if let stall = response.stall, request.method != .HEAD {
+      let first = body.prefix(stall.after)
+      if !first.isEmpty { try await outbound.write(.body(.byteBuffer(ByteBuffer(bytes: first)))) }
+      body = body.dropFirst(first.count)
+      guard await Self.hold(stall.for, channel: channel) else { return false }
+    }
+    if request.method != .HEAD && !body.isEmpty {
+      try await outbound.write(.body(.byteBuffer(ByteBuffer(bytes: body))))
     }
     try await outbound.write(.end(nil))
+    return true
   }
 
   // MARK: Requests
@@ -496,6 +510,8 @@ public final class FakeStorageServer: @unchecked Sendable {
       return .respond(Self.scriptedError(503, retryAfter: nil))
     case .shortBody(let count)? where response.status == 206:
       response.shorten(to: count)
+    case .stallBody(let after, let duration)?:
+      response.stall = (after, duration)
     default: break
     }
     return .respond(response)
