@@ -275,6 +275,25 @@ final class StreamingWriteTests: XCTestCase {
     try await waitForNoParts()
   }
 
+  /// A file of exactly 32 parts has no bytes after them: its close composes
+  /// the 32 parts themselves, without waiting for the combine under way.
+  func testACloseOfExactly32PartsDoesNotWaitForACombine() async throws {
+    server.injectFaults(
+      [.stall(.seconds(3))],
+      when: { $0.kind == .compose && $0.objectName?.hasPrefix(UploadPolicy.partDirectory) == true })
+    let data = pattern(32 << 18)
+    let (inode, handle) = try await fs.createFile("even.bin")
+    try await write(inode, handle, data, at: 0)
+    let start = ContinuousClock.now
+    try await fs.close(inode, handle)
+    let seconds = (ContinuousClock.now - start) / .seconds(1)
+    XCTAssertEqual(server.store.data("even.bin"), data)
+    let final = try XCTUnwrap(server.requests(.compose).last { $0.objectName == "even.bin" })
+    XCTAssertEqual(try sources(of: final), 32, "the parts themselves: the close did not wait for the combine")
+    XCTAssertLessThan(seconds, 2.5, "the close did not wait out the combine's stall")
+    try await waitForNoParts()
+  }
+
   func testASmallFileAndOneBelowTheThresholdAreUnchanged() async throws {
     let small = pattern(100 << 10)
     let (i1, h1) = try await fs.createFile("small.bin")

@@ -113,9 +113,9 @@ extension StagedFile {
     state.withLock { s in if s.stream?.id == id { s.stream?.combineFailed(round: round) } }
   }
 
-  /// Claims the stream for a commit's compose (``WriteStream/claimForCompose()``).
-  func claimStreamForCompose() -> WriteStream.ComposeClaim {
-    state.withLock { s in s.stream?.claimForCompose() ?? .noStream }
+  /// Claims the stream for a commit's compose of `size` bytes (``WriteStream/claimForCompose(size:)``).
+  func claimStreamForCompose(size: Int64) -> WriteStream.ComposeClaim {
+    state.withLock { s in s.stream?.claimForCompose(size: size) ?? .noStream }
   }
 
   /// The compose of stream `claimed` made the object of `size` bytes.

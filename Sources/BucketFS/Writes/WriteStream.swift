@@ -203,12 +203,15 @@ extension WriteStream {
     if combineRound == round { combining = nil }
   }
 
-  /// Marks the stream composing for a commit, once no combine under way
-  /// holds pieces the compose cannot do without.
-  mutating func claimForCompose() -> ComposeClaim {
+  /// Marks the stream composing for a commit of a file of `size` bytes,
+  /// once no combine under way holds pieces the compose cannot do without.
+  /// The bytes after the parts are a source only if there are any (a file
+  /// of exactly 32 parts composes them without waiting).
+  mutating func claimForCompose(size: Int64) -> ComposeClaim {
     if failed { return .claimed(self, droppedCombine: nil) }
     let dropped = combining
-    if let dropped, sourcesAtClose > Self.composeLimit { return .waitFor(dropped) }
+    let sources = sourcesAtClose - (end < size ? 0 : 1)
+    if let dropped, sources > Self.composeLimit { return .waitFor(dropped) }
     if dropped != nil {
       combining = nil
       combineRound += 1

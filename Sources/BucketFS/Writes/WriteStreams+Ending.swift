@@ -22,7 +22,7 @@ extension WriteStreams {
   func commitStream(
     _ staged: StagedFile, key: String, generation: Int64, attributes: ObjectAttributes, size: UInt64
   ) async throws -> ObjectMetadata? {
-    guard let stream = await streamToCompose(staged) else { return nil }
+    guard let stream = await streamToCompose(staged, size: Int64(size)) else { return nil }
     if stream.failed {
       try await fallBack(staged)
       return nil
@@ -74,10 +74,10 @@ extension WriteStreams {
   /// way is waited for only when the compose could not take its pieces
   /// instead; otherwise the compose goes ahead without it, and its result,
   /// dropped when it comes, is deleted in the background.
-  private func streamToCompose(_ staged: StagedFile) async -> WriteStream? {
+  private func streamToCompose(_ staged: StagedFile, size: Int64) async -> WriteStream? {
     while true {
       await settleParts(staged, combines: false)
-      switch staged.claimStreamForCompose() {
+      switch staged.claimStreamForCompose(size: size) {
       case .noStream: return nil
       case .waitFor(let combine): await combine.value
       case .claimed(let stream, let dropped):
