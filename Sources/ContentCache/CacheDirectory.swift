@@ -27,8 +27,15 @@ final class CacheDirectory: Sendable {
 
   /// Creates (0700) and locks the bucket's directory under `cacheDirectory`,
   /// waiting up to `patience` for a mount that is exiting (an unmount
-  /// returns before its daemon has exited) to let go of it.
-  init(cacheDirectory: String, bucket: String, patience: Duration) throws(Failure) {
+  /// returns before its daemon has exited) to let go of it. The holder
+  /// writes its mountpoint into the lock file: one still mounted
+  /// (`isMounted`) is a live mount, not an exiting one, so there is no
+  /// wait for it (a second mount of the bucket comes up at once, without
+  /// the cache).
+  init(
+    cacheDirectory: String, bucket: String, patience: Duration, mountpoint: String? = nil,
+    isMounted: ((String) -> Bool)? = nil
+  ) throws(Failure) {
     let base = cacheDirectory.hasSuffix("/") ? String(cacheDirectory.dropLast()) : cacheDirectory
     let root = base + "/read-cache"
     path = root + "/" + FNV1a.hex(bucket)
@@ -41,7 +48,8 @@ final class CacheDirectory: Sendable {
     while flock(fd, LOCK_EX | LOCK_NB) != 0 {
       let code = errno
       if code == EINTR { continue }
-      if code == EWOULDBLOCK && ContinuousClock.now < deadline {
+      let holderLive = code == EWOULDBLOCK && (Self.holder(fd).map { isMounted?($0) ?? false } ?? false)
+      if code == EWOULDBLOCK && !holderLive && ContinuousClock.now < deadline {
         usleep(50_000)
         continue
       }
@@ -50,6 +58,20 @@ final class CacheDirectory: Sendable {
       throw .unusable(path + "/lock", code)
     }
     lockDescriptor = fd
+    if let mountpoint {
+      let line = Array((mountpoint + "\n").utf8)
+      if ftruncate(fd, 0) != 0 || pwrite(fd, line, line.count, 0) != line.count {
+        _ = ftruncate(fd, 0)  // a partial name would be taken for a holder's: none is written
+      }
+    }
+  }
+
+  /// The mountpoint the lock's holder wrote, if any.
+  private static func holder(_ fd: Int32) -> String? {
+    var bytes = [UInt8](repeating: 0, count: 4097)
+    let count = pread(fd, &bytes, bytes.count, 0)
+    guard count > 1, count < bytes.count, bytes[count - 1] == UInt8(ascii: "\n") else { return nil }
+    return String(decoding: bytes[..<(count - 1)], as: UTF8.self)
   }
 
   deinit {

@@ -54,18 +54,22 @@ public final class CachingStore: ForwardingObjectStore {
   /// with the entries an earlier mount left there, doing its disk work on
   /// `pool`. Without a limit: ``defaultLimit``, of the free space there now.
   /// Nil (after one log line saying why) when the directory cannot be used
-  /// or another mount of the bucket holds it (still after `patience`): the
-  /// mount then runs without the cache.
+  /// or another mount of the bucket holds it (still after `patience`, or at
+  /// once when that mount, at its `mountpoint`, `isMounted`): the mount then
+  /// runs without the cache.
   public static func open(
     wrapping inner: any ObjectStore, cacheDirectory: String, limit: Int64?, pool: IOPool,
     objectHoldLimit: Int = defaultObjectHoldLimit, fastReader: Double = defaultFastReader,
     disk: any CacheDisk = LocalDisk(),
-    patience: Duration = .seconds(5), logger: Logger,
+    patience: Duration = .seconds(5), mountpoint: String? = nil, isMounted: ((String) -> Bool)? = nil,
+    logger: Logger,
     metrics factory: any MetricsFactory = MetricsSystem.factory
   ) -> CachingStore? {
     let directory: CacheDirectory
     do {
-      directory = try CacheDirectory(cacheDirectory: cacheDirectory, bucket: inner.bucket, patience: patience)
+      directory = try CacheDirectory(
+        cacheDirectory: cacheDirectory, bucket: inner.bucket, patience: patience, mountpoint: mountpoint,
+        isMounted: isMounted)
     } catch {
       logger.warning("read cache off: \(error)")
       return nil

@@ -376,9 +376,11 @@ struct Mount: ParsableCommand {
   /// the client alone when the cache is off or cannot be used.
   private func readCache(around client: CloudStorageClient, pool: IOPool, logger: Logger) -> any ObjectStore {
     if readCacheSize == 0 { return client }
+    // A mount of the bucket that is still mounted is not one about to exit: no wait for it.
     return CachingStore.open(
       wrapping: client, cacheDirectory: cacheDir ?? defaultCacheDirectory(),
-      limit: readCacheSize.map { Int64($0) << 20 }, pool: pool, logger: logger) ?? client
+      limit: readCacheSize.map { Int64($0) << 20 }, pool: pool, mountpoint: realPath(mountpoint),
+      isMounted: MountTable.isMountpoint, logger: logger) ?? client
   }
 
   private func makeLogger() -> Logger {
