@@ -202,12 +202,9 @@ extension CloudStorageClient {
         let response: HTTPClientResponse
         (response, payload) = try await Self.racing(deadline) {
           let response = try await http.execute(prepared, deadline: deadline, logger: nil)
-          let window = response.status == .ok ? storageRequest.window : nil
           // Awaited before the tuple is made: see Tests/ToolchainCheck (a tuple
           // literal with an await inside is miscompiled by Swift 6.3.1 at -O).
-          let payload = try await Self.collect(
-            response, upTo: storageRequest.maxBody, window: window, into: storageRequest.spare?.take(),
-            sums: storageRequest.sums, head: response.status == .ok ? storageRequest.onHead : nil)
+          let payload = try await Self.collect(response, upTo: storageRequest.maxBody)
           return (response, payload)
         }
         head = (response.status, response.headers)
@@ -313,49 +310,19 @@ extension CloudStorageClient {
     return String(describing: error)
   }
 
-  /// The whole body in one buffer sized from Content-Length up front, so a
-  /// large read is copied out of the socket's buffers once, never regrown;
-  /// into `recycled` when that is large enough. With a `window` (a whole
-  /// object sent for a ranged GET) only those bytes are kept, and reading
-  /// stops once they have arrived.
-  private static func collect(
-    _ response: HTTPClientResponse, upTo maxBody: Int, window: Range<Int64>?,
-    into recycled: consuming ByteBuffer?, sums: ArrivalSums? = nil,
-    head: (@Sendable (ByteBuffer) -> Bool)? = nil
-  ) async throws -> ByteBuffer {
+  /// The whole answer to a request with a body (an upload's, a compose's):
+  /// small, and never a range, so none of what a GET's collector does with
+  /// windows, spares and sums (``ResponseCollector``).
+  private static func collect(_ response: HTTPClientResponse, upTo maxBody: Int) async throws -> ByteBuffer {
     // Never negative at the allocator, whatever the header says; the body is counted as it arrives.
-    var expected = max(response.headers.first(name: "Content-Length").flatMap(Int.init) ?? 0, 0)
-    if let window {
-      expected = Int(max(0, min(Int64(expected) - window.lowerBound, window.upperBound - window.lowerBound)))
-    }
+    let expected = max(response.headers.first(name: "Content-Length").flatMap(Int.init) ?? 0, 0)
     if expected > maxBody { throw NIOTooManyBytesError(maxBytes: maxBody) }
-    var payload = (consume recycled) ?? ByteBuffer()
-    if expected > 0 && payload.capacity >= expected {
-      payload.clear()
-    } else {
-      payload = ByteBufferAllocator().buffer(capacity: expected)
-    }
-    sums?.restart()
-    var skip = window?.lowerBound ?? 0
-    let keep = window.map { Int($0.upperBound - $0.lowerBound) } ?? maxBody
-    var head = head
-    for try await var chunk in response.body {
-      if skip > 0 {
-        let dropped = Int(min(skip, Int64(chunk.readableBytes)))
-        chunk.moveReaderIndex(forwardBy: dropped)
-        skip -= Int64(dropped)
-      }
-      if window != nil, chunk.readableBytes > keep - payload.readableBytes {
-        chunk.moveWriterIndex(to: chunk.readerIndex + keep - payload.readableBytes)
-      }
+    var payload = ByteBufferAllocator().buffer(capacity: expected)
+    for try await chunk in response.body {
       if payload.readableBytes + chunk.readableBytes > maxBody {
         throw NIOTooManyBytesError(maxBytes: maxBody)
       }
-      let at = payload.writerIndex
       payload.writeImmutableBuffer(chunk)
-      sums?.add(payload, at: at, count: chunk.readableBytes)
-      if let watch = head, watch(payload) || payload.readableBytes >= 64 << 10 { head = nil }
-      if window != nil && payload.readableBytes == keep { break }
     }
     return payload
   }

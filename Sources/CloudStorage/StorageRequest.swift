@@ -38,6 +38,7 @@ struct StorageRequest: Sendable {
   var settledAfterRetry: Set<Int> = []
   /// Judges an answer; a reason makes it a transient failure.
   var validate: (@Sendable (Int, HTTPHeaders, ByteBuffer) -> String?)? = nil
+  // The next four are a GET's (``ResponseCollector``); a request with a body ignores them.
   /// For a ranged GET answered 200 (the whole object), the bytes kept.
   var window: Range<Int64>? = nil
   /// A buffer to read the answer into.
