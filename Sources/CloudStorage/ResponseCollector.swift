@@ -66,6 +66,7 @@ final class ResponseCollector: HTTPClientResponseDelegate, @unchecked Sendable {
       payload.clear()
     } else {
       payload = ByteBufferAllocator().buffer(capacity: expected)
+      payload.prefaultWritableBytes()
     }
     sums?.restart()
     answer = Answer(head: head, payload: payload)
