@@ -865,7 +865,9 @@ class CountingProxy:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self) -> "CountingProxy":
-        self._thread = threading.Thread(target=self.server.serve_forever, name="counting-proxy", daemon=True)
+        # A short poll: stop() waits up to one for the loop to notice, and a test run stops hundreds.
+        self._thread = threading.Thread(target=self.server.serve_forever, args=(0.02,), name="counting-proxy",
+                                        daemon=True)
         self._thread.start()
         return self
 

@@ -171,7 +171,7 @@ class LocalServer:
 
         self.httpd = _Threaded(("127.0.0.1", 0), Handler)
         self.port = self.httpd.server_address[1]
-        self.thread = threading.Thread(target=self.httpd.serve_forever, name="local-server", daemon=True)
+        self.thread = threading.Thread(target=self.httpd.serve_forever, args=(0.02,), name="local-server", daemon=True)
 
     @property
     def url(self) -> str:
