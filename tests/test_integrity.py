@@ -26,6 +26,7 @@ failures quick.
 
 from __future__ import annotations
 
+import errno
 import http.client
 import json
 import os
@@ -134,6 +135,47 @@ def test_a_download_corrupted_once_gives_the_objects_bytes_or_eio(client, bucket
     assert first in ("right bytes", "EIO"), f"{first}\n{report(m)}"
     again = outcome(cat(m.p("f.bin")), data)
     assert again == "right bytes", f"after {first}: {again}\n{report(m)}"
+
+
+@pytest.mark.parametrize("options", CACHES.values(), ids=CACHES.keys())
+def test_a_read_while_the_failed_handle_is_still_open_gives_the_objects_bytes(client, bucket, mount, options):
+    """The handle that read a changed byte stays open (its reads may still be under
+    way in the kernel): another open reads around the page cache meanwhile, and
+    once it is closed, the next open drops the pages it left."""
+    data = os.urandom(16 * MiB)
+    client.upload(bucket, F.Obj("f.bin", data))
+    m, _ = integrity_mount(mount, bucket, *options)
+    run(["stat", m.p("f.bin")])
+    m.proxy.set_corruption("once", "download")
+    fd = os.open(m.p("f.bin"), os.O_RDONLY)
+    try:
+        got, failed = b"", None
+        while True:
+            try:
+                chunk = os.read(fd, 1 << 20)
+            except OSError as e:
+                failed = e.errno
+                break
+            if not chunk:
+                break
+            got += chunk
+        m.proxy.set_corruption(None, "download")
+        assert m.proxy.corruption.counts["download"] == 1, report(m)
+        assert failed == errno.EIO or got == data, f"the first read: {failed}, {differ(got, data)}\n{report(m)}"
+        meanwhile = outcome(cat(m.p("f.bin")), data)
+        assert meanwhile == "right bytes", f"while the failed handle is open: {meanwhile}\n{report(m)}"
+    finally:
+        _close_failing(fd)
+    after = outcome(cat(m.p("f.bin")), data)
+    assert after == "right bytes", f"after the failed handle closed: {after}\n{report(m)}"
+
+
+def _close_failing(fd: int) -> None:
+    """A close that may fail with EIO (a handle whose bytes did not match); the descriptor is gone either way."""
+    try:
+        os.close(fd)
+    except OSError as e:
+        assert e.errno == errno.EIO, e
 
 
 @pytest.mark.parametrize("size", DOWNLOADS.values(), ids=DOWNLOADS.keys())

@@ -33,8 +33,9 @@ extension BucketFileSystem {
       case .base(let base):
         return OpenResult(handle: handles.put(.object(readService.reader(of: base))), keepCache: false)
       case nil:
-        let (reader, keepCache) = try await readService.open(inode: inode, node: node)
-        return OpenResult(handle: handles.put(.object(reader)), keepCache: keepCache)
+        let (reader, cache) = try await readService.open(inode: inode, node: node)
+        return OpenResult(
+          handle: handles.put(.object(reader)), keepCache: cache == .keep, directIO: cache == .bypass)
       }
     }
     nodes.opened(inode)
@@ -146,7 +147,7 @@ extension BucketFileSystem {
     case .write(let staged, _): writers.releaseWriter(staged)
     case .stageReader(let staged): writers.releaseReader(staged)
     case .directory(let directory): directories.released(directory, handle: handle)
-    case .object: break
+    case .object(let reader): readService.released(inode: inode, reader)
     case nil: return
     }
     nodes.closed(inode)

@@ -163,11 +163,15 @@ public struct OpenResult: Sendable {
   /// A directory only: the kernel may cache this handle's readdir results
   /// (FOPEN_CACHE_DIR), for later opens with ``keepCache``.
   public var cacheDirectory: Bool
+  /// A file only: this handle's reads and writes bypass the page cache
+  /// (FOPEN_DIRECT_IO); every read goes to the file system.
+  public var directIO: Bool
 
-  public init(handle: UInt64, keepCache: Bool, cacheDirectory: Bool = false) {
+  public init(handle: UInt64, keepCache: Bool, cacheDirectory: Bool = false, directIO: Bool = false) {
     self.handle = handle
     self.keepCache = keepCache
     self.cacheDirectory = cacheDirectory
+    self.directIO = directIO
   }
 }
 

@@ -111,6 +111,7 @@ extension FUSESession {
         var reply = fuse_file_info()
         reply.fh = result.handle
         reply.keep_cache = result.keepCache ? 1 : 0
+        reply.direct_io = result.directIO ? 1 : 0
         if fuse_reply_open(request.raw, &reply) != 0 {
           fs.replyFailed(.open(inode: inode, handle: result.handle))
         }

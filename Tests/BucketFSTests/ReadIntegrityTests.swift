@@ -76,6 +76,39 @@ final class ReadIntegrityTests: XCTestCase {
     try await fs.close(inode, reopened.handle)
   }
 
+  /// A read of the failed handle still under way may race the kernel's
+  /// dropping of its pages: until that handle is released, opens read
+  /// around the page cache, so every byte they get is the daemon's, checked.
+  func testWhileTheFailedHandleIsOpenNewOpensBypassThePageCache() async throws {
+    let (data, store, fs, inode, failed) = try await openFlipping((2 << 20) + 99)
+    XCTAssertFalse(failed.directIO)
+    store.flipNext(at: 1 << 20)
+    let first = await readThrough(fs, inode, failed.handle)
+    XCTAssertNotNil(first.error)
+    do {
+      try await fs.flush(inode: inode, handle: failed.handle)
+      XCTFail("the close of a handle that read wrong bytes fails")
+    } catch {}
+    // Flushed, not released: the kernel may still have reads of it in flight.
+    let meanwhile = try await fs.open(inode: inode, flags: O_RDONLY)
+    XCTAssertTrue(meanwhile.directIO, "reads around the page cache while the failed handle is open")
+    XCTAssertFalse(meanwhile.keepCache)
+    let direct = await readThrough(fs, inode, meanwhile.handle)
+    XCTAssertNil(direct.error)
+    XCTAssertTrue(direct.bytes == data)
+    try await fs.close(inode, meanwhile.handle)
+    fs.release(inode: inode, handle: failed.handle)
+    // Released: back to the page cache, whose pages the first such open drops.
+    let after = try await fs.open(inode: inode, flags: O_RDONLY)
+    XCTAssertFalse(after.directIO)
+    XCTAssertFalse(after.keepCache, "the pages read through the failed handle are dropped")
+    try await fs.close(inode, after.handle)
+    let later = try await fs.open(inode: inode, flags: O_RDONLY)
+    XCTAssertFalse(later.directIO)
+    XCTAssertTrue(later.keepCache, "pages read since are the object's")
+    try await fs.close(inode, later.handle)
+  }
+
   func testARightReadLeavesNoTrace() async throws {
     let inner = InMemoryObjectStore(bucket: "demo")
     let data = bytes((2 << 20) + 17)

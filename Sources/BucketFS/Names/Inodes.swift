@@ -80,6 +80,9 @@ struct InodeTable: Sendable {
   private var vacant: [Int32] = []
   /// The full metadata of held files, changed in the same step as their facts.
   let metadata: MetadataCache
+  /// Inodes with a handle open whose bytes did not match, and how many:
+  /// opens meanwhile read around the kernel's pages (``NodeTable/recordOpen(_:generation:)``).
+  var distrusted: [UInt64: Int] = [:]
   /// Live keys whose inode is not their hash (a collision), and their inodes.
   private var mapped: [ObjectKey: UInt64] = [:]
   private var nextCollisionInode: UInt64 = 1 << 63

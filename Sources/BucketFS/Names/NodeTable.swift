@@ -226,20 +226,46 @@ final class NodeTable: Sendable {
     }
   }
 
-  /// An open of `inode` showing `generation`; whether the kernel may keep
-  /// its cached pages (the last open showed the same generation).
-  func recordOpen(_ inode: UInt64, generation: Int64) -> Bool {
+  /// What an open does with the kernel's cached pages of its file.
+  enum PageCacheUse: Sendable, Equatable {
+    /// Keeps them: the last open showed the same generation.
+    case keep
+    /// Drops them (FOPEN_KEEP_CACHE unset).
+    case drop
+    /// Drops them and reads around the page cache (FOPEN_DIRECT_IO).
+    case bypass
+  }
+
+  /// An open of `inode` showing `generation`. While a handle whose bytes
+  /// did not match is open, the open bypasses the page cache, and the
+  /// next open after it drops the pages again.
+  func recordOpen(_ inode: UInt64, generation: Int64) -> PageCacheUse {
     withLock { table in
+      if table.distrusted[inode] != nil { return .bypass }
       defer { table[inode]?.openedGeneration = generation }
-      return table[inode]?.openedGeneration == generation
+      return table[inode]?.openedGeneration == generation ? .keep : .drop
     }
   }
 
   /// The kernel's pages of `inode` may hold bytes that were not the
-  /// object's: its next open drops them (whether or not a notification
-  /// dropping them has landed by then).
+  /// object's, read through a handle still open: its next open drops them
+  /// (whether or not a notification dropping them has landed by then), and
+  /// until that handle is released (``releasedDistrusted(_:)``) every open
+  /// reads around them, since a read of the failed handle still under way
+  /// may race the kernel's dropping (docs/SEMANTICS.md#integrity).
   func distrustPages(_ inode: UInt64) {
-    withLock { $0[inode]?.openedGeneration = nil }
+    withLock { table in
+      table[inode]?.openedGeneration = nil
+      table.distrusted[inode, default: 0] += 1
+    }
+  }
+
+  /// A handle of `inode` whose bytes did not match was released.
+  func releasedDistrusted(_ inode: UInt64) {
+    withLock { table in
+      guard let count = table.distrusted[inode] else { return }
+      table.distrusted[inode] = count > 1 ? count - 1 : nil
+    }
   }
 
   /// What stat knows of `inode` must come from the bucket again.

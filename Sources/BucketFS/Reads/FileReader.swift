@@ -224,6 +224,9 @@ final class FileReader: Sendable {
     if let failure = takeMismatch() { throw failure }
   }
 
+  /// Its bytes did not match: every read and the close of the handle fail.
+  var mismatched: Bool { check?.failure != nil }
+
   /// The mismatch found, if any (`first` when this call found it: the
   /// handle fails from now on and its segments are dropped). The read that
   /// ends the file asks, and the close.

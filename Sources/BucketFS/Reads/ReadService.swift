@@ -47,8 +47,8 @@ final class ReadService: MountComponent, Sendable {
 
   /// Opens the object's generation the node shows (fetched again past the
   /// TTL; ESTALE if the object is gone: the kernel then looks the name up
-  /// again), and whether the kernel may keep the pages it has of it.
-  func open(inode: UInt64, node: Node) async throws -> (reader: FileReader, keepCache: Bool) {
+  /// again), and what the kernel does with the pages it has of it.
+  func open(inode: UInt64, node: Node) async throws -> (reader: FileReader, cache: NodeTable.PageCacheUse) {
     let facts: FileFacts
     if let known = node.facts, nodes.isFresh(node) {
       facts = known
@@ -60,8 +60,7 @@ final class ReadService: MountComponent, Sendable {
       maxSegment: configuration.readAheadMaxChunk, maxAhead: configuration.readAheadMaxBytes,
       maxStreams: configuration.readAheadMaxStreams,
       budget: budget, prefetched: prefetch.opened(node.key, generation: facts.generation), tasks: tasks)
-    let keepCache = nodes.recordOpen(inode, generation: facts.generation)
-    return (reader, keepCache)
+    return (reader, nodes.recordOpen(inode, generation: facts.generation))
   }
 
   /// A reader of generation `base` (for a write handle before its stage
@@ -108,6 +107,12 @@ final class ReadService: MountComponent, Sendable {
     guard let failure = reader.takeMismatch() else { return }
     if failure.first { mismatched(inode: inode, reader) }
     throw diagnostics.failure(failure, operation: "close", key: reader.key, context: .read)
+  }
+
+  /// A read handle was released: once no handle whose bytes did not match
+  /// is open, opens of its file use the page cache again.
+  func released(inode: UInt64, _ reader: FileReader) {
+    if reader.mismatched { nodes.releasedDistrusted(inode) }
   }
 
   /// The bytes read were not the object's: the kernel's pages of the file
